@@ -1,0 +1,64 @@
+#pragma once
+// Found clusters of a sequence of frames, packed: one record per data frame (also for frames
+// without clusters) and one flat table of clusters in frame order, raster order within a frame.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace glint {
+
+struct FrameRecord {
+  uint64_t frame_number = 0;
+  uint64_t first_cluster = 0;  ///< row of the frame's first cluster in the table
+  uint32_t n_clusters = 0;
+  friend bool operator==(const FrameRecord&, const FrameRecord&) = default;
+};
+
+class ClusterTable {
+ public:
+  explicit ClusterTable(int cluster_size = 3) : cluster_size_(cluster_size) {}
+
+  int cluster_size() const { return cluster_size_; }
+  std::size_t values_per_cluster() const {
+    return static_cast<std::size_t>(cluster_size_) * cluster_size_;
+  }
+  std::size_t n_frames() const { return frames_.size(); }
+  std::size_t n_clusters() const { return x_.size(); }
+
+  /// Starts the record of the next frame; clusters added afterwards belong to it.
+  void begin_frame(uint64_t frame_number);
+  /// Appends a cluster to the current frame; `values` holds S*S entries, row-major.
+  void add_cluster(uint16_t x, uint16_t y, std::span<const int32_t> values);
+  /// Appends another table's frames and clusters (same cluster size) after this one's.
+  void append(const ClusterTable& other);
+  void clear();
+  /// Reserves room for about `clusters` more clusters and `frames` more frames.
+  void reserve(std::size_t frames, std::size_t clusters);
+
+  std::span<const FrameRecord> frames() const { return frames_; }
+  std::span<const uint16_t> x() const { return x_; }
+  std::span<const uint16_t> y() const { return y_; }
+  /// S*S int32 values per cluster, cluster-major.
+  std::span<const int32_t> data() const { return data_; }
+  std::span<const int32_t> cluster_data(std::size_t i) const {
+    return std::span<const int32_t>(data_).subspan(i * values_per_cluster(), values_per_cluster());
+  }
+
+  /// Direct access for backends that fill whole batches at once (the GPU's compacted output).
+  std::vector<FrameRecord>& frames_mut() { return frames_; }
+  std::vector<uint16_t>& x_mut() { return x_; }
+  std::vector<uint16_t>& y_mut() { return y_; }
+  std::vector<int32_t>& data_mut() { return data_; }
+
+  friend bool operator==(const ClusterTable&, const ClusterTable&) = default;
+
+ private:
+  int cluster_size_;
+  std::vector<FrameRecord> frames_;
+  std::vector<uint16_t> x_;
+  std::vector<uint16_t> y_;
+  std::vector<int32_t> data_;
+};
+
+}  // namespace glint

@@ -1,0 +1,48 @@
+#include "glint/cluster_table.hpp"
+
+#include <stdexcept>
+
+namespace glint {
+
+void ClusterTable::begin_frame(uint64_t frame_number) {
+  frames_.push_back(FrameRecord{frame_number, x_.size(), 0});
+}
+
+void ClusterTable::add_cluster(uint16_t x, uint16_t y, std::span<const int32_t> values) {
+  if (frames_.empty()) throw std::logic_error("ClusterTable::add_cluster before begin_frame");
+  if (values.size() != values_per_cluster())
+    throw std::invalid_argument("ClusterTable::add_cluster: wrong number of values");
+  x_.push_back(x);
+  y_.push_back(y);
+  data_.insert(data_.end(), values.begin(), values.end());
+  ++frames_.back().n_clusters;
+}
+
+void ClusterTable::append(const ClusterTable& other) {
+  if (other.cluster_size_ != cluster_size_)
+    throw std::invalid_argument("ClusterTable::append: cluster sizes differ");
+  const uint64_t base = x_.size();
+  for (FrameRecord r : other.frames_) {
+    r.first_cluster += base;
+    frames_.push_back(r);
+  }
+  x_.insert(x_.end(), other.x_.begin(), other.x_.end());
+  y_.insert(y_.end(), other.y_.begin(), other.y_.end());
+  data_.insert(data_.end(), other.data_.begin(), other.data_.end());
+}
+
+void ClusterTable::clear() {
+  frames_.clear();
+  x_.clear();
+  y_.clear();
+  data_.clear();
+}
+
+void ClusterTable::reserve(std::size_t frames, std::size_t clusters) {
+  frames_.reserve(frames_.size() + frames);
+  x_.reserve(x_.size() + clusters);
+  y_.reserve(y_.size() + clusters);
+  data_.reserve(data_.size() + clusters * values_per_cluster());
+}
+
+}  // namespace glint

@@ -1,0 +1,12 @@
+#pragma once
+// Each subcommand of the `glint` tool lives in its own file and registers itself here.
+#include <CLI/CLI.hpp>
+
+namespace glint::tools {
+
+/// Exit status of a subcommand that failed on bad input (missing file, wrong dataset, ...).
+inline constexpr int kExitUsage = 2;
+/// Exit status of a subcommand that failed at run time.
+inline constexpr int kExitFailure = 1;
+
+}  // namespace glint::tools

@@ -1,0 +1,28 @@
+// glint: the command-line face of the engine (find, recon, sim, ctl, bench).
+#include <exception>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "glint/log.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"glint: exact photon cluster finding and 3D reconstruction for pixel detectors"};
+  app.set_version_flag("--version", std::string("glint ") + GLINT_VERSION);
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
+      ->capture_default_str();
+  app.parse_complete_callback([&] { glint::log::set_level(glint::log::parse_level(log_level)); });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::cerr << "glint: " << e.what() << "\n";
+    return glint::tools::kExitUsage;
+  }
+  return 0;
+}
