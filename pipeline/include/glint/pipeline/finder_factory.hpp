@@ -1,0 +1,31 @@
+#pragma once
+// Chooses the cluster-finder backend once, at start-up. Every backend gives the same bits.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "glint/cluster_finder.hpp"
+
+namespace glint::pipeline {
+
+enum class Backend { cpu, gpu, auto_select };
+
+/// "cpu" | "gpu" | "auto"; throws std::invalid_argument naming the allowed values.
+Backend parse_backend(std::string_view name);
+std::string_view to_string(Backend backend);
+
+struct FinderOptions {
+  Backend backend = Backend::auto_select;
+  unsigned threads = 0;            ///< CPU threads; 0 = all hardware threads
+  int batch_frames = 256;          ///< GPU frames per batch
+  int streams = 2;                 ///< GPU stream slots per device
+  std::vector<int> gpu_ids{0};     ///< GPUs to use
+};
+
+/// auto: the GPU engine when a GPU is usable, the exact CPU backend otherwise (logged).
+/// gpu: throws std::runtime_error with the reason when no GPU backend can run.
+std::unique_ptr<ClusterFinder> make_finder(const FinderParams& params,
+                                           const FinderOptions& options);
+
+}  // namespace glint::pipeline
