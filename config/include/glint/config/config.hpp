@@ -42,7 +42,7 @@ struct DetectorConfig {
 struct IngestConfig {
   std::vector<std::string> endpoints{"tcp://127.0.0.1:30001"};  ///< one ZeroMQ SUB per endpoint
   uint32_t queue_frames = 256;      ///< assembled frames buffered before the finder; then drops
-  uint32_t reorder_frames = 32;     ///< frames waiting for missing parts before "incomplete"
+  uint32_t reorder_frames = 128;    ///< frames waiting for missing parts before "incomplete"
   uint32_t part_timeout_ms = 500;   ///< oldest pending image is declared incomplete after this
   int receive_hwm = 10000;          ///< ZMQ_RCVHWM of each SUB socket (messages)
   int receive_buffer_bytes = 0;     ///< ZMQ_RCVBUF; 0 = the system default
