@@ -208,11 +208,11 @@ json Daemon::status_json() const {
   } else {
     j["state"] = last_run_failed_ ? "error" : "idle";
     j["error"] = last_run_failed_ && last_run_ ? last_run_->error : "";
-    if (last_run_) {
-      j["last_run"] = {{"run_index", last_run_->run_index}, {"file", last_run_->file},
-                       {"end_reason", last_run_->end_reason}, {"frames", last_run_->rows_written},
-                       {"clusters", last_run_->clusters}};
-    }
+  }
+  if (last_run_) {
+    j["last_run"] = {{"run_index", last_run_->run_index}, {"file", last_run_->file},
+                     {"end_reason", last_run_->end_reason}, {"frames", last_run_->rows_written},
+                     {"clusters", last_run_->clusters}, {"error", last_run_->error}};
   }
   return j;
 }
@@ -310,10 +310,12 @@ std::string Daemon::handle_request(const std::string& request) {
   };
   auto err = [](const std::string& what) { return json{{"ok", false}, {"error", what}}.dump(); };
 
+  // A run that failed is in the error state a moment before its thread has closed the file.
+  if (run_ && run_->state() == RunState::error) run_->wait(std::chrono::seconds(2));
   end_finished_run();
   if (cmd == "status") return ok(status_json());
   if (cmd == "stats") return ok(stats_json());
-  if (cmd == "config") return ok(json{{"source", cfg_.source}, {"yaml", cfg_.yaml}});
+  if (cmd == "config") return ok(json{{"source", cfg_.source}, {"yaml", config::to_yaml(cfg_)}});
   if (cmd == "pedestal") return ok(pedestal_json());
   if (cmd == "start") {
     if (shutdown_.load()) return err("the daemon is shutting down");

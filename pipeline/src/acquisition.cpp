@@ -275,7 +275,7 @@ void Acquisition::run(std::stop_token) {
       backend_ = w.finder->description();
     }
     RunMetadata meta;
-    meta.config_yaml = cfg.yaml;
+    meta.config_yaml = config::to_yaml(cfg);
     meta.finder = w.finder->params();
     meta.detector_type = cfg.detector.type;
     meta.source = fmt::format("slsReceiver stream {}", fmt::join(cfg.ingest.endpoints, " "));

@@ -252,19 +252,26 @@ TEST(Acquisition, DiskFullDuringTheRunIsAnError) {
     c.cfg.output.overwrite = true;
     fs::create_symlink("/dev/full", run_file_path(c.cfg.output.directory, c.cfg.output.run_name, 1));
   }
-  {
-    Acquisition run(c.cfg, 1, std::nullopt);
-    std::atomic<bool> stop{false};
-    std::jthread sender([&] { run_stream_simulator(c.sim, &stop); });
-    EXPECT_TRUE(run.wait(60s));
-    stop = true;
-    EXPECT_EQ(run.state(), RunState::error);
-    const std::string err = run.stats().error;
-    EXPECT_NE(err.find(run.file().string()), std::string::npos) << err;
-    if (mounted) {
-      EXPECT_GT(run.stats().rows_written, 0u) << "the disk filled before any data: " << err;
+  // HDF5 1.10 keeps a file whose close failed with ENOSPC in its table and crashes when the
+  // library shuts down at process exit; the scenario runs in a child that leaves with _Exit.
+  auto scenario = [&] {
+    int failures = 0;
+    {
+      Acquisition run(c.cfg, 1, std::nullopt);
+      std::atomic<bool> stop{false};
+      std::jthread sender([&] { run_stream_simulator(c.sim, &stop); });
+      failures += !run.wait(60s);
+      stop = true;
+      const auto s = run.stats();
+      failures += s.state != RunState::error;
+      failures += s.error.find(run.file().string()) == std::string::npos;
+      if (mounted) failures += s.rows_written == 0;  // it failed during the run, not at creation
+      std::fprintf(stderr, "run error: %s\n", s.error.c_str());
     }
-  }
+    std::fflush(stderr);
+    std::_Exit(failures);
+  };
+  EXPECT_EXIT(scenario(), ::testing::ExitedWithCode(0), "run error: .*disk_full_000001.h5");
   if (mounted) std::system(("umount " + mnt.string()).c_str());
 }
 

@@ -106,7 +106,7 @@ struct Config {
   ReconstructionConfig reconstruction;
 
   std::string source;  ///< where it came from (file path or "<string>")
-  std::string yaml;    ///< the effective configuration as YAML text (recorded in each run file)
+  std::string yaml;    ///< the text it was parsed from (to_yaml() gives the effective values)
 };
 
 /// Parses and validates YAML text. Missing keys take the documented defaults; unknown keys, bad
@@ -114,6 +114,8 @@ struct Config {
 Config parse(std::string_view yaml_text, std::string source = "<string>");
 /// Reads and parses a file; a missing or unreadable file throws ConfigError.
 Config load(const std::filesystem::path& path);
+/// The configuration as YAML text, every key (parses back to the same values).
+std::string to_yaml(const Config& c);
 /// `base` with `overrides` (YAML or JSON text of a partial configuration, same keys) merged on
 /// top, validated again. Throws ConfigError naming the override key at fault.
 Config with_overrides(const Config& base, std::string_view overrides_text);
