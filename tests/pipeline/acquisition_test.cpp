@@ -77,9 +77,8 @@ Result run_case(const Case& c, std::optional<PedestalState> previous = std::null
   const SimReport sent = run_stream_simulator(c.sim);
   EXPECT_TRUE(sent.subscribers_seen);
   EXPECT_TRUE(run.wait(20s)) << "the run did not end on the end message";
-  Result r{run.stats(), {}, sent};
+  Result r{run.stats(), read_run_file(run.file()), sent};
   EXPECT_EQ(r.stats.error, "");
-  r.file = read_run_file(run.file());
   return r;
 }
 
