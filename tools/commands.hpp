@@ -9,4 +9,11 @@ inline constexpr int kExitUsage = 2;
 /// Exit status of a subcommand that failed at run time.
 inline constexpr int kExitFailure = 1;
 
+/// `glint sim`: slsReceiver stream emulator.
+void add_sim_command(CLI::App& app);
+/// `glint ctl`: glintd's control client.
+void add_ctl_command(CLI::App& app);
+/// `glint bench pipeline`, added under the `bench` command.
+void add_bench_pipeline(CLI::App& bench);
+
 }  // namespace glint::tools
