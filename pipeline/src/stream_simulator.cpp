@@ -143,6 +143,13 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
   };
 
   const uint64_t total = o.dark_frames + o.frames;
+  std::vector<std::vector<uint16_t>> pool_dark, pool_data;
+  for (uint32_t k = 0; k < o.image_pool; ++k) {
+    pool_dark.emplace_back(image.size());
+    pool_data.emplace_back(image.size());
+    generate_sim_image(o.image, k, true, pool_dark.back());
+    generate_sim_image(o.image, k, false, pool_data.back());
+  }
   const auto t0 = std::chrono::steady_clock::now();
   for (uint64_t i = o.skip_images; i < total; ++i) {
     if (stop && stop->load()) return rep;
@@ -156,7 +163,12 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       ++rep.gaps;
       continue;
     }
-    generate_sim_image(o.image, i, i < o.dark_frames, image);
+    const std::vector<uint16_t>* img = &image;
+    if (o.image_pool > 0) {
+      img = &(i < o.dark_frames ? pool_dark : pool_data)[i % o.image_pool];
+    } else {
+      generate_sim_image(o.image, i, i < o.dark_frames, image);
+    }
     SlsHeader h;
     h.jsonversion = o.jsonversion;
     h.bitmode = o.bitmode;
@@ -181,7 +193,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       h.complete_image = (pi == 0 && has_fault(SimFault::incomplete, i)) ? 0 : 1;
       if (pi == n_parts - 1 && has_fault(SimFault::drop_part, i)) continue;
       for (uint32_t r = 0; r < prow; ++r)
-        std::copy_n(image.data() + (std::size_t{h.row} * prow + r) * o.image.cols + std::size_t{h.column} * pcol,
+        std::copy_n(img->data() + (std::size_t{h.row} * prow + r) * o.image.cols + std::size_t{h.column} * pcol,
                     pcol, part.data() + std::size_t{r} * pcol);
       encode_pixels(o.bitmode, part, payload.data());
       if (pi == 0 && has_fault(SimFault::malformed, i)) {

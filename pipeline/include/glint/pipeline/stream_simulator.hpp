@@ -60,6 +60,9 @@ struct SimOptions {
   int wait_subscribers_ms = 5000;      ///< wait for a subscriber on every endpoint first; 0: don't
   std::vector<std::pair<SimFault, uint64_t>> faults;  ///< (fault, every Nth image)
   uint64_t skip_images = 0;            ///< start at this image index (a sender restarted mid-run)
+  /// 0: every image is generated as it is sent. N > 0: N dark and N photon images are generated
+  /// up front and image i is pool image i % N (for benchmarks: the sender is not the bottleneck).
+  uint32_t image_pool = 0;
 };
 
 struct SimReport {
