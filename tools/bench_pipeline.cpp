@@ -2,6 +2,9 @@
 // transport floor (the same sender into a receiver that only counts bytes), measured in the
 // same run.
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -43,37 +46,41 @@ Leg run_floor(const pipeline::SimOptions& sim, int rcvhwm) {
   std::atomic<uint64_t> messages{0}, bytes{0}, ends{0};
   std::atomic<int64_t> first_ns{0}, last_ns{0};
   std::vector<std::jthread> threads;
-  for (const auto& ep : sim.endpoints) {
-    threads.emplace_back([&, ep](std::stop_token st) {
-      zmq::socket_t s(ctx, zmq::socket_type::sub);
-      s.set(zmq::sockopt::rcvhwm, rcvhwm);
-      s.set(zmq::sockopt::rcvtimeo, 100);
-      s.set(zmq::sockopt::linger, 0);
-      s.set(zmq::sockopt::subscribe, "");
-      s.connect(ep);
-      while (!st.stop_requested()) {
-        zmq::message_t m;
-        if (!s.recv(m)) continue;
-        const auto now = clock::now().time_since_epoch().count();
-        int64_t zero = 0;
-        first_ns.compare_exchange_strong(zero, now);
-        uint64_t b = m.size();
-        const bool single = !m.more();
-        while (m.more()) {
-          if (!s.recv(m)) break;
-          b += m.size();
+  auto start_receivers = [&](const std::vector<std::string>& bound) {
+    for (const auto& ep : bound) {
+      threads.emplace_back([&, ep](std::stop_token st) {
+        zmq::socket_t s(ctx, zmq::socket_type::sub);
+        s.set(zmq::sockopt::rcvhwm, rcvhwm);
+        s.set(zmq::sockopt::rcvtimeo, 100);
+        s.set(zmq::sockopt::linger, 0);
+        s.set(zmq::sockopt::subscribe, "");
+        s.connect(ep);
+        while (!st.stop_requested()) {
+          zmq::message_t m;
+          if (!s.recv(m)) continue;
+          const auto now = clock::now().time_since_epoch().count();
+          int64_t zero = 0;
+          first_ns.compare_exchange_strong(zero, now);
+          uint64_t b = m.size();
+          const bool single = !m.more();
+          while (m.more()) {
+            if (!s.recv(m)) break;
+            b += m.size();
+          }
+          if (single) {  // the end message
+            last_ns.store(now);
+            ends.fetch_add(1);
+            break;
+          }
+          messages.fetch_add(1, std::memory_order_relaxed);
+          bytes.fetch_add(b, std::memory_order_relaxed);
         }
-        if (single) {  // the end message
-          last_ns.store(now);
-          ends.fetch_add(1);
-          break;
-        }
-        messages.fetch_add(1, std::memory_order_relaxed);
-        bytes.fetch_add(b, std::memory_order_relaxed);
-      }
-    });
-  }
-  const auto rep = pipeline::run_stream_simulator(sim);
+      });
+    }
+  };
+  pipeline::SimOptions o = sim;
+  o.on_bound = start_receivers;
+  const auto rep = pipeline::run_stream_simulator(o);
   const auto until = clock::now() + std::chrono::seconds(30);
   while (ends.load() < sim.endpoints.size() && clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   for (auto& t : threads) t.request_stop();
@@ -89,15 +96,37 @@ Leg run_floor(const pipeline::SimOptions& sim, int rcvhwm) {
 }
 
 /// The real pipeline: ingest, assembly, finder, HDF5 writer.
-Leg run_pipeline(const pipeline::SimOptions& sim, const config::Config& cfg) {
+Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
   Leg leg{"glintd pipeline (ingest + find + write)"};
-  pipeline::Acquisition run(cfg, 1, std::nullopt);
-  std::atomic<bool> sender_done{false};
+  // The sender binds first; the run connects to the addresses it got.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<std::vector<std::string>> bound;
+  std::exception_ptr sender_error;
   pipeline::SimReport rep;
+  pipeline::SimOptions o = sim;
+  o.on_bound = [&](const std::vector<std::string>& eps) {
+    std::lock_guard lock(mu);
+    bound = eps;
+    cv.notify_all();
+  };
   std::jthread sender([&] {
-    rep = pipeline::run_stream_simulator(sim);
-    sender_done = true;
+    try {
+      rep = pipeline::run_stream_simulator(o);
+    } catch (...) {
+      std::lock_guard lock(mu);
+      sender_error = std::current_exception();
+      bound.emplace();
+      cv.notify_all();
+    }
   });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return bound.has_value(); });
+    if (sender_error) std::rethrow_exception(sender_error);
+    cfg.ingest.endpoints = *bound;
+  }
+  pipeline::Acquisition run(cfg, 1, std::nullopt);
   clock::time_point first{};
   while (!run.done()) {
     if (first == clock::time_point{} && run.stats().messages > 0) first = clock::now();
@@ -105,6 +134,7 @@ Leg run_pipeline(const pipeline::SimOptions& sim, const config::Config& cfg) {
   }
   const auto last = clock::now();
   sender.join();
+  if (sender_error) std::rethrow_exception(sender_error);
   const auto s = run.stats();
   if (!s.error.empty()) throw std::runtime_error("the run failed: " + s.error);
   leg.images_sent = rep.images;
@@ -153,18 +183,18 @@ void add_bench_pipeline(CLI::App& bench) {
   cmd->add_option("--streams", a->streams, "GPU streams")->capture_default_str();
   cmd->add_option("--queue", a->queue, "ingest.queue_frames")->capture_default_str();
   cmd->add_option("--output", a->output, "directory for the run file (removed afterwards)")->capture_default_str();
-  cmd->add_option("--base-port", a->base_port, "first TCP port on 127.0.0.1 (default: 30001 + pid % 1000 * 8)");
+  cmd->add_option("--base-port", a->base_port, "first TCP port on 127.0.0.1 (default: free ports)");
   cmd->add_option("--hwm", a->hwm, "ZeroMQ high-water mark, both sides (messages)")->capture_default_str();
   cmd->add_flag("--json", a->as_json, "print JSON");
   cmd->add_flag("--floor-only", a->floor_only, "measure the transport floor only");
   cmd->callback([a] {
     if (a->ports == 0 || a->size % a->ports != 0)
       throw CLI::RuntimeError("glint bench pipeline: --ports must divide --size", kExitUsage);
-    const int base = a->base_port > 0 ? a->base_port : 30001 + static_cast<int>(::getpid() % 1000) * 8;
     auto endpoints = [&](int offset) {
       std::vector<std::string> eps;
       for (uint32_t p = 0; p < a->ports; ++p)
-        eps.push_back(fmt::format("tcp://127.0.0.1:{}", base + offset + static_cast<int>(p)));
+        eps.push_back(a->base_port > 0 ? fmt::format("tcp://127.0.0.1:{}", a->base_port + offset + static_cast<int>(p))
+                                       : std::string("tcp://127.0.0.1:*"));
       return eps;
     };
     pipeline::SimOptions sim;
@@ -201,7 +231,6 @@ void add_bench_pipeline(CLI::App& bench) {
       legs.push_back(run_floor(sim, a->hwm));
       if (!a->floor_only) {
         sim.endpoints = endpoints(static_cast<int>(a->ports));
-        cfg.ingest.endpoints = sim.endpoints;
         legs.push_back(run_pipeline(sim, cfg));
         std::filesystem::remove_all(a->output);
       }

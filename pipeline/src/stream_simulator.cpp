@@ -104,6 +104,11 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     }
     socks.push_back(std::move(s));
   }
+  if (o.on_bound) {
+    std::vector<std::string> bound;
+    for (auto& s : socks) bound.push_back(s.get(zmq::sockopt::last_endpoint));
+    o.on_bound(bound);
+  }
   SimReport rep;
   if (o.wait_subscribers_ms > 0) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.wait_subscribers_ms);

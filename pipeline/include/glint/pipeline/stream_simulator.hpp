@@ -63,6 +63,9 @@ struct SimOptions {
   /// 0: every image is generated as it is sent. N > 0: N dark and N photon images are generated
   /// up front and image i is pool image i % N (for benchmarks: the sender is not the bottleneck).
   uint32_t image_pool = 0;
+  /// Called once every endpoint is bound, with the bound addresses (a "tcp://127.0.0.1:*"
+  /// endpoint gets a free port), before waiting for subscribers.
+  std::function<void(const std::vector<std::string>&)> on_bound;
 };
 
 struct SimReport {
