@@ -54,7 +54,10 @@ FinderOptions finder_options(const config::Config& c) {
 
 struct Acquisition::Worker {
   FrameAssembler assembler;
-  Ingest ingest;
+  // Connected once the finder and the file are ready: the publisher's subscriber appears only
+  // when glint can take data. Published through an atomic for stats() on other threads.
+  std::unique_ptr<Ingest> ingest_owner;
+  std::atomic<Ingest*> ingest{nullptr};
   std::unique_ptr<ClusterFinder> finder;
   std::optional<RunFileWriter> writer;
 
@@ -70,7 +73,6 @@ struct Acquisition::Worker {
 
   Worker(const config::Config& cfg)
       : assembler(cfg.detector, cfg.ingest),
-        ingest(cfg, assembler),
         pixels(std::size_t{cfg.detector.rows} * cfg.detector.cols),
         capacity(static_cast<std::size_t>(cfg.finder.batch_frames)),
         table(cfg.finder.cluster_size) {
@@ -155,7 +157,8 @@ RunStats Acquisition::stats() const {
     s.end_reason = end_reason_;
   }
   s.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  const auto ic = w_->ingest.counters();
+  IngestCounters ic;
+  if (Ingest* in = w_->ingest.load()) ic = in->counters();
   s.messages = ic.messages;
   s.bytes = ic.bytes;
   s.end_messages = ic.end_messages;
@@ -295,6 +298,8 @@ void Acquisition::run(std::stop_token) {
     }
     if (dark_remaining == 0) begin_data();
     else state_.store(RunState::pedestal);
+    w.ingest_owner = std::make_unique<Ingest>(cfg, w.assembler);
+    w.ingest.store(w.ingest_owner.get());
 
     while (true) {
       if (abort_requested_.load()) break;
@@ -304,9 +309,9 @@ void Acquisition::run(std::stop_token) {
         if (cfg.run.max_seconds > 0 &&
             std::chrono::duration<double>(now - started_).count() >= cfg.run.max_seconds)
           stop("time limit");
-        else if (w.ingest.all_ended())
+        else if (w.ingest.load()->all_ended())
           stop("end of acquisition");
-        else if (w.ingest.any_ended()) {
+        else if (w.ingest.load()->any_ended()) {
           if (!first_end_at) first_end_at = now;
           else if (now - *first_end_at >= std::chrono::milliseconds(cfg.ingest.part_timeout_ms))
             stop("end of acquisition (not on every port)");
@@ -314,7 +319,7 @@ void Acquisition::run(std::stop_token) {
       }
       if (stop_requested_.load() && state_.load() != RunState::finishing) {
         state_.store(RunState::finishing);
-        w.ingest.stop();  // no new input; what is queued gets written
+        w.ingest.load()->stop();  // no new input; what is queued gets written
         w.assembler.flush_pending();
       }
       if (now - last_flush >= std::chrono::milliseconds(cfg.output.flush_interval_ms)) {
@@ -363,7 +368,7 @@ void Acquisition::run(std::stop_token) {
       if (cfg.run.max_frames > 0 && frames_seen >= cfg.run.max_frames && !stop_requested_.load())
         stop("frame limit");
     }
-    w.ingest.stop();
+    w.ingest.load()->stop();
     if (!abort_requested_.load()) {
       flush_batch();
       write_gap(next_expected.value_or(0), next_expected.value_or(0));  // releases dropped list
@@ -395,7 +400,7 @@ void Acquisition::run(std::stop_token) {
               s.missing, s.dropped, s.clusters, s.bad_total, file_.string());
   } catch (const std::exception& e) {
     fail(e.what());
-    w.ingest.stop();
+    if (Ingest* in = w.ingest.load()) in->stop();
     if (w.writer) {
       try {
         w.writer->close(nullptr);

@@ -11,53 +11,44 @@
 #include <zmq.hpp>
 
 #include "glint/pipeline/sls_stream.hpp"
+#include "glint/synthetic.hpp"
 
 namespace glint::pipeline {
 
+struct SimImageSource::Impl {
+  synth::Generator gen;
+};
+
 namespace {
 
-/// splitmix64: a fixed, portable mixing function for per-pixel offsets and per-image seeds.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
+synth::Config synth_config(const SimImageParams& p, uint64_t dark_frames) {
+  synth::Config c;
+  c.shape = FrameShape{p.rows, p.cols};
+  c.seed = p.seed;
+  c.dark_frames = dark_frames;
+  c.pedestal_min = std::max(0.0, p.pedestal - p.pedestal_spread);
+  c.pedestal_max = p.pedestal + p.pedestal_spread;
+  c.noise_min = p.noise;
+  c.noise_max = p.noise;
+  c.photons = p.photons;
+  c.photon_adu = p.photon_adu;
+  if (!p.defects) {
+    c.crowded_every = 0;
+    c.hot_fraction = c.noisy_fraction = c.stuck_fraction = c.outlier_rate = 0.0;
+    c.drift_per_frame = 0.0;
+    c.twin_fraction = c.tie_photon_fraction = 0.0;
+  }
+  return c;
 }
-
-double unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
 
 }  // namespace
 
-void generate_sim_image(const SimImageParams& p, uint64_t index, bool dark, std::span<uint16_t> out) {
-  const std::size_t n = std::size_t{p.rows} * p.cols;
-  std::mt19937_64 rng(mix(p.seed ^ mix(index + 1)));
-  std::vector<double> v(n);
-  // Box-Muller by hand: std::normal_distribution differs between standard libraries.
-  for (std::size_t i = 0; i < n; i += 2) {
-    const double u1 = std::max(unit(rng()), 1e-300), u2 = unit(rng());
-    const double r = std::sqrt(-2.0 * std::log(u1)) * p.noise;
-    const double offset_i = (unit(mix(p.seed * 31 + i)) * 2 - 1) * p.pedestal_spread;
-    v[i] = p.pedestal + offset_i + r * std::cos(2 * M_PI * u2);
-    if (i + 1 < n) {
-      const double offset_j = (unit(mix(p.seed * 31 + i + 1)) * 2 - 1) * p.pedestal_spread;
-      v[i + 1] = p.pedestal + offset_j + r * std::sin(2 * M_PI * u2);
-    }
-  }
-  if (!dark && p.rows >= 2 && p.cols >= 2) {
-    for (uint32_t k = 0; k < p.photons; ++k) {
-      // A photon lands at (x + fx, y + fy); its charge is shared bilinearly over 2x2 pixels.
-      const double fx = unit(rng()), fy = unit(rng());
-      const uint32_t x = static_cast<uint32_t>(unit(rng()) * (p.cols - 1));
-      const uint32_t y = static_cast<uint32_t>(unit(rng()) * (p.rows - 1));
-      const double q = p.photon_adu;
-      v[std::size_t{y} * p.cols + x] += q * (1 - fx) * (1 - fy);
-      v[std::size_t{y} * p.cols + x + 1] += q * fx * (1 - fy);
-      v[std::size_t{y + 1} * p.cols + x] += q * (1 - fx) * fy;
-      v[std::size_t{y + 1} * p.cols + x + 1] += q * fx * fy;
-    }
-  }
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<uint16_t>(std::clamp(std::lround(v[i]), 0L, 65535L));
-}
+SimImageSource::SimImageSource(const SimImageParams& params, uint64_t dark_frames)
+    : impl_(std::make_unique<Impl>(Impl{synth::Generator(synth_config(params, dark_frames))})) {}
+SimImageSource::~SimImageSource() = default;
+SimImageSource::SimImageSource(SimImageSource&&) noexcept = default;
+
+void SimImageSource::fill(uint64_t index, std::span<uint16_t> out) const { impl_->gen.fill(index, out); }
 
 SimFault parse_sim_fault(std::string_view name) {
   for (int i = 0; i <= static_cast<int>(SimFault::backwards); ++i)
@@ -104,6 +95,11 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     }
     socks.push_back(std::move(s));
   }
+  if (o.on_bound) {
+    std::vector<std::string> bound;
+    for (auto& s : socks) bound.push_back(s.get(zmq::sockopt::last_endpoint));
+    o.on_bound(bound);
+  }
   SimReport rep;
   if (o.wait_subscribers_ms > 0) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.wait_subscribers_ms);
@@ -143,6 +139,14 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
   };
 
   const uint64_t total = o.dark_frames + o.frames;
+  const SimImageSource source(o.image, o.dark_frames);
+  std::vector<std::vector<uint16_t>> pool_dark, pool_data;
+  for (uint32_t k = 0; k < o.image_pool; ++k) {
+    pool_dark.emplace_back(image.size());
+    pool_data.emplace_back(image.size());
+    source.fill(std::min<uint64_t>(k, o.dark_frames > 0 ? o.dark_frames - 1 : 0), pool_dark.back());
+    source.fill(o.dark_frames + k, pool_data.back());
+  }
   const auto t0 = std::chrono::steady_clock::now();
   for (uint64_t i = o.skip_images; i < total; ++i) {
     if (stop && stop->load()) return rep;
@@ -156,7 +160,12 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       ++rep.gaps;
       continue;
     }
-    generate_sim_image(o.image, i, i < o.dark_frames, image);
+    const std::vector<uint16_t>* img = &image;
+    if (o.image_pool > 0) {
+      img = &(i < o.dark_frames ? pool_dark : pool_data)[i % o.image_pool];
+    } else {
+      source.fill(i, image);
+    }
     SlsHeader h;
     h.jsonversion = o.jsonversion;
     h.bitmode = o.bitmode;
@@ -181,7 +190,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       h.complete_image = (pi == 0 && has_fault(SimFault::incomplete, i)) ? 0 : 1;
       if (pi == n_parts - 1 && has_fault(SimFault::drop_part, i)) continue;
       for (uint32_t r = 0; r < prow; ++r)
-        std::copy_n(image.data() + (std::size_t{h.row} * prow + r) * o.image.cols + std::size_t{h.column} * pcol,
+        std::copy_n(img->data() + (std::size_t{h.row} * prow + r) * o.image.cols + std::size_t{h.column} * pcol,
                     pcol, part.data() + std::size_t{r} * pcol);
       encode_pixels(o.bitmode, part, payload.data());
       if (pi == 0 && has_fault(SimFault::malformed, i)) {

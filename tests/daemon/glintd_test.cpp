@@ -244,3 +244,27 @@ TEST(Glintd, ConfigCheckAndErrors) {
   EXPECT_EQ(missing.wait_exit(10s), 2);
   EXPECT_NE(missing.log().find("none.yaml"), std::string::npos) << missing.log();
 }
+
+TEST(GlintBench, PipelineReportsBothLegsAndAccountsForEveryImage) {
+  const fs::path dir = glint::testing::fresh_dir("bench_pipeline");
+  Process b({bin("glint").string(), "bench", "pipeline", "--size", "64", "--frames", "300", "--dark", "20",
+             "--backend", "cpu", "--json", "--output", (dir / "out").string()},
+            dir / "bench.log");
+  ASSERT_EQ(b.wait_exit(60s), 0) << b.log();
+  const std::string text = b.log();
+  const json j = json::parse(text.substr(text.find('{')));
+  ASSERT_EQ(j["legs"].size(), 2u);
+  for (const auto& leg : j["legs"]) {
+    EXPECT_EQ(leg["images_sent"], 320) << leg.dump();
+    EXPECT_EQ(leg["frames"].get<uint64_t>() + leg["lost"].get<uint64_t>(), 320u) << leg.dump();
+    EXPECT_GT(leg["frames_per_s"].get<double>(), 0.0);
+  }
+  const auto& p = j["legs"][1]["extra"];
+  EXPECT_EQ(p["dark"], 20);
+  EXPECT_EQ(p["dark"].get<uint64_t>() + p["data"].get<uint64_t>() + p["dropped"].get<uint64_t>() +
+                p["missing"].get<uint64_t>(),
+            320u)
+      << p.dump();
+  EXPECT_GT(j["ratio_to_floor"].get<double>(), 0.0);
+  EXPECT_FALSE(fs::exists(dir / "out")) << "the benchmark's run file is removed";
+}

@@ -53,12 +53,13 @@ inline ClusterTable expected_clusters(const pipeline::RunFileContents& f, const 
                                       const FinderParams& params, uint32_t bitmode = 16) {
   const uint16_t max_value = bitmode == 4 ? 15 : bitmode == 8 ? 255 : 65535;  // what the stream carries
   auto finder = make_reference_finder(params);
+  const pipeline::SimImageSource source(img, sim_dark_frames);
   ClusterTable out(params.cluster_size);
   std::vector<uint16_t> image(params.shape.pixels());
   for (const auto& row : f.frames) {
     const uint64_t index = row.frame_number - first_frame_number;
     if (row.flags == pipeline::kFlagDark || row.flags == 0)
-      pipeline::generate_sim_image(img, index, index < sim_dark_frames, image);
+      source.fill(index, image);
     for (auto& v : image) v = std::min(v, max_value);
     if (row.flags == pipeline::kFlagDark) {
       finder->push_dark(image);

@@ -6,26 +6,40 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace glint::pipeline {
 
-/// The images the simulator sends; frame i is the same for the same parameters everywhere.
+/// The images the simulator sends (glint::synth frames); image i is the same for the same
+/// parameters everywhere.
 struct SimImageParams {
   uint32_t rows = 400, cols = 400;
   uint64_t seed = 1;
-  double pedestal = 1000.0;     ///< mean pedestal level (ADU); each pixel gets a fixed offset
-  double pedestal_spread = 50;  ///< +- spread of the per-pixel offset
+  double pedestal = 1000.0;     ///< mean pedestal level (ADU); per-pixel levels spread around it
+  double pedestal_spread = 50;  ///< per-pixel pedestal in [pedestal - spread, pedestal + spread)
   double noise = 10.0;          ///< rms noise (ADU)
-  uint32_t photons = 100;       ///< photons per data frame
-  double photon_adu = 300.0;    ///< charge of one photon (ADU), shared over 2x2 pixels
+  double photons = 100;         ///< mean photons per data frame
+  double photon_adu = 300.0;    ///< charge of one photon (ADU), charge-shared over up to 2x2 pixels
+  bool defects = true;          ///< hot, noisy and stuck pixels, undershoots, drift, crowded frames
 };
 
-/// Writes image `index` (0-based over the whole stream) into `out` (rows x cols). Dark images
-/// have noise only.
-void generate_sim_image(const SimImageParams& p, uint64_t index, bool dark, std::span<uint16_t> out);
+/// Generates the simulator's images: a glint::synth::Generator for these parameters, whose
+/// first `dark_frames` images are dark.
+class SimImageSource {
+ public:
+  SimImageSource(const SimImageParams& params, uint64_t dark_frames);
+  ~SimImageSource();
+  SimImageSource(SimImageSource&&) noexcept;
+  /// Writes image `index` (rows x cols).
+  void fill(uint64_t index, std::span<uint16_t> out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 enum class SimFault : uint8_t {
   malformed,            ///< a header that is not valid JSON (instead of the image's header)
@@ -60,6 +74,12 @@ struct SimOptions {
   int wait_subscribers_ms = 5000;      ///< wait for a subscriber on every endpoint first; 0: don't
   std::vector<std::pair<SimFault, uint64_t>> faults;  ///< (fault, every Nth image)
   uint64_t skip_images = 0;            ///< start at this image index (a sender restarted mid-run)
+  /// 0: every image is generated as it is sent. N > 0: N dark and N photon images are generated
+  /// up front and image i is pool image i % N (for benchmarks: the sender is not the bottleneck).
+  uint32_t image_pool = 0;
+  /// Called once every endpoint is bound, with the bound addresses (a "tcp://127.0.0.1:*"
+  /// endpoint gets a free port), before waiting for subscribers.
+  std::function<void(const std::vector<std::string>&)> on_bound;
 };
 
 struct SimReport {
