@@ -16,7 +16,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   glint::tools::add_sim_command(app);
   glint::tools::add_ctl_command(app);
-  glint::tools::add_bench_pipeline(*app.add_subcommand("bench", "benchmarks"));
+  glint::tools::add_find_command(app);
+  glint::tools::add_synth_command(app);
+  glint::tools::add_bench_command(app);
   app.parse_complete_callback([&] { glint::log::set_level(glint::log::parse_level(log_level)); });
 
   try {
