@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -40,10 +41,16 @@ double median(std::vector<double> v) {
 int run_bench_tv(const BenchTvArgs& a) {
   std::vector<tv::Variant> variants;
   try {
-    if (a.variant == "all")
+    if (a.variant == "all") {
       variants.assign(std::begin(tv::kAllVariants), std::end(tv::kAllVariants));
-    else
-      variants.push_back(tv::parse_variant(a.variant));
+    } else {
+      std::string_view rest = a.variant;
+      while (!rest.empty()) {
+        const auto comma = rest.find(',');
+        variants.push_back(tv::parse_variant(rest.substr(0, comma)));
+        rest = comma == rest.npos ? std::string_view() : rest.substr(comma + 1);
+      }
+    }
     if (a.field < 8) throw std::invalid_argument("--field must be >= 8");
     if (a.tv_inner < 1 || a.outer < 1 || a.repeats < 1)
       throw std::invalid_argument("--tv-inner, --outer and --repeats must be >= 1");
@@ -124,7 +131,7 @@ void add_bench_tv(CLI::App& bench) {
   c->add_option("--tv-inner", a->tv_inner, "FGP steps per outer iteration")->capture_default_str();
   c->add_option("--outer", a->outer, "FISTA iterations")->capture_default_str();
   c->add_option("--variant", a->variant,
-                "all, separate, fused, fused-cube, fused-march, two-state, temporal")
+                "all, or a comma list of separate, fused, fused-cube, fused-march, two-state, temporal")
       ->capture_default_str();
   c->add_option("--forward", a->forward, "forward model")->capture_default_str();
   c->add_option("--lambda", a->lambda, "TV weight")->capture_default_str();

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -38,7 +39,6 @@ class DeviceBuffer {
     return *this;
   }
   float* get() const { return p_; }
-  std::size_t size() const { return n_; }
 
  private:
   float* p_ = nullptr;
@@ -106,13 +106,30 @@ class FftPlan {
 
 int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
 
-/// Planes per block of the marching kernels: enough blocks to fill the device about twice over,
-/// at least 8 planes so that the per-chunk warm-up stays small.
-int march_chunk(const Dims& d) {
+/// Planes per block of the marching kernels: about four waves of resident blocks over the
+/// device (fewer, longer chunks pay less warm-up; more, shorter ones leave a smaller last wave),
+/// at least 8 planes so that each chunk's two planes of warm-up stay small.
+template <class K>
+int march_chunk(const Dims& d, K kernel, int sms) {
+  int per_sm = 1;
+  GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+                                                                 tvk::kTX * tvk::kTY, 0));
   const long long tiles = static_cast<long long>(ceil_div(d.nx, tvk::kTX)) * ceil_div(d.ny, tvk::kTY);
-  const long long want = std::max<long long>(1, 2048 / std::max<long long>(1, tiles));
-  const int chunk = ceil_div(d.nz, want);
+  const long long chunks =
+      std::max<long long>(1, (4LL * std::max(1, per_sm) * sms + tiles - 1) / tiles);
+  const int chunk = ceil_div(d.nz, chunks);
   return std::clamp(chunk, std::min(8, d.nz), std::max(1, d.nz));
+}
+
+/// Planes per thread of the one-voxel kernels (fused, two-state): GLINT_TV_ZRUN = 1, 2, 4 or 8
+/// overrides the default (a tuning knob for benchmarks).
+/// Defaults measured on the H200 (docs/performance.md): fused 1 plane, two-state 4 planes.
+int zrun_from_env(Variant v) {
+  const int fallback = v == Variant::fused ? 1 : 4;
+  const char* e = std::getenv("GLINT_TV_ZRUN");
+  if (!e) return fallback;
+  const int z = std::atoi(e);
+  return (z == 1 || z == 2 || z == 4 || z == 8) ? z : fallback;
 }
 
 }  // namespace
@@ -133,7 +150,8 @@ struct GpuReconstructor::Impl {
   DeviceBuffer work, x, xprev, buf, yv, hy, h2n, zb;
   std::vector<DeviceBuffer> sets;
   int cur = 0, prev = 0, rcur = 1;
-  int chunk = 8;
+  int chunk = 8, chunk_march = 8, zrun = 2;
+  bool pairs = true;  // fused and two-state: two x-neighbours per thread
 
   cudaStream_t s() const { return stream->get(); }
   tvk::Dual dual(int k) const {
@@ -185,11 +203,35 @@ struct GpuReconstructor::Impl {
     return -1;
   }
 
+  template <class R, bool kTwoState>
+  void launch_fused(const float* b, R r, tvk::Dual p, tvk::Dual out, float w, bool nonneg,
+                    float cst, float mom) {
+    const int xw = pairs ? 2 * tvk::kTX : tvk::kTX;
+    auto go = [&](auto kernel, int zr) {
+      const dim3 gr(ceil_div(d.nx, xw), ceil_div(d.ny, tvk::kTY), ceil_div(d.nz, zr));
+      kernel<<<gr, block(), 0, s()>>>(g, b, r, p, out, w, nonneg, cst, mom);
+    };
+    if (pairs) {
+      switch (zrun) {
+        case 1: go(tvk::fused_pair_kernel<R, kTwoState, 1>, 1); break;
+        case 4: go(tvk::fused_pair_kernel<R, kTwoState, 4>, 4); break;
+        case 8: go(tvk::fused_pair_kernel<R, kTwoState, 8>, 8); break;
+        default: go(tvk::fused_pair_kernel<R, kTwoState, 2>, 2); break;
+      }
+    } else {
+      switch (zrun) {
+        case 1: go(tvk::fused_kernel<R, kTwoState, 1>, 1); break;
+        case 4: go(tvk::fused_kernel<R, kTwoState, 4>, 4); break;
+        case 8: go(tvk::fused_kernel<R, kTwoState, 8>, 8); break;
+        default: go(tvk::fused_kernel<R, kTwoState, 2>, 2); break;
+      }
+    }
+  }
+
   void two_state_step(const float* b, float w, bool nonneg, float cst, float mi) {
     const int out = free_set(cur, prev);
     tvk::TwoStateR r{tvk::c(dual(cur)), tvk::c(dual(prev)), mi};
-    tvk::fused_kernel<tvk::TwoStateR, true>
-        <<<grid(d.nx), block(), 0, s()>>>(g, b, r, dual(cur), dual(out), w, nonneg, cst, 0.f);
+    launch_fused<tvk::TwoStateR, true>(b, r, dual(cur), dual(out), w, nonneg, cst, 0.f);
     GLINT_CUDA_CHECK_LAUNCH();
     prev = cur;
     cur = out;
@@ -219,9 +261,8 @@ struct GpuReconstructor::Impl {
         for (int k = 1; k <= steps; ++k) {
           const int rout = 3 - rcur;
           if (variant == Variant::fused) {
-            tvk::fused_kernel<tvk::StoredR, false><<<grid(d.nx), block(), 0, s()>>>(
-                g, b, tvk::StoredR{tvk::c(dual(rcur))}, dual(0), dual(rout), w, nonneg, cst,
-                m_out(k));
+            launch_fused<tvk::StoredR, false>(b, tvk::StoredR{tvk::c(dual(rcur))}, dual(0),
+                                              dual(rout), w, nonneg, cst, m_out(k));
           } else if (variant == Variant::fused_cube) {
             const dim3 cb(tvk::kCX, tvk::kCY, tvk::kCZ);
             const dim3 cg(ceil_div(d.nx, tvk::kCX), ceil_div(d.ny, tvk::kCY),
@@ -230,10 +271,10 @@ struct GpuReconstructor::Impl {
                                                        dual(rout), w, nonneg, cst, m_out(k));
           } else {
             const dim3 mg(ceil_div(d.nx, tvk::kTX), ceil_div(d.ny, tvk::kTY),
-                          ceil_div(d.nz, chunk));
+                          ceil_div(d.nz, chunk_march));
             tvk::fused_march_kernel<<<mg, block(), 0, s()>>>(g, b, tvk::c(dual(rcur)), dual(0),
                                                              dual(rout), w, nonneg, cst,
-                                                             m_out(k), chunk);
+                                                             m_out(k), chunk_march);
           }
           GLINT_CUDA_CHECK_LAUNCH();
           rcur = rout;
@@ -290,7 +331,12 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   m.V = dims.padded_voxels();
   m.g = tvk::Geom{dims.nx, dims.ny, dims.nz, (long long)dims.padded_x(),
                   (long long)dims.padded_x() * dims.ny};
-  m.chunk = march_chunk(dims);
+  m.chunk = march_chunk(dims, tvk::temporal_kernel, prop.multiProcessorCount);
+  m.chunk_march = march_chunk(dims, tvk::fused_march_kernel, prop.multiProcessorCount);
+  if (const char* e = std::getenv("GLINT_TV_CHUNK"); e && std::atoi(e) > 0)
+    m.chunk = m.chunk_march = std::atoi(e);  // tuning override: planes per marching block
+  m.zrun = zrun_from_env(variant);
+  if (const char* e = std::getenv("GLINT_TV_PAIRS")) m.pairs = std::atoi(e) != 0;
   m.stream = std::make_unique<Stream>();
   m.e0 = std::make_unique<Event>();
   m.e1 = std::make_unique<Event>();

@@ -77,13 +77,18 @@ GLINT_TV_HD Vec3 gradient(float zc, float zxp, float zyp, float zzp, bool last_x
 }
 
 /// Operation 3: q = r + c g with c = 1 / (12 w); p' = q / max(1, |q|).
+/// Where |q|^2 <= 1, max(1, |q|) = 1 and q is returned as it is; elsewhere q is scaled by the
+/// correctly rounded reciprocal 1 / max(1, |q|) (one division instead of three: within one ulp
+/// of dividing each component, and the same bits on every backend).
 GLINT_TV_HD Vec3 project(Vec3 r, Vec3 g, float c) {
   const float qx = add(r.x, mul(g.x, c));
   const float qy = add(r.y, mul(g.y, c));
   const float qz = add(r.z, mul(g.z, c));
-  const float n = sqrt(add(add(mul(qx, qx), mul(qy, qy)), mul(qz, qz)));
-  const float d = n > 1.0f ? n : 1.0f;
-  return {div(qx, d), div(qy, d), div(qz, d)};
+  const float s = add(add(mul(qx, qx), mul(qy, qy)), mul(qz, qz));
+  if (!(s > 1.0f)) return {qx, qy, qz};
+  const float n = sqrt(s);
+  const float inv = div(1.0f, n > 1.0f ? n : 1.0f);
+  return {mul(qx, inv), mul(qy, inv), mul(qz, inv)};
 }
 
 /// Operation 4: the momentum copy r = p' + m (p' - p).
