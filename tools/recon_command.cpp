@@ -29,7 +29,7 @@ struct ReconArgs {
   int outer = 20, tv_inner = 10;
   std::string forward = "identity";
   bool no_nonneg = false, cold_start = false;
-  std::string backend = "auto", variant = "temporal";
+  std::string backend = "auto", variant = "two-state";
   int threads = 0;
 };
 

@@ -12,7 +12,7 @@ namespace glint::gpu {
 /// Device memory of one solver, planned before anything is allocated.
 struct TvMemoryPlan {
   tv::Dims dims;
-  tv::Variant variant = tv::Variant::temporal;
+  tv::Variant variant = tv::Variant::two_state;
   bool fft = true;
   std::size_t volume_bytes = 0;   ///< one padded volume
   double volumes = 0;             ///< padded volumes (spectra counted in volumes too)

@@ -16,7 +16,7 @@ Backend parse_backend(std::string_view s);
 
 struct BackendOptions {
   Backend backend = Backend::automatic;
-  tv::Variant variant = tv::Variant::temporal;
+  tv::Variant variant = tv::Variant::two_state;
   bool with_fft = true;  ///< false: the identity forward model only (no FFT buffers)
   int threads = 0;       ///< CPU threads (0: all)
   int device = 0;
