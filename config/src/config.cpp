@@ -343,13 +343,82 @@ Config load(const std::filesystem::path& path) {
   return parse(ss.str(), path.string());
 }
 
+std::string to_yaml(const Config& c) {
+  YAML::Emitter e;
+  auto flow = [&](const auto& seq) {
+    e << YAML::Flow << YAML::BeginSeq;
+    for (const auto& v : seq) e << v;
+    e << YAML::EndSeq;
+  };
+  e << YAML::BeginMap;
+  e << YAML::Key << "detector" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "type" << YAML::Value << c.detector.type;
+  e << YAML::Key << "rows" << YAML::Value << c.detector.rows;
+  e << YAML::Key << "cols" << YAML::Value << c.detector.cols;
+  e << YAML::Key << "pixel_type" << YAML::Value << c.detector.pixel_type;
+  e << YAML::Key << "ports" << YAML::Value;
+  flow(std::vector<uint32_t>{c.detector.ports_x, c.detector.ports_y});
+  e << YAML::EndMap;
+  e << YAML::Key << "ingest" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "endpoints" << YAML::Value;
+  flow(c.ingest.endpoints);
+  e << YAML::Key << "queue_frames" << YAML::Value << c.ingest.queue_frames;
+  e << YAML::Key << "reorder_frames" << YAML::Value << c.ingest.reorder_frames;
+  e << YAML::Key << "part_timeout_ms" << YAML::Value << c.ingest.part_timeout_ms;
+  e << YAML::Key << "receive_hwm" << YAML::Value << c.ingest.receive_hwm;
+  e << YAML::Key << "receive_buffer_bytes" << YAML::Value << c.ingest.receive_buffer_bytes;
+  e << YAML::EndMap;
+  e << YAML::Key << "pedestal" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "dark_frames" << YAML::Value << c.pedestal.dark_frames;
+  e << YAML::Key << "keep_previous" << YAML::Value << c.pedestal.keep_previous;
+  e << YAML::Key << "window" << YAML::Value << c.pedestal.window;
+  e << YAML::EndMap;
+  e << YAML::Key << "finder" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "n_sigma" << YAML::Value << c.finder.n_sigma;
+  e << YAML::Key << "cluster_size" << YAML::Value << c.finder.cluster_size;
+  e << YAML::Key << "backend" << YAML::Value << c.finder.backend;
+  e << YAML::Key << "threads" << YAML::Value << c.finder.threads;
+  e << YAML::Key << "batch_frames" << YAML::Value << c.finder.batch_frames;
+  e << YAML::Key << "streams" << YAML::Value << c.finder.streams;
+  e << YAML::Key << "gpu_ids" << YAML::Value;
+  flow(c.finder.gpu_ids);
+  e << YAML::EndMap;
+  e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "directory" << YAML::Value << c.output.directory.string();
+  e << YAML::Key << "run_name" << YAML::Value << c.output.run_name;
+  e << YAML::Key << "flush_interval_ms" << YAML::Value << c.output.flush_interval_ms;
+  e << YAML::Key << "overwrite" << YAML::Value << c.output.overwrite;
+  e << YAML::EndMap;
+  e << YAML::Key << "run" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "auto_start" << YAML::Value << c.run.auto_start;
+  e << YAML::Key << "max_frames" << YAML::Value << c.run.max_frames;
+  e << YAML::Key << "max_seconds" << YAML::Value << c.run.max_seconds;
+  e << YAML::EndMap;
+  e << YAML::Key << "control" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "endpoint" << YAML::Value << c.control.endpoint;
+  e << YAML::EndMap;
+  e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "level" << YAML::Value << c.logging.level;
+  e << YAML::EndMap;
+  e << YAML::Key << "reconstruction" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "enabled" << YAML::Value << c.reconstruction.enabled;
+  e << YAML::Key << "frames_per_slice" << YAML::Value << c.reconstruction.frames_per_slice;
+  e << YAML::Key << "slices" << YAML::Value << c.reconstruction.slices;
+  e << YAML::Key << "lambda" << YAML::Value << c.reconstruction.lambda;
+  e << YAML::Key << "iterations" << YAML::Value << c.reconstruction.iterations;
+  e << YAML::Key << "backend" << YAML::Value << c.reconstruction.backend;
+  e << YAML::EndMap;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
 Config with_overrides(const Config& base, std::string_view overrides_text) {
   const std::string src = "overrides";
   YAML::Node over = load_node(overrides_text, src);
   if (!over.IsDefined() || over.IsNull()) return base;
   if (!over.IsMap()) throw ConfigError(src, "(top level)", line_of(over), "expected a mapping of sections");
-  YAML::Node root = load_node(base.yaml, base.source);
-  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  // Merged onto the struct's values (which callers may have changed since parsing).
+  YAML::Node root = load_node(to_yaml(base), base.source);
   YAML::Node m = merged(root, over);
   YAML::Emitter emitter;
   emitter << m;

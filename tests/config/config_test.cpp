@@ -188,3 +188,31 @@ TEST(Config, OverridesMergeAndValidate) {
     EXPECT_EQ(e.key(), "output.colour");
   }
 }
+
+TEST(Config, ToYamlRoundTripsEveryValue) {
+  auto c = gc::load(kExample);
+  c.detector.rows = 512;
+  c.detector.ports_y = 2;
+  c.ingest.endpoints = {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"};
+  c.finder.n_sigma = 4.123456789012345;
+  c.finder.gpu_ids = {1, 3};
+  c.output.directory = "/tmp/a b";
+  c.run.max_seconds = 0.1;
+  c.reconstruction.lambda = 1e-7;
+  c.pedestal.keep_previous = true;
+  const auto b = gc::parse(gc::to_yaml(c));
+  EXPECT_EQ(gc::to_yaml(b), gc::to_yaml(c));
+  EXPECT_EQ(b.detector.rows, 512u);
+  EXPECT_EQ(b.detector.ports_y, 2u);
+  EXPECT_EQ(b.ingest.endpoints, c.ingest.endpoints);
+  EXPECT_EQ(b.finder.n_sigma, c.finder.n_sigma);
+  EXPECT_EQ(b.finder.gpu_ids, c.finder.gpu_ids);
+  EXPECT_EQ(b.output.directory, c.output.directory);
+  EXPECT_EQ(b.run.max_seconds, 0.1);
+  EXPECT_EQ(b.reconstruction.lambda, 1e-7);
+  EXPECT_TRUE(b.pedestal.keep_previous);
+  // Overrides apply on top of values changed in the struct.
+  const auto o = gc::with_overrides(c, "{run: {max_frames: 3}}");
+  EXPECT_EQ(o.detector.rows, 512u);
+  EXPECT_EQ(o.run.max_frames, 3u);
+}

@@ -42,7 +42,7 @@ struct DetectorConfig {
 struct IngestConfig {
   std::vector<std::string> endpoints{"tcp://127.0.0.1:30001"};  ///< one ZeroMQ SUB per endpoint
   uint32_t queue_frames = 256;      ///< assembled frames buffered before the finder; then drops
-  uint32_t reorder_frames = 32;     ///< frames waiting for missing parts before "incomplete"
+  uint32_t reorder_frames = 128;    ///< frames waiting for missing parts before "incomplete"
   uint32_t part_timeout_ms = 500;   ///< oldest pending image is declared incomplete after this
   int receive_hwm = 10000;          ///< ZMQ_RCVHWM of each SUB socket (messages)
   int receive_buffer_bytes = 0;     ///< ZMQ_RCVBUF; 0 = the system default
@@ -106,7 +106,7 @@ struct Config {
   ReconstructionConfig reconstruction;
 
   std::string source;  ///< where it came from (file path or "<string>")
-  std::string yaml;    ///< the effective configuration as YAML text (recorded in each run file)
+  std::string yaml;    ///< the text it was parsed from (to_yaml() gives the effective values)
 };
 
 /// Parses and validates YAML text. Missing keys take the documented defaults; unknown keys, bad
@@ -114,6 +114,8 @@ struct Config {
 Config parse(std::string_view yaml_text, std::string source = "<string>");
 /// Reads and parses a file; a missing or unreadable file throws ConfigError.
 Config load(const std::filesystem::path& path);
+/// The configuration as YAML text, every key (parses back to the same values).
+std::string to_yaml(const Config& c);
 /// `base` with `overrides` (YAML or JSON text of a partial configuration, same keys) merged on
 /// top, validated again. Throws ConfigError naming the override key at fault.
 Config with_overrides(const Config& base, std::string_view overrides_text);
