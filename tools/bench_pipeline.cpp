@@ -189,7 +189,7 @@ void add_bench_pipeline(CLI::App& bench) {
   cmd->add_flag("--floor-only", a->floor_only, "measure the transport floor only");
   cmd->callback([a] {
     if (a->ports == 0 || a->size % a->ports != 0)
-      throw CLI::RuntimeError("glint bench pipeline: --ports must divide --size", kExitUsage);
+      fail("glint bench pipeline", "--ports must divide --size", kExitUsage);
     auto endpoints = [&](int offset) {
       std::vector<std::string> eps;
       for (uint32_t p = 0; p < a->ports; ++p)
@@ -235,7 +235,7 @@ void add_bench_pipeline(CLI::App& bench) {
         std::filesystem::remove_all(a->output);
       }
     } catch (const std::exception& e) {
-      throw CLI::RuntimeError(std::string("glint bench pipeline: ") + e.what(), kExitFailure);
+      fail("glint bench pipeline", e.what(), kExitFailure);
     }
     const double image_mb = pipeline::payload_bytes(16, std::size_t{a->size} * a->size) / 1e6;
     if (a->as_json) {

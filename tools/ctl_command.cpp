@@ -149,7 +149,7 @@ void add_ctl_command(CLI::App& app) {
       if (!a->overrides.empty()) {
         json o = json::parse(a->overrides, nullptr, false);
         if (o.is_discarded() || !o.is_object())
-          throw CLI::RuntimeError("glint ctl: --overrides is not a JSON object", kExitUsage);
+          fail("glint ctl", "--overrides is not a JSON object", kExitUsage);
         req["overrides"] = o;
       }
       const json r = request(a->endpoint, req, a->timeout_ms);

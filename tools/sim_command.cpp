@@ -52,6 +52,8 @@ void add_sim_command(CLI::App& app) {
                   "inject KIND[:EVERY] (every EVERY-th image, default 10): malformed, drop-part, gap, "
                   "incomplete, data-without-header, wrong-shape, unknown-bitmode, size-mismatch, "
                   "missing-field, unknown-port, backwards");
+  cmd->add_option("--pool", a->o.image_pool,
+                  "generate N dark and N photon images up front and cycle through them (fast sender)");
   cmd->add_flag("--no-end", a->no_end, "do not send the end-of-acquisition message");
   cmd->add_option("--end-repeat", a->o.end_repeat, "send the end message this many times")->capture_default_str();
   cmd->add_option("--sndhwm", a->o.send_hwm, "ZMQ_SNDHWM, 0 = unlimited")->capture_default_str();
@@ -86,7 +88,7 @@ void add_sim_command(CLI::App& app) {
         o.faults.emplace_back(kind, every);
       }
     } catch (const std::exception& e) {
-      throw CLI::RuntimeError(std::string("glint sim: ") + e.what(), kExitUsage);
+      fail("glint sim", e.what(), kExitUsage);
     }
     std::signal(SIGINT, sim_on_signal);
     std::signal(SIGTERM, sim_on_signal);
@@ -100,7 +102,7 @@ void add_sim_command(CLI::App& app) {
                                  r.seconds, r.seconds > 0 ? r.images / r.seconds : 0.0,
                                  g_sim_stop.load() ? ", interrupted" : "");
     } catch (const std::exception& e) {
-      throw CLI::RuntimeError(std::string("glint sim: ") + e.what(), kExitFailure);
+      fail("glint sim", e.what(), kExitFailure);
     }
   });
 }

@@ -179,14 +179,21 @@ void prepare_row(int cols, const uint16_t* __restrict f, const double* __restric
 /// The same when every pixel holds a full window (count == N): the cached mean is then sum / N,
 /// computed here instead of loaded.
 GLINT_VECTOR_CLONES
+/// The fast push's sum and mean are kept for the commit (sum1, mean1), which then needs two
+/// divisions per pixel instead of four.
 void prepare_row_steady(int cols, const uint16_t* __restrict f, const double* __restrict sum,
-                        double n, double* __restrict d0, double* __restrict d1) {
+                        double n, double* __restrict d0, double* __restrict d1,
+                        double* __restrict sum1, double* __restrict mean1) {
   for (int x = 0; x < cols; ++x) {
     const double v = static_cast<double>(f[x]);
     const double s = sum[x];
     const double m0 = s / n;
+    const double s1 = s + (v - m0);
+    const double m1 = s1 / n;
     d0[x] = v - m0;
-    d1[x] = v - (s + (v - m0)) / n;
+    d1[x] = v - m1;
+    sum1[x] = s1;
+    mean1[x] = m1;
   }
 }
 
@@ -229,19 +236,21 @@ void commit_row(int cols, const uint8_t* __restrict status, const uint16_t* __re
 /// The same when every pixel holds a full window: no cached mean and count to maintain.
 GLINT_VECTOR_CLONES
 void commit_row_steady(int cols, const uint8_t* __restrict status, const uint16_t* __restrict f,
-                       double n, double* __restrict sum, double* __restrict sum2,
+                       double n, const double* __restrict sum1, const double* __restrict mean1,
+                       double* __restrict sum, double* __restrict sum2,
                        double* __restrict rms) {
   for (int x = 0; x < cols; ++x) {
     const bool upd = status[x] == kUpdate;
     const double v = static_cast<double>(f[x]);
-    const double s = sum[x], s2 = sum2[x];
-    const double s1 = s + (v - s / n);
+    const double s2 = sum2[x];
     const double s2n = s2 + (v * v - s2 / n);
-    const double m1 = s1 / n;
+    const double m1 = mean1[x];
     const double r = std::sqrt(s2n / n - m1 * m1);
-    sum[x] = upd ? s1 : s;
+    const double s0 = sum[x], s1 = sum1[x];  // both loaded: the select then vectorises
+    sum[x] = upd ? s1 : s0;
+    const double r0 = rms[x];
     sum2[x] = upd ? s2n : s2;
-    rms[x] = upd ? r : rms[x];
+    rms[x] = upd ? r : r0;
   }
 }
 
@@ -279,12 +288,15 @@ struct Band {
   unsigned up_lo = 0;          // bands [up_lo, self) hold rows [y0 - h, y0)
   int padded_cols = 0;
   std::vector<double> ring0, ring1;   // S rows of d0 / d1, zero-padded by h columns
+  std::vector<double> sum1, mean1;    // steady: the fast push of the owned pixels (pass 0)
+  std::vector<double> halo_sum1, halo_mean1;  // sinks for the rows above the band
   std::vector<uint8_t> row_flags;     // kRow* flags of the owned rows, this frame
   std::vector<uint32_t> uncertain;    // pixel indices, raster order
   bool boundary_work = false;         // uncertain or stored pixels in the first h rows
   std::vector<uint16_t> cx, cy;
   std::vector<int32_t> cdata;
   std::vector<std::size_t> frame_first;
+  std::vector<std::size_t> out_first;  // where frame k's clusters go in the output table
 };
 
 class CpuFinder final : public ClusterFinder {
@@ -317,6 +329,10 @@ class CpuFinder final : public ClusterFinder {
       band.padded_cols = cols4 + 2 * h;
       band.ring0.assign(static_cast<std::size_t>(S) * band.padded_cols, 0.0);
       band.ring1.assign(static_cast<std::size_t>(S) * band.padded_cols, 0.0);
+      band.sum1.assign(static_cast<std::size_t>(band.y1 - band.y0) * cols, 0.0);
+      band.mean1.assign(band.sum1.size(), 0.0);
+      band.halo_sum1.assign(cols, 0.0);
+      band.halo_mean1.assign(cols, 0.0);
       band.row_flags.assign(static_cast<std::size_t>(band.y1 - band.y0), 0);
     }
     for (unsigned b = 0; b < nb; ++b) {
@@ -395,17 +411,47 @@ class CpuFinder final : public ClusterFinder {
         commit(band, f);
         publish(t, base + 3);
       }
+      // Output: frame by frame, bands in row order; each band copies its own clusters.
+      pool_.barrier();
+      if (t == 0) layout_output(frame_numbers, out);
+      pool_.barrier();
+      copy_clusters(band, out);
     });
-    out.reserve(nf, 0);
-    const std::size_t nv = out.values_per_cluster();
+  }
+
+  /// Appends the frame records of this call to `out`, sizes its cluster arrays and tells every
+  /// band where its clusters of each frame go.
+  void layout_output(std::span<const uint64_t> frame_numbers, ClusterTable& out) {
+    const std::size_t nf = frame_numbers.size();
+    std::size_t next = out.n_clusters();
+    auto& records = out.frames_mut();
+    records.reserve(records.size() + nf);
+    for (Band& band : bands_) band.out_first.resize(nf);
     for (std::size_t k = 0; k < nf; ++k) {
-      out.begin_frame(frame_numbers[k]);
-      for (const Band& band : bands_) {
+      const std::size_t first = next;
+      for (Band& band : bands_) {
+        band.out_first[k] = next;
         const std::size_t last = k + 1 < nf ? band.frame_first[k + 1] : band.cx.size();
-        for (std::size_t c = band.frame_first[k]; c < last; ++c)
-          out.add_cluster(band.cx[c], band.cy[c],
-                          std::span<const int32_t>(band.cdata).subspan(c * nv, nv));
+        next += last - band.frame_first[k];
       }
+      records.push_back(FrameRecord{frame_numbers[k], first, static_cast<uint32_t>(next - first)});
+    }
+    out.x_mut().resize(next);
+    out.y_mut().resize(next);
+    out.data_mut().resize(next * out.values_per_cluster());
+  }
+
+  void copy_clusters(const Band& band, ClusterTable& out) const {
+    const std::size_t nv = out.values_per_cluster();
+    const std::size_t nf = band.frame_first.size();
+    for (std::size_t k = 0; k < nf; ++k) {
+      const std::size_t first = band.frame_first[k];
+      const std::size_t last = k + 1 < nf ? band.frame_first[k + 1] : band.cx.size();
+      const std::size_t to = band.out_first[k];
+      std::copy(band.cx.begin() + first, band.cx.begin() + last, out.x_mut().begin() + to);
+      std::copy(band.cy.begin() + first, band.cy.begin() + last, out.y_mut().begin() + to);
+      std::copy(band.cdata.begin() + first * nv, band.cdata.begin() + last * nv,
+                out.data_mut().begin() + to * nv);
     }
   }
 
@@ -499,7 +545,13 @@ class CpuFinder final : public ClusterFinder {
         const bool below = next >= band.y1;  // successors of every owned pixel: d0 only
         if (steady_) {
           if (below) prepare_row_d0_steady(cols, f + i, &sum_[i], n, d0);
-          else prepare_row_steady(cols, f + i, &sum_[i], n, d0, d1);
+          else if (next < band.y0)
+            prepare_row_steady(cols, f + i, &sum_[i], n, d0, d1, band.halo_sum1.data(),
+                               band.halo_mean1.data());
+          else {
+            const std::size_t o = static_cast<std::size_t>(next - band.y0) * cols;
+            prepare_row_steady(cols, f + i, &sum_[i], n, d0, d1, &band.sum1[o], &band.mean1[o]);
+          }
         } else {
           if (below) prepare_row_d0(cols, f + i, &mean_[i], d0);
           else prepare_row(cols, f + i, &mean_[i], &sum_[i], n, d0, d1);
@@ -594,7 +646,8 @@ class CpuFinder final : public ClusterFinder {
       const int len = static_cast<int>(std::min<std::size_t>(count - off, 1u << 16));
       const std::size_t i = first + off;
       if (steady_)
-        commit_row_steady(len, &status_[i], f + i, n, &sum_[i], &sum2_[i], &rms_[i]);
+        commit_row_steady(len, &status_[i], f + i, n, &band.sum1[off], &band.mean1[off],
+                          &sum_[i], &sum2_[i], &rms_[i]);
       else
         commit_row(len, &status_[i], f + i, n, &sum_[i], &sum2_[i], &mean_[i], &count_[i],
                    &rms_[i]);

@@ -26,7 +26,10 @@ inline std::filesystem::path bin(const std::string& name) {
 /// A child process with stdout+stderr in a log file; killed (SIGKILL) if still running at the end.
 class Process {
  public:
-  Process(const std::vector<std::string>& argv, const std::filesystem::path& log) : log_(log) {
+  /// `env`: extra NAME=VALUE entries on top of this process's environment.
+  Process(const std::vector<std::string>& argv, const std::filesystem::path& log,
+          const std::vector<std::string>& env = {})
+      : log_(log) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -34,7 +37,11 @@ class Process {
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    if (posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ) != 0) pid_ = -1;
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e) envp.push_back(*e);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&fa);
   }
   ~Process() {

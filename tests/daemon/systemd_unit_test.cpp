@@ -1,7 +1,11 @@
 // The shipped unit: systemd-analyze verify and security, where systemd-analyze exists.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -67,4 +71,49 @@ TEST(SystemdUnit, SecurityExposureIsLow) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex("Overall exposure level for glintd.service: ([0-9.]+)"))) << out;
   EXPECT_LE(std::stod(m[1]), 2.5) << out;
+}
+
+TEST(SystemdNotify, ReadyStatusWatchdogAndStopping) {
+  // glintd talks to $NOTIFY_SOCKET like it does to systemd: a unix datagram socket.
+  const fs::path dir = glint::testing::fresh_dir("notify");
+  const fs::path sock_path = dir / "notify.sock";
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, sock_path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval tv{0, 100000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+
+  const std::string control = glint::testing::loopback(glint::testing::free_tcp_port());
+  std::ofstream(dir / "glintd.yaml") << "output: {directory: \"" << (dir / "runs").string() << "\"}\n"
+                                     << "ingest: {endpoints: [\""
+                                     << glint::testing::loopback(glint::testing::free_tcp_port()) << "\"]}\n"
+                                     << "control: {endpoint: \"" << control << "\"}\n"
+                                     << "finder: {backend: cpu}\n";
+  glint::testing::Process d({glint::testing::bin("glintd").string(), "--config", (dir / "glintd.yaml").string()},
+                            dir / "glintd.log", {"NOTIFY_SOCKET=" + sock_path.string(), "WATCHDOG_USEC=300000"});
+  std::string all;
+  auto read_for = [&](std::chrono::milliseconds dt) {
+    const auto until = std::chrono::steady_clock::now() + dt;
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < until) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n > 0) all.append(buf, static_cast<std::size_t>(n)).append("\n");
+    }
+  };
+  read_for(std::chrono::milliseconds(1500));
+  EXPECT_NE(all.find("READY=1"), std::string::npos) << all << d.log();
+  EXPECT_NE(all.find("STATUS=idle"), std::string::npos) << all;
+  EXPECT_NE(all.find("MAINPID="), std::string::npos) << all;
+  // 300 ms watchdog: fed about every 100 ms while the service thread runs.
+  std::size_t pings = 0;
+  for (auto p = all.find("WATCHDOG=1"); p != std::string::npos; p = all.find("WATCHDOG=1", p + 1)) ++pings;
+  EXPECT_GE(pings, 4u) << all;
+  d.signal(SIGTERM);
+  read_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(d.wait_exit(std::chrono::seconds(10)), 0) << d.log();
+  EXPECT_NE(all.find("STOPPING=1"), std::string::npos) << all;
+  ::close(fd);
 }

@@ -11,6 +11,7 @@
 #include "glint/pipeline/acquisition.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
+#include "gpu_test.hpp"
 #include "stream_test_util.hpp"
 
 using namespace glint;
@@ -283,4 +284,26 @@ TEST(Acquisition, StopDrainsAndFrameLimitEnds) {
   EXPECT_GE(r.file.frames.size(), 50u);
   EXPECT_EQ(r.file.frames.front().frame_number, 1000u);
   expect_clusters_match(c, r);
+}
+
+TEST(Acquisition, GpuBackendWritesTheReferenceClusters) {
+  GLINT_REQUIRE_GPU();
+  // Streamed batches (staging, submit, results through the sink) interleaved with rows that
+  // carry no clusters: gaps and incomplete images force the batches to drain in order.
+  for (int batch : {1, 16, 64}) {
+    Case c = make_case("gpu" + std::to_string(batch), 2, 1, 1);
+    c.cfg.finder.backend = "gpu";
+    c.cfg.finder.batch_frames = batch;
+    c.cfg.ingest.reorder_frames = 4;
+    c.sim.frames = 400;
+    c.sim.image.photons = 30;
+    c.sim.faults = {{SimFault::gap, 23}, {SimFault::drop_part, 41}};
+    const Result r = run_case(c);
+    EXPECT_EQ(r.stats.backend.rfind("gpu", 0), 0u) << r.stats.backend;
+    EXPECT_EQ(r.file.frames.size(), 420u);
+    EXPECT_GT(r.stats.missing, 0u);
+    EXPECT_GT(r.stats.incomplete, 0u);
+    EXPECT_EQ(r.stats.clusters, r.file.clusters.n_clusters());
+    expect_clusters_match(c, r);
+  }
 }
