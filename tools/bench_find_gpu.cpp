@@ -29,10 +29,10 @@ namespace {
 /// Frames of the benchmark: fixed per-pixel pedestal/noise, Gaussian noise, `photons` photons
 /// per frame whose charge spreads into the neighbours. Generated on several threads.
 std::vector<uint16_t> make_frames(uint32_t size, std::size_t n, std::size_t photons,
-                                  uint64_t seed) {
+                                  uint64_t detector_seed, uint64_t seed) {
   const std::size_t np = static_cast<std::size_t>(size) * size;
   std::vector<double> ped(np), sig(np);
-  std::mt19937_64 base(seed);
+  std::mt19937_64 base(detector_seed);  // the same detector for dark and data frames
   std::uniform_real_distribution<double> up(900.0, 1300.0), us(3.0, 12.0);
   for (std::size_t i = 0; i < np; ++i) {
     ped[i] = up(base);
@@ -103,8 +103,8 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
               "batch %d, %d stream slot(s), %d GPU(s)\n",
               o.size, o.size, o.cluster_size, o.cluster_size, o.n_sigma, o.frames, o.photons,
               o.batch, o.streams, o.gpus);
-  const std::vector<uint16_t> dark = make_frames(o.size, 100, 0, o.seed);
-  const std::vector<uint16_t> pool = make_frames(o.size, pool_frames, o.photons, o.seed + 1);
+  const std::vector<uint16_t> dark = make_frames(o.size, 100, 0, o.seed, o.seed + 1);
+  const std::vector<uint16_t> pool = make_frames(o.size, pool_frames, o.photons, o.seed, o.seed + 2);
 
   // The floor: one pinned bulk copy of a batch's bytes, in this run.
   const double floor_bps = gpu::measure_h2d_bytes_per_second(frame_bytes * o.batch, 20, 0);

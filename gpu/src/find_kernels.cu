@@ -13,6 +13,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "check.cuh"
 #include "find_kernels.hpp"
@@ -21,9 +22,13 @@ namespace glint::gpu::detail {
 
 namespace cm = cluster_math;
 
+int find_threads();
+
 namespace {
 
-constexpr int kFindThreads = 512;
+constexpr int kFindThreadsMax = 1024;
+
+
 constexpr int kPackThreads = 256;
 
 // Tri-state decisions of pass 0.
@@ -44,26 +49,6 @@ __device__ __forceinline__ void store_release(unsigned long long* p, unsigned lo
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
   else
     asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-/// All threads of the block wait until *flag >= v (no-op for a missing neighbour).
-__device__ void wait_at_least(const unsigned long long* flag, unsigned long long v, bool sys) {
-  if (flag != nullptr && threadIdx.x == 0) {
-    while (load_acquire(flag, sys) < v) __nanosleep(32);
-  }
-  __syncthreads();
-}
-
-/// Publishes the block's progress after all its threads' writes.
-__device__ void publish(unsigned long long* flag, unsigned long long v, bool sys) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    if (sys)
-      __threadfence_system();
-    else
-      __threadfence();
-    store_release(flag, v, sys);
-  }
 }
 
 // (lo > t) for every value in [lo, hi]? yes / no / unknown. NaN t: every comparison is false.
@@ -110,123 +95,170 @@ struct Band {
 
 template <int S>
 struct FindSmem {
-  // Offsets into dynamic shared memory, in bytes.
-  static __host__ __device__ std::size_t bytes(int cols, int rows_per_block) {
+  // For a segment of `seg` pixels and halo H = h*cols + h: d0 of [p0-H, p1+H), lo/hi of
+  // [p0-H, p1), three pixel lists and the status bytes of the segment.
+  static __host__ __device__ std::size_t bytes(int cols, int seg) {
     constexpr int h = S / 2;
-    const std::size_t c = static_cast<std::size_t>(cols);
-    const std::size_t r = static_cast<std::size_t>(rows_per_block);
-    return c * 8 * ((r + 2 * h) + (r + h) + 3 * r) + c * r * (1 + 3 * 4) + 16;
+    const std::size_t halo = static_cast<std::size_t>(h) * cols + h;
+    const std::size_t n = static_cast<std::size_t>(seg);
+    return 8 * ((n + 2 * halo) + 2 * (n + halo)) + n * (1 + 3 * 4) + 16;
   }
 };
 
+/// Phases timed per block when FindLaunch::profile is set (cycles, summed over frames).
+enum Phase { kWait = 0, kLoop1, kLoop2, kResolve, kEmit, kPhases };
+
+/// Row of pixel j (j < 2^24 rows*cols): float reciprocal, then an exact correction.
+__device__ __forceinline__ int row_of(int j, int cols, float inv_cols) {
+  int y = __float2int_rz(static_cast<float>(j) * inv_cols);
+  if (y * cols > j) --y;
+  else if ((y + 1) * cols <= j) ++y;
+  return y;
+}
+
 template <int S>
-__global__ void __launch_bounds__(kFindThreads) find_kernel(const __grid_constant__ FindLaunch p) {
+__global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_constant__ FindLaunch p) {
   constexpr int h = S / 2;
   constexpr int S2 = S * S;
   const int cols = static_cast<int>(p.cols);
   const int rows = static_cast<int>(p.rows);
+  const float inv_cols = 1.0f / static_cast<float>(cols);
   const int b = blockIdx.x;
-  const int R = static_cast<int>(p.rows_per_block);
-  const int y0 = static_cast<int>(p.band_begin) + b * R;
-  const int y1 = min(static_cast<int>(p.band_end), y0 + R);
-  const int own_pixels = (y1 - y0) * cols;
+  const int halo = h * cols + h;
+  // The block's segment of the band in raster order. Segments hold at least `halo` pixels, so a
+  // pixel's window reaches into the neighbouring segments only.
+  const long long band0 = static_cast<long long>(p.band_begin) * cols;
+  const long long band_px = static_cast<long long>(p.band_end - p.band_begin) * cols;
+  const int p0 = static_cast<int>(band0 + band_px * b / p.blocks);
+  const int p1 = static_cast<int>(band0 + band_px * (b + 1) / p.blocks);
+  const int own_pixels = p1 - p0;
+  const int seg_max = static_cast<int>(p.segment_max);
+  const int base = p0 - halo;  // shared index = pixel - base
+  const int band_first = static_cast<int>(band0);
+  const int band_last = static_cast<int>(band0 + band_px);
   const cm::Thresholds thr = p.thresholds;
+  const double inv_window = 1.0 / static_cast<double>(p.window);
 
   extern __shared__ __align__(16) unsigned char smem[];
-  double* sh_d0 = reinterpret_cast<double*>(smem);                       // rows y0-h .. y1+h
-  double* sh_d1 = sh_d0 + static_cast<std::size_t>(R + 2 * h) * cols;    // rows y0-h .. y1
-  double* sh_s1 = sh_d1 + static_cast<std::size_t>(R + h) * cols;        // own rows
-  double* sh_s21 = sh_s1 + static_cast<std::size_t>(R) * cols;
-  double* sh_m1 = sh_s21 + static_cast<std::size_t>(R) * cols;
-  uint32_t* sh_ulist = reinterpret_cast<uint32_t*>(sh_m1 + static_cast<std::size_t>(R) * cols);
-  uint32_t* sh_slist = sh_ulist + static_cast<std::size_t>(R) * cols;
-  uint32_t* sh_sorted = sh_slist + static_cast<std::size_t>(R) * cols;
-  uint8_t* sh_status = reinterpret_cast<uint8_t*>(sh_sorted + static_cast<std::size_t>(R) * cols);
-  __shared__ int sh_nu, sh_ns;
+  double* sh_d0 = reinterpret_cast<double*>(smem);                        // [p0-H, p1+H)
+  double* sh_lo = sh_d0 + (seg_max + 2 * halo);                           // [p0-H, p1)
+  double* sh_hi = sh_lo + (seg_max + halo);
+  uint32_t* sh_ulist = reinterpret_cast<uint32_t*>(sh_hi + (seg_max + halo));
+  uint32_t* sh_slist = sh_ulist + seg_max;
+  uint32_t* sh_sorted = sh_slist + seg_max;
+  uint8_t* sh_status = reinterpret_cast<uint8_t*>(sh_sorted + seg_max);
+  __shared__ int sh_nu, sh_ns, sh_umin, sh_left;
 
   const unsigned long long* prog_above = b > 0 ? &p.progress[b - 1] : p.progress_above;
   const unsigned long long* prog_below =
       b + 1 < static_cast<int>(p.blocks) ? &p.progress[b + 1] : p.progress_below;
   unsigned long long* prog_self = &p.progress[b];
   const bool sys = p.system_scope;
-  const int band_begin = static_cast<int>(p.band_begin);
-  const int band_end = static_cast<int>(p.band_end);
 
   const unsigned long long g0 = __ldcg(p.frames_done);
   const std::size_t frame_elems = static_cast<std::size_t>(p.frame_rows) * cols;
+  const int frame_first = static_cast<int>(p.frame_row0) * cols;
+  long long clk[kPhases] = {0, 0, 0, 0, 0};
+  long long t_mark = clock64();
+  const auto lap = [&](int phase) {
+    if (p.profile != nullptr && threadIdx.x == 0) {
+      const long long now = clock64();
+      clk[phase] += now - t_mark;
+      t_mark = now;
+    }
+  };
 
-  // Pointer to the arrays that hold row y (this GPU's, or a neighbouring GPU's).
-  const auto arrays_for = [&](int y) -> const PedestalArrays& {
-    return y < band_begin ? p.above : (y >= band_end ? p.below : p.own);
+  // The arrays that hold pixel j (this GPU's, or a neighbouring GPU's).
+  const auto arrays_for = [&](int j) -> const PedestalArrays& {
+    return j < band_first ? p.above : (j >= band_last ? p.below : p.own);
   };
 
   for (uint32_t k = 0; k < p.n_frames; ++k) {
     const unsigned long long g = g0 + k;
     const int par = static_cast<int>(g & 1ull);
     const int nxt = par ^ 1;
-    const uint16_t* fr = p.frames + k * frame_elems;
-    const auto fval = [&](int y, int x) -> double {
-      return static_cast<double>(fr[static_cast<std::size_t>(y - static_cast<int>(p.frame_row0)) *
-                                        cols + x]);
-    };
+    const uint16_t* fr = p.frames + k * frame_elems - frame_first;
+    const auto fval = [&](int j) -> double { return static_cast<double>(fr[j]); };
 
-    // The neighbours must have finished frame g-1: their state is this frame's start.
-    wait_at_least(prog_above, 2 * g, sys);
-    wait_at_least(prog_below, 2 * g, sys);
+    // Progress counter of a segment: g+1 once frame g's decisions and state are final there.
+    // This frame starts when the neighbours' frame g-1 state (our halo) is final; they are then
+    // past reading our frame g-1 start state, the buffers this frame writes.
     if (threadIdx.x == 0) {
+      if (prog_above) while (load_acquire(prog_above, sys) < g) __nanosleep(20);
+      if (prog_below) while (load_acquire(prog_below, sys) < g) __nanosleep(20);
       sh_nu = 0;
       sh_ns = 0;
+      sh_umin = own_pixels;
     }
+    __syncthreads();
+    lap(kWait);
 
-    // Loop 1: f - mean with the frame-start means (rows y0-h .. y1+h), and with the mean after
-    // an update (rows y0-h .. y1: the rows that can precede a pixel of the band).
-    const int ya = max(0, y0 - h);
-    const int yb = min(rows, y1 + h);
-    for (int t = threadIdx.x; t < (yb - ya) * cols; t += blockDim.x) {
-      const int y = ya + t / cols;
-      const int x = t - (y - ya) * cols;
-      const std::size_t j = static_cast<std::size_t>(y) * cols + x;
-      const PedestalArrays& a = arrays_for(y);
-      const double f = fval(y, x);
-      const int r = y - (y0 - h);
-      sh_d0[r * cols + x] = cm::sub(f, __ldcg(a.mean[par] + j));
-      if (y < y1) {
-        double s = __ldcg(a.sum[par] + j);
-        double s2 = __ldcg(a.sum2[par] + j);
-        const double m1 = cm::fast_push(s, s2, f, p.window);
-        sh_d1[r * cols + x] = cm::sub(f, m1);
-        if (y >= y0) {
-          const int o = (y - y0) * cols + x;
-          sh_s1[o] = s;
-          sh_s21[o] = s2;
-          sh_m1[o] = m1;
+    // Loop 1: d0 = f - frame-start mean over [p0-H, p1+H). For pixels that can precede one of
+    // the segment ([p0-H, p1)) also [lo, hi] covering both d0 and d1 = f - (mean after this
+    // frame's update). With a full window (count == N) the mean moves by d0/N up to rounding, so
+    // an interval with a generous rounding slack needs no division; otherwise d1 is computed.
+    const int q0 = max(frame_first, p0 - halo);
+    const int q1 = min(frame_first + static_cast<int>(frame_elems), p1 + halo);
+    for (int j = q0 + static_cast<int>(threadIdx.x); j < q1; j += blockDim.x) {
+      const PedestalArrays& a = arrays_for(j);
+      const double f = fval(j);
+      const double m0 = __ldcg(a.mean[par] + j);
+      const double d0 = cm::sub(f, m0);
+      sh_d0[j - base] = d0;
+      if (j < p1) {
+        double lo, hi;
+        if (__ldg(a.count + j) == p.window) {
+          const double step = d0 * inv_window;  // d1 - d0 is about -step
+          const double slack = fabs(step) * 1e-6 + 1e-12 * (fabs(m0) + fabs(f)) + 1e-300;
+          lo = fmin(d0, d0 - step) - slack;
+          hi = fmax(d0, d0 - step) + slack;
+        } else {
+          double s = __ldcg(a.sum[par] + j);
+          double s2 = __ldcg(a.sum2[par] + j);
+          const double d1 = cm::sub(f, cm::fast_push(s, s2, f, p.window));
+          lo = fmin(d0, d1);
+          hi = fmax(d0, d1);
         }
+        sh_lo[j - base] = lo;
+        sh_hi[j - base] = hi;
       }
     }
     __syncthreads();
+    lap(kLoop1);
 
-    const auto commit = [&](int o, std::size_t j, bool update) {
+    // Commit of pixel j of the segment: the fast push (new sum, sum2, mean into the next
+    // buffers, noise in place), or a copy of its unchanged state.
+    const auto commit = [&](int j, bool update) {
+      double s = __ldcg(p.own.sum[par] + j);
+      double s2 = __ldcg(p.own.sum2[par] + j);
+      const uint32_t count = __ldg(p.own.count + j);
       if (update) {
-        const double m1 = sh_m1[o];
-        const double s21 = sh_s21[o];
-        __stcg(p.own.sum[nxt] + j, sh_s1[o]);
-        __stcg(p.own.sum2[nxt] + j, s21);
+        const double f = fval(j);
+        double m1;
+        if (count == p.window) {
+          // fast_push with its sum/N taken from the cached mean, which is exactly sum/N here
+          // (and f - mean is d0): the same operations on the same values.
+          s = cm::add(s, sh_d0[j - base]);
+          s2 = cm::add(s2, cm::sub(cm::mul(f, f), cm::div(s2, static_cast<double>(p.window))));
+          m1 = cm::div(s, static_cast<double>(p.window));
+        } else {
+          m1 = cm::fast_push(s, s2, f, p.window);
+        }
         __stcg(p.own.mean[nxt] + j, m1);
-        __stcg(p.own.noise + j, cm::noise_of(s21, __ldg(p.own.count + j), m1));
+        __stcg(p.own.noise + j, cm::noise_of(s2, count, m1));
       } else {
-        __stcg(p.own.sum[nxt] + j, __ldcg(p.own.sum[par] + j));
-        __stcg(p.own.sum2[nxt] + j, __ldcg(p.own.sum2[par] + j));
         __stcg(p.own.mean[nxt] + j, __ldcg(p.own.mean[par] + j));
       }
+      __stcg(p.own.sum[nxt] + j, s);
+      __stcg(p.own.sum2[nxt] + j, s2);
     };
 
-    // Loop 2 (pass 0): decide every pixel of the band, commit the certain ones.
+    // Loop 2 (pass 0): decide every pixel of the segment, commit the certain ones.
     for (int o = threadIdx.x; o < own_pixels; o += blockDim.x) {
-      const int y = y0 + o / cols;
-      const int x = o - (y - y0) * cols;
-      const std::size_t j = static_cast<std::size_t>(y) * cols + x;
-      const int r = y - (y0 - h);
-      const double v = sh_d0[r * cols + x];
+      const int j = p0 + o;
+      const int y = row_of(j, cols, inv_cols);
+      const int x = j - y * cols;
+      const double v = sh_d0[j - base];
       const double rms = __ldcg(p.own.noise + j);
       Decision d;
       if (cm::is_negative_outlier(v, rms, thr)) {
@@ -237,17 +269,17 @@ __global__ void __launch_bounds__(kFindThreads) find_kernel(const __grid_constan
         for (int dy = -h; dy <= h; ++dy) {
           const int yy = y + dy;
           if (yy < 0 || yy >= rows) continue;
-          const int rr = r + dy;
 #pragma unroll
           for (int dx = -h; dx <= h; ++dx) {
             const int xx = x + dx;
             if (xx < 0 || xx >= cols) continue;
-            const double a0 = sh_d0[rr * cols + xx];
-            double lo = a0, hi = a0;
+            const int s = j + dy * cols + dx - base;
+            double lo, hi;
             if (dy < 0 || (dy == 0 && dx < 0)) {
-              const double a1 = sh_d1[rr * cols + xx];
-              lo = fmin(a0, a1);
-              hi = fmax(a0, a1);
+              lo = sh_lo[s];
+              hi = sh_hi[s];
+            } else {
+              lo = hi = sh_d0[s];
             }
             tlo = cm::add(tlo, lo);
             thi = cm::add(thi, hi);
@@ -257,47 +289,66 @@ __global__ void __launch_bounds__(kFindThreads) find_kernel(const __grid_constan
         }
         d = decide_bounds(v, rms, tlo, thi, mlo, mhi, thr);
       }
-      if (d.update != kUnknown) commit(o, j, d.update == kYes);
-      if (d.update == kUnknown || d.stored == kUnknown)
+      if (d.update != kUnknown) commit(j, d.update == kYes);
+      if (d.update == kUnknown || d.stored == kUnknown) {
         sh_ulist[atomicAdd(&sh_nu, 1)] = static_cast<uint32_t>(o);
-      else if (d.stored == kYes)
+        atomicMin(&sh_umin, o);
+      } else if (d.stored == kYes) {
         sh_slist[atomicAdd(&sh_ns, 1)] = static_cast<uint32_t>(o);
+      }
       sh_status[o] = static_cast<uint8_t>(d.update | (d.stored << 2));
     }
     __syncthreads();
+    lap(kLoop2);
 
-    // The final value f - mean of window pixel (yy, xx) as pixel (y, x) sees it when visited.
-    const auto final_d = [&](int yy, int xx, bool predecessor) -> double {
-      if (!predecessor) return sh_d0[(yy - (y0 - h)) * cols + xx];
-      if (yy >= y0) {
-        const uint8_t st = sh_status[(yy - y0) * cols + xx] & 3;
-        return st == kYes ? sh_d1[(yy - (y0 - h)) * cols + xx] : sh_d0[(yy - (y0 - h)) * cols + xx];
-      }
-      const PedestalArrays& a = arrays_for(yy);
-      return cm::sub(fval(yy, xx), __ldcg(a.mean[nxt] + static_cast<std::size_t>(yy) * cols + xx));
+    // The value f - mean of window pixel jj as the pixel being visited sees it: this frame's
+    // final mean for a predecessor, the frame-start mean otherwise.
+    const auto final_d = [&](int jj, bool predecessor) -> double {
+      if (!predecessor) return sh_d0[jj - base];
+      return cm::sub(fval(jj), __ldcg(arrays_for(jj).mean[nxt] + jj));
     };
 
-    // Resolution of the undecided pixels, in raster order.
+    // Resolution of the undecided pixels. A pixel is re-decided exactly once none of its
+    // predecessors in the segment is undecided; rounds of such pixels run in parallel, which
+    // gives the raster-order result (each depends only on its window's predecessors).
     const int nu = sh_nu;
     if (nu > 0) {
-      for (int t = threadIdx.x; t < nu; t += blockDim.x) {
-        const uint32_t v = sh_ulist[t];
-        int rank = 0;
-        for (int u = 0; u < nu; ++u) rank += sh_ulist[u] < v;
-        sh_sorted[rank] = v;
+      // Pixels whose window reaches before the segment read the segment above's final means.
+      if (sh_umin < halo) {
+        if (threadIdx.x == 0 && prog_above)
+          while (load_acquire(prog_above, sys) < g + 1) __nanosleep(20);
+        __syncthreads();
       }
-      __syncthreads();
-      // Pixels in the first h rows read the band above's final means.
-      if (static_cast<int>(sh_sorted[0]) < h * cols) wait_at_least(prog_above, 2 * g + 1, sys);
-      if (threadIdx.x == 0) {
-        for (int u = 0; u < nu; ++u) {
-          const int o = static_cast<int>(sh_sorted[u]);
-          const int y = y0 + o / cols;
-          const int x = o - (y - y0) * cols;
-          const std::size_t j = static_cast<std::size_t>(y) * cols + x;
-          const double v = sh_d0[(y - (y0 - h)) * cols + x];
-          const double rms = __ldcg(p.own.noise + j);
+      for (;;) {
+        if (threadIdx.x == 0) sh_left = 0;
+        __syncthreads();
+        for (int t = threadIdx.x; t < nu; t += blockDim.x) {
+          const int o = static_cast<int>(sh_ulist[t]);
           const uint8_t before = sh_status[o];
+          if (before & 0x10) continue;  // resolved in an earlier round
+          const int j = p0 + o;
+          const int y = row_of(j, cols, inv_cols);
+          const int x = j - y * cols;
+          bool ready = true;
+          for (int dy = -h; dy <= 0 && ready; ++dy) {
+            for (int dx = -h; dx <= h; ++dx) {
+              if (dy == 0 && dx >= 0) break;
+              const int xx = x + dx;
+              const int jj = j + dy * cols + dx;
+              if (xx < 0 || xx >= cols || jj < p0) continue;
+              if ((sh_status[jj - p0] & 3) == kUnknown) {
+                ready = false;
+                break;
+              }
+            }
+          }
+          if (!ready) {
+            atomicAdd(&sh_left, 1);
+            continue;
+          }
+          __threadfence_block();  // the predecessors' statuses before their committed means
+          const double v = sh_d0[j - base];
+          const double rms = __ldcg(p.own.noise + j);
           bool update = false, stored = false;
           if (!cm::is_negative_outlier(v, rms, thr)) {
             double total = 0.0, mx = 0.0;
@@ -307,7 +358,7 @@ __global__ void __launch_bounds__(kFindThreads) find_kernel(const __grid_constan
               for (int dx = -h; dx <= h; ++dx) {
                 const int xx = x + dx;
                 if (xx < 0 || xx >= cols) continue;
-                const double dd = final_d(yy, xx, dy < 0 || (dy == 0 && dx < 0));
+                const double dd = final_d(j + dy * cols + dx, dy < 0 || (dy == 0 && dx < 0));
                 total = cm::add(total, dd);
                 if (mx < dd) mx = dd;
               }
@@ -316,16 +367,23 @@ __global__ void __launch_bounds__(kFindThreads) find_kernel(const __grid_constan
             update = act == cm::PixelAction::update;
             stored = act == cm::PixelAction::candidate && v == mx;
           }
-          if ((before & 3) == kUnknown) commit(o, j, update);
-          sh_status[o] = static_cast<uint8_t>((update ? kYes : kNo) | ((stored ? kYes : kNo) << 2));
-          if (stored) sh_slist[sh_ns++] = static_cast<uint32_t>(o);
+          if ((before & 3) == kUnknown) commit(j, update);
+          __threadfence_block();  // the commit's mean before the status that releases successors
+          sh_status[o] = static_cast<uint8_t>(0x10 | (update ? kYes : kNo) |
+                                              ((stored ? kYes : kNo) << 2));
+          if (stored) sh_slist[atomicAdd(&sh_ns, 1)] = static_cast<uint32_t>(o);
         }
+        __syncthreads();
+        if (sh_left == 0) break;
+        __syncthreads();  // everyone has read sh_left before it is reset
       }
     }
-    publish(prog_self, 2 * g + 1, sys);
+    lap(kResolve);
+    // Frame g is final in this segment.
     __syncthreads();
+    if (threadIdx.x == 0) store_release(prog_self, g + 1, sys);
 
-    // Emission: the band's clusters in raster order into this (frame, band) region.
+    // Emission: the segment's clusters in raster order into this (frame, segment) region.
     const int ns = sh_ns;
     if (ns > 0) {
       for (int t = threadIdx.x; t < ns; t += blockDim.x) {
@@ -335,22 +393,25 @@ __global__ void __launch_bounds__(kFindThreads) find_kernel(const __grid_constan
         sh_sorted[rank] = v;
       }
       __syncthreads();
-      if (static_cast<int>(sh_sorted[0]) < h * cols) wait_at_least(prog_above, 2 * g + 1, sys);
+      if (static_cast<int>(sh_sorted[0]) < halo) {
+        if (threadIdx.x == 0 && prog_above)
+          while (load_acquire(prog_above, sys) < g + 1) __nanosleep(20);
+        __syncthreads();
+      }
       const std::size_t region = static_cast<std::size_t>(k) * p.blocks + b;
-      const int cap = static_cast<int>(p.region_capacity);
-      const int n_write = min(ns, cap);
+      const int n_write = min(ns, static_cast<int>(p.region_capacity));
       for (int e = threadIdx.x; e < n_write * S2; e += blockDim.x) {
         const int c = e / S2;
         const int w = e - c * S2;
-        const int o = static_cast<int>(sh_sorted[c]);
-        const int y = y0 + o / cols;
-        const int x = o - (y - y0) * cols;
+        const int j = p0 + static_cast<int>(sh_sorted[c]);
+        const int y = row_of(j, cols, inv_cols);
+        const int x = j - y * cols;
         const int dy = w / S - h;
         const int dx = w - (w / S) * S - h;
         const int yy = y + dy, xx = x + dx;
         int32_t value = 0;
         if (yy >= 0 && yy < rows && xx >= 0 && xx < cols)
-          value = cm::cluster_value(final_d(yy, xx, dy < 0 || (dy == 0 && dx < 0)));
+          value = cm::cluster_value(final_d(j + dy * cols + dx, dy < 0 || (dy == 0 && dx < 0)));
         const std::size_t slot = region * p.region_capacity + c;
         p.region_data[slot * S2 + w] = value;
         if (w == 0) p.region_xy[slot] = static_cast<uint32_t>(x) | (static_cast<uint32_t>(y) << 16);
@@ -360,8 +421,14 @@ __global__ void __launch_bounds__(kFindThreads) find_kernel(const __grid_constan
       p.region_counts[static_cast<std::size_t>(k) * p.blocks + b] = static_cast<uint32_t>(ns);
       if (ns > 0) atomicAdd(&p.frame_totals[k], static_cast<uint32_t>(ns));
     }
-    publish(prog_self, 2 * g + 2, sys);
+    // The lists and counters are reset by the next frame only after this barrier.
+    __syncthreads();
+    lap(kEmit);
   }
+
+  if (p.profile != nullptr && threadIdx.x == 0)
+    for (int i = 0; i < kPhases; ++i) atomicAdd(&p.profile[b * kPhases + i],
+                                                static_cast<unsigned long long>(clk[i]));
 
   // The last block to finish advances the frame counter (every block has read it by then).
   if (threadIdx.x == 0) {
@@ -378,26 +445,22 @@ __global__ void __launch_bounds__(kFindThreads) find_kernel(const __grid_constan
 template <int S>
 void launch_find_s(const FindLaunch& p, cudaStream_t stream) {
   const std::size_t smem = FindSmem<S>::bytes(static_cast<int>(p.cols),
-                                              static_cast<int>(p.rows_per_block));
+                                              static_cast<int>(p.segment_max));
   // The shared-memory limit was raised by find_max_resident_blocks() on this device.
-  find_kernel<S><<<p.blocks, kFindThreads, smem, stream>>>(p);
+  find_kernel<S><<<p.blocks, find_threads(), smem, stream>>>(p);
   GLINT_CUDA_CHECK_LAUNCH();
 }
 
 template <int S>
-int max_resident_s(uint32_t cols, uint32_t rows_per_block) {
-  const std::size_t smem = FindSmem<S>::bytes(static_cast<int>(cols),
-                                              static_cast<int>(rows_per_block));
+int max_resident_s(uint32_t cols, uint32_t segment) {
+  const std::size_t smem = FindSmem<S>::bytes(static_cast<int>(cols), static_cast<int>(segment));
   if (smem > 200 * 1024) return 0;
   GLINT_CUDA_CHECK(cudaFuncSetAttribute(find_kernel<S>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   int per_sm = 0;
   GLINT_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, find_kernel<S>, kFindThreads, smem));
-  int dev = 0, sms = 0;
-  GLINT_CUDA_CHECK(cudaGetDevice(&dev));
-  GLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return per_sm * sms;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, find_kernel<S>, find_threads(), smem));
+  return per_sm;
 }
 
 __global__ void pack_kernel(const PackLaunch p) {
@@ -503,24 +566,34 @@ int grid_for(std::size_t n) {
 
 }  // namespace
 
-FindShape find_shape(uint32_t cols, uint32_t rows_per_block, int cluster_size) {
+FindShape find_shape(uint32_t cols, uint32_t segment, int cluster_size) {
   FindShape s;
-  s.threads = kFindThreads;
+  s.threads = find_threads();
   switch (cluster_size) {
-    case 3: s.shared_bytes = FindSmem<3>::bytes(cols, rows_per_block); break;
-    case 5: s.shared_bytes = FindSmem<5>::bytes(cols, rows_per_block); break;
-    case 7: s.shared_bytes = FindSmem<7>::bytes(cols, rows_per_block); break;
-    default: s.shared_bytes = FindSmem<9>::bytes(cols, rows_per_block); break;
+    case 3: s.shared_bytes = FindSmem<3>::bytes(cols, segment); break;
+    case 5: s.shared_bytes = FindSmem<5>::bytes(cols, segment); break;
+    case 7: s.shared_bytes = FindSmem<7>::bytes(cols, segment); break;
+    default: s.shared_bytes = FindSmem<9>::bytes(cols, segment); break;
   }
   return s;
 }
 
-int find_max_resident_blocks(uint32_t cols, uint32_t rows_per_block, int cluster_size) {
+/// Threads per find block: 1024, or GLINT_FIND_THREADS (256, 512, 768; a tuning knob).
+int find_threads() {
+  static const int t = [] {
+    const char* e = std::getenv("GLINT_FIND_THREADS");
+    const int v = e ? std::atoi(e) : 1024;
+    return (v == 256 || v == 512 || v == 768 || v == 1024) ? v : 1024;
+  }();
+  return t;
+}
+
+int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size) {
   switch (cluster_size) {
-    case 3: return max_resident_s<3>(cols, rows_per_block);
-    case 5: return max_resident_s<5>(cols, rows_per_block);
-    case 7: return max_resident_s<7>(cols, rows_per_block);
-    default: return max_resident_s<9>(cols, rows_per_block);
+    case 3: return max_resident_s<3>(cols, segment);
+    case 5: return max_resident_s<5>(cols, segment);
+    case 7: return max_resident_s<7>(cols, segment);
+    default: return max_resident_s<9>(cols, segment);
   }
 }
 

@@ -1,12 +1,12 @@
 #pragma once
 // Launchers of the cluster-finding kernels (find_kernels.cu). Internal to glint::gpu.
 //
-// The frame is cut into bands of whole rows; one block of the persistent find kernel owns one
-// band and walks through the batch's frames in order. Pedestal state per pixel: sum, sum2 and the
+// A GPU's band of rows is cut into segments of consecutive pixels in raster order; one block of
+// the persistent find kernel owns one segment and walks through the batch's frames in order. Pedestal state per pixel: sum, sum2 and the
 // cached mean double-buffered by frame parity (frame G reads buffer G&1 and writes buffer
 // (G+1)&1), noise cached in place, count read-only. Blocks synchronise only with the bands above
-// and below through monotonic progress counters (2G+1: frame G's update decisions final in the
-// band; 2G+2: frame G finished), so frames pipeline through the frame as a wavefront.
+// and below through monotonic progress counters (G+1 once frame G's decisions and state are final
+// in the band), so frames pipeline through the frame as a wavefront.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -29,8 +29,8 @@ struct FindLaunch {
   uint32_t frame_row0 = 0;               ///< first frame row held in `frames`
   uint32_t frame_rows = 0;               ///< rows per frame held in `frames`
   int cluster_size = 3;
-  uint32_t rows_per_block = 1;
-  uint32_t blocks = 0;                   ///< grid size (bands of this launch)
+  uint32_t segment_max = 1;               ///< most pixels a block owns
+  uint32_t blocks = 0;                   ///< grid size (segments of this launch)
   uint32_t window = 1000;
   cluster_math::Thresholds thresholds{};
   PedestalArrays own, above, below;      ///< above/below: rows owned by neighbouring GPUs
@@ -47,17 +47,22 @@ struct FindLaunch {
   int32_t* region_data = nullptr;        ///< [n_frames * blocks * capacity * S*S]
   uint32_t region_capacity = 0;
   uint32_t* frame_totals = nullptr;      ///< [n_frames], zeroed before the launch
+  unsigned long long* profile = nullptr; ///< optional [blocks * 5] cycles per phase
 };
+inline constexpr int kFindPhases = 5;    ///< wait, loop 1, loop 2, resolve, emit
 
 /// Shared memory and threads of one find block.
 struct FindShape {
   int threads = 512;
   std::size_t shared_bytes = 0;
 };
-FindShape find_shape(uint32_t cols, uint32_t rows_per_block, int cluster_size);
-/// Largest number of find blocks that are resident at once on `device` (they wait for each
-/// other, so every block must be resident).
-int find_max_resident_blocks(uint32_t cols, uint32_t rows_per_block, int cluster_size);
+FindShape find_shape(uint32_t cols, uint32_t segment, int cluster_size);
+/// Find blocks resident at once per multiprocessor of the current device for segments of
+/// `segment` pixels (they wait for each other, so every block must be resident). Also raises
+/// the kernel's shared-memory limit on this device.
+int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size);
+/// Threads per find block.
+int find_threads();
 void launch_find(const FindLaunch& p, cudaStream_t stream);
 
 struct PackLaunch {

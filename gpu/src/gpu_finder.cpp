@@ -5,6 +5,7 @@
 // band of rows and the bands at a GPU boundary wait for each other's progress counters through
 // peer memory, exactly as neighbouring bands on one GPU do.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -99,12 +100,13 @@ struct Lane {
   int device = 0;
   uint32_t r0 = 0, r1 = 0;    // band computed here
   uint32_t fr0 = 0, fr1 = 0;  // frame rows uploaded here (band plus halo)
-  uint32_t rows_per_block = 1, blocks = 0;
+  uint32_t segment_max = 1, blocks = 0;  // pixels per find block (most), find blocks
   Stream compute;
   StateBuffers live;
   StateBuffers rescue;        // re-runs after an overflow (allocated on first need)
   bool has_rescue = false;
   DeviceBuffer<uint16_t> dark_frames;
+  DeviceBuffer<unsigned long long> profile;  // GLINT_FIND_PROFILE: cycles per band and phase
   std::vector<LaneSlot> slots;
 };
 
@@ -154,6 +156,7 @@ class GpuEngine final : public GpuClusterFinder {
 
   ~GpuEngine() override {
     try {
+      report_profile();
       for (auto& lane : lanes_) {
         DeviceGuard g(lane.device);
         lane.compute.synchronize();
@@ -331,6 +334,31 @@ class GpuEngine final : public GpuClusterFinder {
     out.data_mut().insert(out.data_mut().end(), v.data.begin(), v.data.end());
   }
 
+  /// With GLINT_FIND_PROFILE set: cycles per frame in each phase of the find kernel, averaged
+  /// over the bands of GPU 0 (a tuning aid).
+  void report_profile() {
+    Lane& lane = lanes_[0];
+    if (!lane.profile.get() || stats_.frames == 0) return;
+    DeviceGuard g(lane.device);
+    lane.compute.synchronize();
+    std::vector<unsigned long long> c(lane.profile.size());
+    GLINT_CUDA_CHECK(cudaMemcpy(c.data(), lane.profile.get(), c.size() * sizeof(c[0]),
+                                cudaMemcpyDeviceToHost));
+    static const char* names[kFindPhases] = {"wait", "loop1", "loop2", "resolve", "emit"};
+    std::string line = "find kernel cycles/frame (band average):";
+    for (int ph = 0; ph < kFindPhases; ++ph) {
+      double sum = 0, mx = 0;
+      for (uint32_t b = 0; b < lane.blocks; ++b) {
+        sum += static_cast<double>(c[b * kFindPhases + ph]);
+        mx = std::max(mx, static_cast<double>(c[b * kFindPhases + ph]));
+      }
+      line += " " + std::string(names[ph]) + " " +
+              std::to_string(static_cast<long long>(sum / lane.blocks / stats_.frames)) + " (max " +
+              std::to_string(static_cast<long long>(mx / stats_.frames)) + ")";
+    }
+    log::write(log::Level::info, line);
+  }
+
   void build_lanes() {
     const uint32_t rows = params_.shape.rows, cols = params_.shape.cols;
     const uint32_t h = static_cast<uint32_t>(params_.cluster_size / 2);
@@ -344,11 +372,15 @@ class GpuEngine final : public GpuClusterFinder {
       lane.fr0 = lane.r0 >= h ? lane.r0 - h : 0;
       lane.fr1 = std::min(rows, lane.r1 + h);
       DeviceGuard g(lane.device);
-      choose_bands(lane);
+      choose_segments(lane);
       lane.live = StateBuffers(np_, lane.blocks, lane.compute.get());
       lane.dark_frames = DeviceBuffer<uint16_t>(static_cast<std::size_t>(lane.fr1 - lane.fr0) *
                                                 cols * options_.batch_frames);
       lane.slots.resize(options_.streams);
+      if (li == 0 && std::getenv("GLINT_FIND_PROFILE") != nullptr) {
+        lane.profile = DeviceBuffer<unsigned long long>(lane.blocks * kFindPhases);
+        lane.profile.zero(lane.compute.get());
+      }
     }
     if (n_lanes > 1) {
       for (std::size_t li = 0; li < n_lanes; ++li) {
@@ -372,33 +404,45 @@ class GpuEngine final : public GpuClusterFinder {
     }
   }
 
-  void choose_bands(Lane& lane) {
-    const uint32_t band = lane.r1 - lane.r0;
-    int dev = lane.device, sms = 0;
-    GLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    uint64_t best_cost = ~0ull;
-    for (uint32_t r = 1; r <= 16 && r <= band; ++r) {
-      const int resident = find_max_resident_blocks(params_.shape.cols, r, params_.cluster_size);
-      const uint32_t blocks = (band + r - 1) / r;
-      if (resident <= 0 || static_cast<int>(blocks) > resident) continue;
-      // The slowest multiprocessor sets the pace: rows per multiprocessor, fewer halo rows wins.
-      const uint64_t cost = static_cast<uint64_t>((blocks + sms - 1) / sms) * r;
-      if (cost <= best_cost) {
-        best_cost = cost;
-        lane.rows_per_block = r;
-        lane.blocks = blocks;
+  /// Cuts the lane's band into one segment of consecutive pixels per resident find block: as
+  /// many blocks as the GPU holds at once, each segment at least one window halo long.
+  void choose_segments(Lane& lane) {
+    const uint64_t cols = params_.shape.cols;
+    const uint64_t band_px = static_cast<uint64_t>(lane.r1 - lane.r0) * cols;
+    const uint64_t h = static_cast<uint64_t>(params_.cluster_size / 2);
+    const uint64_t halo = std::max<uint64_t>(1, h * cols + h);
+    int sms = 0;
+    GLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, lane.device));
+    const uint64_t by_halo = band_px / halo;
+    for (int per_sm = 4; per_sm >= 1; --per_sm) {
+      const uint64_t blocks = std::min<uint64_t>(static_cast<uint64_t>(per_sm) * sms, by_halo);
+      if (blocks == 0) break;
+      const uint64_t seg = (band_px + blocks - 1) / blocks;
+      const int fit = find_blocks_per_sm(params_.shape.cols, static_cast<uint32_t>(seg),
+                                         params_.cluster_size);
+      if (fit >= per_sm || (fit >= 1 && blocks <= static_cast<uint64_t>(fit) * sms)) {
+        lane.blocks = static_cast<uint32_t>(blocks);
+        lane.segment_max = static_cast<uint32_t>(seg);
+        break;
       }
     }
     if (lane.blocks == 0)
-      throw std::invalid_argument("GPU finder: a " + std::to_string(params_.shape.cols) +
-                                  "-column frame band does not fit the GPU's shared memory, or " +
-                                  "too many rows for one GPU (" + std::to_string(band) + ")");
+      throw std::invalid_argument(
+          "GPU finder: frames of " + std::to_string(params_.shape.cols) + " columns with " +
+          std::to_string(params_.cluster_size) + "x" + std::to_string(params_.cluster_size) +
+          " clusters do not fit the GPU's shared memory, or GPU band too small (" +
+          std::to_string(lane.r1 - lane.r0) + " rows)");
+    log::write(log::Level::debug, "GPU finder: GPU " + std::to_string(lane.device) + " rows " +
+                                      std::to_string(lane.r0) + ".." + std::to_string(lane.r1) +
+                                      " in " + std::to_string(lane.blocks) + " segments of <= " +
+                                      std::to_string(lane.segment_max) + " pixels, " +
+                                      std::to_string(find_threads()) + " threads each");
   }
 
   uint32_t region_capacity_for(const Lane& lane) const {
-    const uint64_t band_px = static_cast<uint64_t>(lane.rows_per_block) * params_.shape.cols;
-    const uint64_t cap = (2 * capacity_per_frame_ * band_px + np_ - 1) / np_;
-    return static_cast<uint32_t>(std::clamp<uint64_t>(cap, 1, band_px));
+    const uint64_t seg = lane.segment_max;
+    const uint64_t cap = (2 * capacity_per_frame_ * seg + np_ - 1) / np_;
+    return static_cast<uint32_t>(std::clamp<uint64_t>(cap, 1, seg));
   }
 
   void ensure_slot_buffers(Lane& lane, LaneSlot& ls) {
@@ -458,7 +502,7 @@ class GpuEngine final : public GpuClusterFinder {
     p.frame_row0 = lane.fr0;
     p.frame_rows = lane.fr1 - lane.fr0;
     p.cluster_size = params_.cluster_size;
-    p.rows_per_block = lane.rows_per_block;
+    p.segment_max = lane.segment_max;
     p.blocks = lane.blocks;
     p.window = params_.pedestal_window;
     p.thresholds = thresholds_;
@@ -486,6 +530,7 @@ class GpuEngine final : public GpuClusterFinder {
     p.region_data = region_data;
     p.region_capacity = region_capacity;
     p.frame_totals = totals;
+    p.profile = rescue ? nullptr : lane.profile.get();
     return p;
   }
 
