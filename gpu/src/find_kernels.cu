@@ -63,6 +63,26 @@ struct Decision {
   uint8_t stored;
 };
 
+/// a / b correctly rounded, as cm::div gives it, for a divisor known in advance (inv ~ 1/b):
+/// a quotient refined with fused multiply-adds is returned only when its exact residual proves it
+/// is the nearest double (strictly within half an ulp, not a power of two, normal range);
+/// otherwise cm::div decides. The test stays sound even if the residual was rounded (2^-50 slack).
+__device__ __forceinline__ double div_known(double a, double b, double inv) {
+  const double q0 = __dmul_rn(a, inv);
+  const double r0 = __fma_rn(-q0, b, a);
+  const double q1 = __fma_rn(r0, inv, q0);
+  const double r1 = __fma_rn(-q1, b, a);
+  const long long bits = __double_as_longlong(q1);
+  const int e = static_cast<int>((bits >> 52) & 0x7ff);
+  const bool power_of_two = (bits & 0xfffffffffffffll) == 0;
+  if (e > 60 && e < 2000 && !power_of_two) {
+    const double half_ulp = __longlong_as_double(static_cast<long long>(e - 53) << 52);
+    const double limit = __dmul_rn(__dmul_rn(half_ulp, b), 1.0 - 0x1p-50);
+    if (fabs(r1) < limit) return q1;
+  }
+  return cm::div(a, b);
+}
+
 /// Pass-0 decision from bounds of the window's total and max (steps 2 and 4 of the spec).
 __device__ __forceinline__ Decision decide_bounds(double v, double rms, double tlo, double thi,
                                                   double mlo, double mhi,
@@ -199,20 +219,19 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     // an interval with a generous rounding slack needs no division; otherwise d1 is computed.
     const int q0 = max(frame_first, p0 - halo);
     const int q1 = min(frame_first + static_cast<int>(frame_elems), p1 + halo);
-    for (int j = q0 + static_cast<int>(threadIdx.x); j < q1; j += blockDim.x) {
-      const PedestalArrays& a = arrays_for(j);
-      const double f = fval(j);
-      const double m0 = __ldcg(a.mean[par] + j);
+    const auto first_pass = [&](int j, uint16_t fv, double m0, uint32_t count) {
+      const double f = static_cast<double>(fv);
       const double d0 = cm::sub(f, m0);
       sh_d0[j - base] = d0;
       if (j < p1) {
         double lo, hi;
-        if (__ldg(a.count + j) == p.window) {
+        if (count == p.window) {
           const double step = d0 * inv_window;  // d1 - d0 is about -step
           const double slack = fabs(step) * 1e-6 + 1e-12 * (fabs(m0) + fabs(f)) + 1e-300;
           lo = fmin(d0, d0 - step) - slack;
           hi = fmax(d0, d0 - step) + slack;
         } else {
+          const PedestalArrays& a = arrays_for(j);
           double s = __ldcg(a.sum[par] + j);
           double s2 = __ldcg(a.sum2[par] + j);
           const double d1 = cm::sub(f, cm::fast_push(s, s2, f, p.window));
@@ -222,35 +241,57 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         sh_lo[j - base] = lo;
         sh_hi[j - base] = hi;
       }
+    };
+    // Two pixels per thread and iteration, loads first: half the memory round trips.
+    for (int j = q0 + static_cast<int>(threadIdx.x); j < q1; j += 2 * blockDim.x) {
+      const int j2 = j + blockDim.x;
+      const bool two = j2 < q1;
+      const uint16_t fa = fr[j];
+      const double ma = __ldcg(arrays_for(j).mean[par] + j);
+      const uint32_t ca = j < p1 ? __ldg(arrays_for(j).count + j) : 0u;
+      uint16_t fb = 0;
+      double mb = 0.0;
+      uint32_t cb = 0;
+      if (two) {
+        fb = fr[j2];
+        mb = __ldcg(arrays_for(j2).mean[par] + j2);
+        cb = j2 < p1 ? __ldg(arrays_for(j2).count + j2) : 0u;
+      }
+      first_pass(j, fa, ma, ca);
+      if (two) first_pass(j2, fb, mb, cb);
     }
     __syncthreads();
     lap(kLoop1);
 
     // Commit of pixel j of the segment: the fast push (new sum, sum2, mean into the next
     // buffers, noise in place), or a copy of its unchanged state.
-    const auto commit = [&](int j, bool update) {
-      double s = __ldcg(p.own.sum[par] + j);
-      double s2 = __ldcg(p.own.sum2[par] + j);
-      const uint32_t count = __ldg(p.own.count + j);
+    const double window_d = static_cast<double>(p.window);
+    const auto commit_loaded = [&](int j, bool update, double s, double s2, uint32_t count) {
       if (update) {
         const double f = fval(j);
-        double m1;
+        double m1, rms;
         if (count == p.window) {
-          // fast_push with its sum/N taken from the cached mean, which is exactly sum/N here
-          // (and f - mean is d0): the same operations on the same values.
+          // fast_push and noise_of with count == N: sum/N is the cached mean (so f - sum/N is
+          // d0), and every division by N is exact (div_known): the same operations, same bits.
           s = cm::add(s, sh_d0[j - base]);
-          s2 = cm::add(s2, cm::sub(cm::mul(f, f), cm::div(s2, static_cast<double>(p.window))));
-          m1 = cm::div(s, static_cast<double>(p.window));
+          s2 = cm::add(s2, cm::sub(cm::mul(f, f), div_known(s2, window_d, inv_window)));
+          m1 = div_known(s, window_d, inv_window);
+          rms = cm::root(cm::sub(div_known(s2, window_d, inv_window), cm::mul(m1, m1)));
         } else {
           m1 = cm::fast_push(s, s2, f, p.window);
+          rms = cm::noise_of(s2, count, m1);
         }
         __stcg(p.own.mean[nxt] + j, m1);
-        __stcg(p.own.noise + j, cm::noise_of(s2, count, m1));
+        __stcg(p.own.noise + j, rms);
       } else {
         __stcg(p.own.mean[nxt] + j, __ldcg(p.own.mean[par] + j));
       }
       __stcg(p.own.sum[nxt] + j, s);
       __stcg(p.own.sum2[nxt] + j, s2);
+    };
+    const auto commit = [&](int j, bool update) {
+      commit_loaded(j, update, __ldcg(p.own.sum[par] + j), __ldcg(p.own.sum2[par] + j),
+                    __ldg(p.own.count + j));
     };
 
     // Loop 2 (pass 0): decide every pixel of the segment, commit the certain ones.
@@ -259,7 +300,11 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       const int y = row_of(j, cols, inv_cols);
       const int x = j - y * cols;
       const double v = sh_d0[j - base];
+      // Everything the pixel may need from memory, loaded at once (one round trip).
       const double rms = __ldcg(p.own.noise + j);
+      const double s_old = __ldcg(p.own.sum[par] + j);
+      const double s2_old = __ldcg(p.own.sum2[par] + j);
+      const uint32_t count = __ldg(p.own.count + j);
       Decision d;
       if (cm::is_negative_outlier(v, rms, thr)) {
         d = {kNo, kNo};
@@ -289,7 +334,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         }
         d = decide_bounds(v, rms, tlo, thi, mlo, mhi, thr);
       }
-      if (d.update != kUnknown) commit(j, d.update == kYes);
+      if (d.update != kUnknown) commit_loaded(j, d.update == kYes, s_old, s2_old, count);
       if (d.update == kUnknown || d.stored == kUnknown) {
         sh_ulist[atomicAdd(&sh_nu, 1)] = static_cast<uint32_t>(o);
         atomicMin(&sh_umin, o);

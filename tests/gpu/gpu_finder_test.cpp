@@ -268,6 +268,30 @@ TEST(GpuFinder, LoadPedestalContinuesExactly) {
   }
 }
 
+TEST(GpuFinder, FewerDarkFramesThanTheWindow) {
+  // count < N: the cached mean is sum/count, not sum/N; the pass-0 bounds take the exact path.
+  GLINT_REQUIRE_GPU();
+  FinderParams p;
+  p.shape = {64, 96};
+  glint::test::FrameSource src(p.shape, 41);
+  const auto dark = src.frames(250, 0);
+  const auto frames = src.frames(60, 30);
+  std::vector<uint64_t> numbers(60);
+  std::iota(numbers.begin(), numbers.end(), 0);
+  auto ref = glint::make_reference_finder(p);
+  ref->push_dark(dark);
+  ClusterTable want(3);
+  ref->find(frames, numbers, want);
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 16;
+  auto f = glint::gpu::make_gpu_finder(p, o);
+  f->push_dark(dark);
+  ClusterTable got(3);
+  f->find(frames, numbers, got);
+  expect_same(got, want);
+  expect_same_bits(f->pedestal(), ref->pedestal());
+}
+
 TEST(GpuFinder, TwoGpusIdenticalToReference) {
   GLINT_REQUIRE_GPU();
   if (glint::gpu::device_count() < 2) GTEST_SKIP() << "needs two GPUs";
