@@ -9,7 +9,7 @@ packages=(
   libhdf5-dev hdf5-tools
   libspdlog-dev libfmt-dev
   libyaml-cpp-dev
-  libgtest-dev libgmock-dev
+  libgtest-dev libgmock-dev libssl-dev
   libcli11-dev
   nlohmann-json3-dev
   libfftw3-dev

@@ -1,5 +1,7 @@
 #pragma once
 // Each subcommand of the `glint` tool lives in its own file and registers itself here.
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace glint::tools {
@@ -8,5 +10,26 @@ namespace glint::tools {
 inline constexpr int kExitUsage = 2;
 /// Exit status of a subcommand that failed at run time.
 inline constexpr int kExitFailure = 1;
+
+/// `glint sim`: slsReceiver stream emulator.
+void add_sim_command(CLI::App& app);
+/// `glint ctl`: glintd's control client.
+void add_ctl_command(CLI::App& app);
+/// Prints "<command>: <message>" to stderr and ends the subcommand with `status` (CLI11 exits
+/// with a RuntimeError's code but does not print its message).
+[[noreturn]] void fail(const std::string& command, const std::string& message, int status);
+
+/// `glint find`: cluster finding over an HDF5 frame file.
+void add_find_command(CLI::App& app);
+/// `glint synth`: writes synthetic frames to an HDF5 file.
+void add_synth_command(CLI::App& app);
+/// `glint bench`: registers the benchmark subcommands below.
+void add_bench_command(CLI::App& app);
+/// `glint bench find` (tools/bench_find.cpp).
+void add_bench_find(CLI::App& bench);
+/// `glint bench tv`, defined in tools/bench_tv.cpp (registered when that file exists).
+void add_bench_tv(CLI::App& bench);
+/// `glint bench pipeline`, defined in tools/bench_pipeline.cpp (registered when that file exists).
+void add_bench_pipeline(CLI::App& bench);
 
 }  // namespace glint::tools

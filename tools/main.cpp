@@ -14,6 +14,11 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
       ->capture_default_str();
+  glint::tools::add_sim_command(app);
+  glint::tools::add_ctl_command(app);
+  glint::tools::add_find_command(app);
+  glint::tools::add_synth_command(app);
+  glint::tools::add_bench_command(app);
   app.parse_complete_callback([&] { glint::log::set_level(glint::log::parse_level(log_level)); });
 
   try {

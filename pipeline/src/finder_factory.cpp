@@ -28,8 +28,8 @@ std::string_view to_string(Backend backend) {
 
 namespace {
 
-std::unique_ptr<ClusterFinder> make_cpu(const FinderParams& params, const FinderOptions&) {
-  return make_reference_finder(params);
+std::unique_ptr<ClusterFinder> make_cpu(const FinderParams& params, const FinderOptions& o) {
+  return make_cpu_finder(params, o.threads);
 }
 
 std::unique_ptr<ClusterFinder> make_gpu(const FinderParams& params, const FinderOptions& o) {

@@ -12,6 +12,7 @@
 
 #include "glint/cluster_finder.hpp"
 #include "glint/gpu/gpu_finder.hpp"
+#include "glint/synthetic.hpp"
 #include "gpu_test.hpp"
 #include "synthetic_frames.hpp"
 
@@ -290,6 +291,43 @@ TEST(GpuFinder, FewerDarkFramesThanTheWindow) {
   f->find(frames, numbers, got);
   expect_same(got, want);
   expect_same_bits(f->pedestal(), ref->pedestal());
+}
+
+// glint::synth's detector: defects (hot, noisy, stuck pixels with NaN noise, undershoots),
+// drift, exact ties on twin pixels, crowded frames.
+TEST(GpuFinder, SyntheticDetectorDataIdenticalToReference) {
+  GLINT_REQUIRE_GPU();
+  for (const double n_sigma : {5.0, 3.0}) {
+    glint::synth::Config c;
+    c.shape = {128, 160};
+    c.seed = 77;
+    c.photons = 120;
+    c.crowded_every = 8;
+    const glint::synth::Generator gen(c);
+    const std::size_t np = c.shape.pixels();
+    std::vector<uint16_t> dark(c.dark_frames * np), data(96 * np);
+    gen.fill_many(0, c.dark_frames, dark);
+    gen.fill_many(c.dark_frames, 96, data);
+    std::vector<uint64_t> numbers(96);
+    std::iota(numbers.begin(), numbers.end(), c.dark_frames);
+    FinderParams p;
+    p.shape = c.shape;
+    p.n_sigma = n_sigma;
+    auto ref = glint::make_reference_finder(p);
+    ref->push_dark(dark);
+    ClusterTable want(3);
+    ref->find(data, numbers, want);
+    glint::gpu::GpuFinderOptions o;
+    o.batch_frames = 24;
+    o.streams = 2;
+    auto f = glint::gpu::make_gpu_finder(p, o);
+    f->push_dark(dark);
+    ClusterTable got(3);
+    f->find(data, numbers, got);
+    ASSERT_GT(want.n_clusters(), 0u);
+    expect_same(got, want);
+    expect_same_bits(f->pedestal(), ref->pedestal());
+  }
 }
 
 TEST(GpuFinder, TwoGpusIdenticalToReference) {

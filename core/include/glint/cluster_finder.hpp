@@ -51,4 +51,9 @@ class ClusterFinder {
 /// The single-threaded reference semantics, written for clarity; the oracle for every backend.
 std::unique_ptr<ClusterFinder> make_reference_finder(const FinderParams& params);
 
+/// The fast exact CPU backend: each frame is split into row bands over `threads` persistent
+/// threads (0: all hardware threads; capped at the number of rows); frames stay in order. Output
+/// and pedestal are bit-identical to the reference finder's at any thread count.
+std::unique_ptr<ClusterFinder> make_cpu_finder(const FinderParams& params, unsigned threads);
+
 }  // namespace glint

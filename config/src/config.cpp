@@ -1,0 +1,429 @@
+#include "glint/config/config.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+namespace glint::config {
+
+ConfigError::ConfigError(std::string source, std::string key, int line, const std::string& what)
+    : std::runtime_error(line > 0 ? fmt::format("{}:{}: {}: {}", source, line, key, what)
+                                  : fmt::format("{}: {}: {}", source, key, what)),
+      source_(std::move(source)),
+      key_(std::move(key)),
+      line_(line) {}
+
+namespace {
+
+int line_of(const YAML::Node& n) {
+  const auto m = n.Mark();
+  return m.line >= 0 ? m.line + 1 : 0;
+}
+
+/// Walks one mapping, remembering which keys were read so that the rest can be rejected.
+class Section {
+ public:
+  Section(const std::string& source, std::string path, const YAML::Node& node)
+      : source_(source), path_(std::move(path)), node_(node) {
+    if (node_ && !node_.IsNull() && !node_.IsMap())
+      fail(path_, line_of(node_), "expected a mapping of keys");
+  }
+
+  std::string key_path(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
+
+  /// The child node and its line, or an undefined node when absent.
+  YAML::Node child(const std::string& key) {
+    known_.insert(key);
+    if (!node_ || !node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      if (it->first.Scalar() == key) {
+        lines_[key] = line_of(it->first);
+        return it->second;
+      }
+    }
+    return YAML::Node(YAML::NodeType::Undefined);
+  }
+
+  int line(const std::string& key) const {
+    auto it = lines_.find(key);
+    return it == lines_.end() ? line_of(node_) : it->second;
+  }
+
+  [[noreturn]] void fail(const std::string& key_path, int line, const std::string& what) const {
+    throw ConfigError(source_, key_path, line, what);
+  }
+  [[noreturn]] void fail_key(const std::string& key, const std::string& what) const {
+    fail(key_path(key), line(key), what);
+  }
+
+  std::string scalar(const std::string& key, const YAML::Node& n, const char* expected) {
+    if (!n.IsScalar()) fail_key(key, fmt::format("expected {}", expected));
+    return n.Scalar();
+  }
+
+  void read_string(const std::string& key, std::string& out,
+                   std::initializer_list<std::string_view> allowed = {}) {
+    auto n = child(key);
+    if (!n.IsDefined() || n.IsNull()) return;
+    std::string v = scalar(key, n, "a string");
+    if (allowed.size() != 0) {
+      bool ok = false;
+      for (auto a : allowed) ok = ok || a == v;
+      if (!ok)
+        fail_key(key, fmt::format("'{}' is not allowed (allowed: {})", v, fmt::join(allowed, ", ")));
+    }
+    out = std::move(v);
+  }
+
+  void read_nonempty_string(const std::string& key, std::string& out) {
+    read_string(key, out);
+    if (out.empty()) fail_key(key, "must not be empty");
+  }
+
+  template <class T>
+  void read_integer(const std::string& key, T& out, long long lo, long long hi) {
+    auto n = child(key);
+    if (!n.IsDefined() || n.IsNull()) return;
+    const std::string s = scalar(key, n, "an integer");
+    long long v = 0;
+    std::size_t used = 0;
+    try {
+      v = std::stoll(s, &used, 10);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != s.size())
+      fail_key(key, fmt::format("'{}' is not an integer (allowed: {} to {})", s, lo, hi));
+    if (v < lo || v > hi) fail_key(key, fmt::format("{} is out of range (allowed: {} to {})", v, lo, hi));
+    out = static_cast<T>(v);
+  }
+
+  void read_double(const std::string& key, double& out, double lo, double hi, bool lo_open) {
+    auto n = child(key);
+    if (!n.IsDefined() || n.IsNull()) return;
+    const std::string s = scalar(key, n, "a number");
+    double v = 0;
+    std::size_t used = 0;
+    try {
+      v = std::stod(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != s.size() || !std::isfinite(v))
+      fail_key(key, fmt::format("'{}' is not a number", s));
+    if ((lo_open ? v <= lo : v < lo) || v > hi)
+      fail_key(key, fmt::format("{} is out of range (allowed: {}{}, {}]", v, lo_open ? "(" : "[", lo, hi));
+    out = v;
+  }
+
+  void read_bool(const std::string& key, bool& out) {
+    auto n = child(key);
+    if (!n.IsDefined() || n.IsNull()) return;
+    const std::string s = scalar(key, n, "true or false");
+    if (s == "true" || s == "True" || s == "yes" || s == "on") out = true;
+    else if (s == "false" || s == "False" || s == "no" || s == "off") out = false;
+    else fail_key(key, fmt::format("'{}' is not a boolean (allowed: true, false)", s));
+  }
+
+  Section section(const std::string& key) { return Section(source_, key_path(key), child(key)); }
+
+  YAML::Node sequence(const std::string& key) {
+    auto n = child(key);
+    if (!n.IsDefined() || n.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
+    if (!n.IsSequence()) fail_key(key, "expected a list, e.g. [a, b]");
+    return n;
+  }
+
+  /// Rejects every key that was not read.
+  void reject_unknown() const {
+    if (!node_ || !node_.IsMap()) return;
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      const std::string k = it->first.Scalar();
+      if (!known_.contains(k)) {
+        std::vector<std::string> allowed(known_.begin(), known_.end());
+        fail(key_path(k), line_of(it->first),
+             fmt::format("unknown key (allowed here: {})", fmt::join(allowed, ", ")));
+      }
+    }
+  }
+
+  const std::string& source() const { return source_; }
+
+ private:
+  const std::string& source_;
+  std::string path_;
+  YAML::Node node_;
+  std::set<std::string> known_;
+  std::map<std::string, int> lines_;
+};
+
+void read_detector(Section s, DetectorConfig& d) {
+  s.read_string("type", d.type, {"moench", "jungfrau", "eiger", "generic"});
+  s.read_integer("rows", d.rows, 1, 65536);
+  s.read_integer("cols", d.cols, 1, 65536);
+  s.read_string("pixel_type", d.pixel_type, {"uint16"});
+  if (auto n = s.sequence("ports"); n.IsDefined()) {
+    if (n.size() != 2) s.fail_key("ports", "expected [x, y]: ports side by side and stacked");
+    for (int i = 0; i < 2; ++i) {
+      long long v = 0;
+      try {
+        v = n[i].as<long long>();
+      } catch (const YAML::Exception&) {
+        s.fail_key("ports", "expected two integers [x, y]");
+      }
+      if (v < 1 || v > 64) s.fail_key("ports", fmt::format("{} is out of range (allowed: 1 to 64)", v));
+      (i == 0 ? d.ports_x : d.ports_y) = static_cast<uint32_t>(v);
+    }
+  }
+  s.reject_unknown();
+  if (d.cols % d.ports_x != 0 || d.rows % d.ports_y != 0)
+    s.fail_key("ports", fmt::format("[{}, {}] does not divide the {}x{} (rows x cols) image evenly",
+                                    d.ports_x, d.ports_y, d.rows, d.cols));
+}
+
+void read_ingest(Section s, IngestConfig& c) {
+  if (auto n = s.sequence("endpoints"); n.IsDefined()) {
+    c.endpoints.clear();
+    for (const auto& e : n) {
+      if (!e.IsScalar()) s.fail_key("endpoints", "expected a list of strings");
+      const std::string ep = e.Scalar();
+      if (ep.rfind("tcp://", 0) != 0 && ep.rfind("ipc://", 0) != 0 && ep.rfind("inproc://", 0) != 0)
+        s.fail(s.key_path("endpoints"), line_of(e),
+               fmt::format("'{}' is not a ZeroMQ endpoint (allowed: tcp://HOST:PORT, ipc://PATH)", ep));
+      c.endpoints.push_back(ep);
+    }
+    if (c.endpoints.empty()) s.fail_key("endpoints", "must list at least one endpoint");
+  }
+  s.read_integer("queue_frames", c.queue_frames, 2, 1 << 20);
+  s.read_integer("reorder_frames", c.reorder_frames, 1, 1 << 16);
+  s.read_integer("part_timeout_ms", c.part_timeout_ms, 1, 600000);
+  s.read_integer("receive_hwm", c.receive_hwm, 0, std::numeric_limits<int>::max());
+  s.read_integer("receive_buffer_bytes", c.receive_buffer_bytes, 0, std::numeric_limits<int>::max());
+  s.reject_unknown();
+}
+
+void read_pedestal(Section s, PedestalConfig& c) {
+  s.read_integer("dark_frames", c.dark_frames, 0, 10000000);
+  s.read_bool("keep_previous", c.keep_previous);
+  s.read_integer("window", c.window, 1, 10000000);
+  s.reject_unknown();
+}
+
+void read_finder(Section s, FinderConfig& c) {
+  s.read_double("n_sigma", c.n_sigma, 0.0, 1000.0, true);
+  s.read_integer("cluster_size", c.cluster_size, 3, 9);
+  if (c.cluster_size % 2 == 0)
+    s.fail_key("cluster_size", fmt::format("{} is not allowed (allowed: 3, 5, 7, 9)", c.cluster_size));
+  s.read_string("backend", c.backend, {"cpu", "gpu", "auto"});
+  s.read_integer("threads", c.threads, 0, 1024);
+  s.read_integer("batch_frames", c.batch_frames, 1, 65536);
+  s.read_integer("streams", c.streams, 1, 64);
+  if (auto n = s.sequence("gpu_ids"); n.IsDefined()) {
+    c.gpu_ids.clear();
+    for (const auto& e : n) {
+      int id = -1;
+      try {
+        id = e.as<int>();
+      } catch (const YAML::Exception&) {
+        id = -1;
+      }
+      if (id < 0 || id > 63)
+        s.fail(s.key_path("gpu_ids"), line_of(e), "expected GPU ordinals 0..63, e.g. [0, 1]");
+      c.gpu_ids.push_back(id);
+    }
+    if (c.gpu_ids.empty()) s.fail_key("gpu_ids", "must list at least one GPU");
+  }
+  s.reject_unknown();
+}
+
+void read_output(Section s, OutputConfig& c) {
+  std::string dir = c.directory.string();
+  s.read_nonempty_string("directory", dir);
+  c.directory = dir;
+  s.read_nonempty_string("run_name", c.run_name);
+  if (c.run_name.find('/') != std::string::npos)
+    s.fail_key("run_name", fmt::format("'{}' must not contain '/' (it is a file name prefix)", c.run_name));
+  s.read_integer("flush_interval_ms", c.flush_interval_ms, 10, 1000);
+  s.read_bool("overwrite", c.overwrite);
+  s.reject_unknown();
+}
+
+void read_run(Section s, RunConfig& c) {
+  s.read_bool("auto_start", c.auto_start);
+  s.read_integer("max_frames", c.max_frames, 0, std::numeric_limits<long long>::max());
+  s.read_double("max_seconds", c.max_seconds, 0.0, 1e9, false);
+  s.reject_unknown();
+}
+
+void read_control(Section s, ControlConfig& c) {
+  s.read_nonempty_string("endpoint", c.endpoint);
+  if (c.endpoint.rfind("tcp://", 0) != 0 && c.endpoint.rfind("ipc://", 0) != 0)
+    s.fail_key("endpoint", fmt::format("'{}' is not a ZeroMQ endpoint (allowed: tcp://HOST:PORT, ipc://PATH)",
+                                       c.endpoint));
+  s.reject_unknown();
+}
+
+void read_logging(Section s, LoggingConfig& c) {
+  s.read_string("level", c.level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
+  s.reject_unknown();
+}
+
+void read_reconstruction(Section s, ReconstructionConfig& c) {
+  s.read_bool("enabled", c.enabled);
+  s.read_integer("frames_per_slice", c.frames_per_slice, 1, 100000000);
+  s.read_integer("slices", c.slices, 0, 100000);
+  s.read_double("lambda", c.lambda, 0.0, 1e6, false);
+  s.read_integer("iterations", c.iterations, 1, 1000000);
+  s.read_string("backend", c.backend, {"cpu", "gpu", "auto"});
+  s.reject_unknown();
+}
+
+Config from_node(const YAML::Node& root, const std::string& source, std::string text) {
+  Config c;
+  c.source = source;
+  Section top(source, "", root);
+  read_detector(top.section("detector"), c.detector);
+  read_ingest(top.section("ingest"), c.ingest);
+  read_pedestal(top.section("pedestal"), c.pedestal);
+  read_finder(top.section("finder"), c.finder);
+  read_output(top.section("output"), c.output);
+  read_run(top.section("run"), c.run);
+  read_control(top.section("control"), c.control);
+  read_logging(top.section("logging"), c.logging);
+  read_reconstruction(top.section("reconstruction"), c.reconstruction);
+  top.reject_unknown();
+  c.yaml = std::move(text);
+  return c;
+}
+
+YAML::Node load_node(std::string_view text, const std::string& source) {
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(source, "(syntax)", e.mark.line + 1, e.msg);
+  }
+}
+
+/// Recursively merges `over` into `base` (maps merge, everything else replaces).
+YAML::Node merged(const YAML::Node& base, const YAML::Node& over) {
+  if (!over.IsMap() || !base.IsMap()) return YAML::Clone(over);
+  YAML::Node out = YAML::Clone(base);
+  for (auto it = over.begin(); it != over.end(); ++it) {
+    const std::string k = it->first.Scalar();
+    if (out[k]) out[k] = merged(out[k], it->second);
+    else out[k] = YAML::Clone(it->second);
+  }
+  return out;
+}
+
+}  // namespace
+
+Config parse(std::string_view yaml_text, std::string source) {
+  YAML::Node root = load_node(yaml_text, source);
+  if (root.IsDefined() && !root.IsNull() && !root.IsMap())
+    throw ConfigError(source, "(top level)", line_of(root), "expected a mapping of sections");
+  return from_node(root, source, std::string(yaml_text));
+}
+
+Config load(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path.string(), "(file)", 0, "cannot be opened for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), path.string());
+}
+
+std::string to_yaml(const Config& c) {
+  YAML::Emitter e;
+  auto flow = [&](const auto& seq) {
+    e << YAML::Flow << YAML::BeginSeq;
+    for (const auto& v : seq) e << v;
+    e << YAML::EndSeq;
+  };
+  e << YAML::BeginMap;
+  e << YAML::Key << "detector" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "type" << YAML::Value << c.detector.type;
+  e << YAML::Key << "rows" << YAML::Value << c.detector.rows;
+  e << YAML::Key << "cols" << YAML::Value << c.detector.cols;
+  e << YAML::Key << "pixel_type" << YAML::Value << c.detector.pixel_type;
+  e << YAML::Key << "ports" << YAML::Value;
+  flow(std::vector<uint32_t>{c.detector.ports_x, c.detector.ports_y});
+  e << YAML::EndMap;
+  e << YAML::Key << "ingest" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "endpoints" << YAML::Value;
+  flow(c.ingest.endpoints);
+  e << YAML::Key << "queue_frames" << YAML::Value << c.ingest.queue_frames;
+  e << YAML::Key << "reorder_frames" << YAML::Value << c.ingest.reorder_frames;
+  e << YAML::Key << "part_timeout_ms" << YAML::Value << c.ingest.part_timeout_ms;
+  e << YAML::Key << "receive_hwm" << YAML::Value << c.ingest.receive_hwm;
+  e << YAML::Key << "receive_buffer_bytes" << YAML::Value << c.ingest.receive_buffer_bytes;
+  e << YAML::EndMap;
+  e << YAML::Key << "pedestal" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "dark_frames" << YAML::Value << c.pedestal.dark_frames;
+  e << YAML::Key << "keep_previous" << YAML::Value << c.pedestal.keep_previous;
+  e << YAML::Key << "window" << YAML::Value << c.pedestal.window;
+  e << YAML::EndMap;
+  e << YAML::Key << "finder" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "n_sigma" << YAML::Value << c.finder.n_sigma;
+  e << YAML::Key << "cluster_size" << YAML::Value << c.finder.cluster_size;
+  e << YAML::Key << "backend" << YAML::Value << c.finder.backend;
+  e << YAML::Key << "threads" << YAML::Value << c.finder.threads;
+  e << YAML::Key << "batch_frames" << YAML::Value << c.finder.batch_frames;
+  e << YAML::Key << "streams" << YAML::Value << c.finder.streams;
+  e << YAML::Key << "gpu_ids" << YAML::Value;
+  flow(c.finder.gpu_ids);
+  e << YAML::EndMap;
+  e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "directory" << YAML::Value << c.output.directory.string();
+  e << YAML::Key << "run_name" << YAML::Value << c.output.run_name;
+  e << YAML::Key << "flush_interval_ms" << YAML::Value << c.output.flush_interval_ms;
+  e << YAML::Key << "overwrite" << YAML::Value << c.output.overwrite;
+  e << YAML::EndMap;
+  e << YAML::Key << "run" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "auto_start" << YAML::Value << c.run.auto_start;
+  e << YAML::Key << "max_frames" << YAML::Value << c.run.max_frames;
+  e << YAML::Key << "max_seconds" << YAML::Value << c.run.max_seconds;
+  e << YAML::EndMap;
+  e << YAML::Key << "control" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "endpoint" << YAML::Value << c.control.endpoint;
+  e << YAML::EndMap;
+  e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "level" << YAML::Value << c.logging.level;
+  e << YAML::EndMap;
+  e << YAML::Key << "reconstruction" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "enabled" << YAML::Value << c.reconstruction.enabled;
+  e << YAML::Key << "frames_per_slice" << YAML::Value << c.reconstruction.frames_per_slice;
+  e << YAML::Key << "slices" << YAML::Value << c.reconstruction.slices;
+  e << YAML::Key << "lambda" << YAML::Value << c.reconstruction.lambda;
+  e << YAML::Key << "iterations" << YAML::Value << c.reconstruction.iterations;
+  e << YAML::Key << "backend" << YAML::Value << c.reconstruction.backend;
+  e << YAML::EndMap;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+Config with_overrides(const Config& base, std::string_view overrides_text) {
+  const std::string src = "overrides";
+  YAML::Node over = load_node(overrides_text, src);
+  if (!over.IsDefined() || over.IsNull()) return base;
+  if (!over.IsMap()) throw ConfigError(src, "(top level)", line_of(over), "expected a mapping of sections");
+  // Merged onto the struct's values (which callers may have changed since parsing).
+  YAML::Node root = load_node(to_yaml(base), base.source);
+  YAML::Node m = merged(root, over);
+  YAML::Emitter emitter;
+  emitter << m;
+  Config c = from_node(m, base.source + " + overrides", std::string(emitter.c_str()) + "\n");
+  return c;
+}
+
+}  // namespace glint::config

@@ -1,0 +1,90 @@
+#pragma once
+// Deterministic synthetic detector frames for tests, benchmarks, demos and the simulator.
+//
+// A Generator holds per-pixel maps drawn once from the seed (pedestal level, noise level, pixel
+// defects) and fills any frame from its index alone, so frames can be produced in any order, by
+// any number of threads, and always come out the same. Frames with index < dark_frames are dark
+// frames (pedestal + noise only); later frames carry photons and defects.
+//
+// Everything is integer arithmetic plus exactly rounded double add/multiply (no libm), so the same
+// seed gives the same bytes on every platform; the test suite pins digests of generated data.
+//
+// What the data contains, all switchable through Config:
+// - per-pixel pedestal and noise maps; Gaussian-like noise (sum of 12 uniforms: +-6 sigma tails);
+// - photons (about `photons` per data frame) whose charge is shared between up to 2x2 pixels by a
+//   charge cloud, a fraction of them landing on the frame border;
+// - crowded frames (every `crowded_every`-th data frame carries `crowded_factor` times more);
+// - hot pixels (a large offset in data frames only), noisy pixels, stuck pixels (constant value:
+//   zero or slightly negative variance), negative outliers (undershoots);
+// - slow pedestal drift (linear in the frame index, per-pixel rate);
+// - exact ties: "twin" pixel pairs that share pedestal, noise realisation and drift, with photons
+//   split exactly 50/50 between them.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "glint/frame.hpp"
+
+namespace glint::synth {
+
+struct Config {
+  FrameShape shape{400, 400};
+  uint64_t seed = 1;
+  uint64_t dark_frames = 1000;      ///< frames [0, dark_frames) are dark frames
+
+  double pedestal_min = 1000.0;     ///< per-pixel pedestal level, uniform in [min, max)
+  double pedestal_max = 3000.0;
+  double noise_min = 8.0;           ///< per-pixel noise rms (ADU), uniform in [min, max)
+  double noise_max = 16.0;
+
+  double photons = 500.0;           ///< mean photons per data frame (varies +-sqrt(photons))
+  double photon_adu = 300.0;        ///< photon energy in ADU (+-5% per photon)
+  double cloud_width = 0.3;         ///< charge-cloud reach (pixels) across a pixel edge
+  double border_fraction = 0.02;    ///< fraction of photons placed on the frame border
+  uint32_t crowded_every = 50;      ///< every n-th data frame is crowded (0: never)
+  double crowded_factor = 12.0;     ///< photon multiplier of a crowded frame
+
+  double hot_fraction = 2e-4;       ///< pixels with a large offset in data frames
+  double hot_adu = 500.0;
+  double noisy_fraction = 5e-4;     ///< pixels with 8x the noise
+  double stuck_fraction = 1e-4;     ///< pixels always reading the same value
+  double outlier_rate = 1e-4;       ///< per pixel and data frame: an undershoot of 10-60 sigma
+  double drift_per_frame = 0.004;   ///< pedestal drift (ADU/frame), per-pixel rate in [-1, 1]x this
+  double twin_fraction = 0.01;      ///< pixels that start a tied twin pair with their right neighbour
+  double tie_photon_fraction = 0.02;///< fraction of photons split exactly 50/50 on a twin pair
+};
+
+/// Throws std::invalid_argument naming the bad field.
+void validate(const Config& config);
+
+class Generator {
+ public:
+  explicit Generator(const Config& config);
+
+  const Config& config() const { return config_; }
+  bool is_dark(uint64_t index) const { return index < config_.dark_frames; }
+
+  /// Fills `frame` (shape.pixels() values) with frame number `index`: a dark frame when
+  /// index < dark_frames, a data frame otherwise. Thread-safe (const).
+  void fill(uint64_t index, std::span<uint16_t> frame) const;
+
+  /// Fills `count` consecutive frames starting at `first` into `frames` (count whole frames back to
+  /// back), using up to `threads` threads (0: all hardware threads).
+  void fill_many(uint64_t first, uint64_t count, std::span<uint16_t> frames,
+                 unsigned threads = 0) const;
+
+  /// The pedestal level the generator used for pixel i in frame `index` (drift included).
+  double pedestal(uint64_t index, std::size_t i) const;
+
+ private:
+  void add_photon(std::vector<double>& signal, double x, double y, double energy) const;
+
+  Config config_;
+  std::vector<double> pedestal_;   // level at frame 0
+  std::vector<double> drift_;      // ADU per frame
+  std::vector<double> sigma_;
+  std::vector<uint8_t> kind_;      // see synthetic.cpp
+  std::vector<uint32_t> twins_;    // left pixel index of every twin pair
+};
+
+}  // namespace glint::synth

@@ -1,0 +1,110 @@
+// glintd: the streaming daemon. Runs in the foreground (systemd Type=notify).
+//   SIGTERM / SIGINT: finish the current run (drain, write, close) and exit 0; a second one aborts
+//   the run (its file is still closed). SIGHUP: reload the configuration for the next run.
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <systemd/sd-daemon.h>
+
+#include "glint/config/config.hpp"
+#include "glint/daemon/daemon.hpp"
+#include "glint/log.hpp"
+
+namespace {
+constexpr int kExitConfig = 2;
+constexpr int kExitFailure = 1;
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"glintd: exact photon cluster finding daemon for slsReceiver streams"};
+  app.set_version_flag("--version", std::string("glintd ") + GLINT_VERSION);
+  std::string config_path;
+  std::string log_level;
+  bool check_only = false;
+  app.add_option("-c,--config", config_path, "YAML configuration file")->required();
+  app.add_option("--log-level", log_level, "overrides logging.level: trace, debug, info, warn, error, critical, off");
+  app.add_flag("--check", check_only, "validate the configuration and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  glint::config::Config cfg;
+  try {
+    cfg = glint::config::load(config_path);
+    glint::log::set_level(glint::log::parse_level(log_level.empty() ? cfg.logging.level : log_level));
+  } catch (const std::exception& e) {
+    std::cerr << "glintd: " << e.what() << "\n";
+    return kExitConfig;
+  }
+  if (check_only) {
+    std::cout << config_path << ": ok\n";
+    return 0;
+  }
+
+  // Signals are taken synchronously by this thread only; every thread started from here on
+  // inherits the blocked mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  std::unique_ptr<glint::daemon::Daemon> daemon;
+  try {
+    daemon = std::make_unique<glint::daemon::Daemon>(cfg);
+  } catch (const std::exception& e) {
+    glint::log::critical("{}", e.what());
+    return kExitFailure;
+  }
+
+  uint64_t watchdog_us = 0;
+  const bool watchdog = sd_watchdog_enabled(0, &watchdog_us) > 0 && watchdog_us > 0;
+  sd_notifyf(0, "READY=1\nSTATUS=idle, control %s\nMAINPID=%lu", daemon->control_endpoint().c_str(),
+             static_cast<unsigned long>(getpid()));
+  if (watchdog) glint::log::info("systemd watchdog every {} ms", watchdog_us / 1000);
+
+  int term_signals = 0;
+  std::string last_status;
+  auto last_ping = std::chrono::steady_clock::now();
+  while (!daemon->finished()) {
+    timespec ts{0, 200'000'000};
+    const int sig = sigtimedwait(&sigs, nullptr, &ts);
+    if (sig == SIGTERM || sig == SIGINT) {
+      ++term_signals;
+      if (term_signals == 1) {
+        glint::log::info("{}: finishing the current run, then exiting (again to abort)", strsignal(sig));
+        sd_notify(0, "STOPPING=1\nSTATUS=finishing the run and stopping");
+        daemon->request_shutdown(false);
+      } else {
+        glint::log::warn("{} again: aborting the run (its file is closed)", strsignal(sig));
+        daemon->request_shutdown(true);
+      }
+    } else if (sig == SIGHUP) {
+      try {
+        auto fresh = glint::config::load(config_path);
+        if (log_level.empty()) glint::log::set_level(glint::log::parse_level(fresh.logging.level));
+        daemon->request_reload(std::move(fresh));
+        sd_notify(0, "RELOADING=1");
+        sd_notify(0, "READY=1");
+      } catch (const std::exception& e) {
+        glint::log::error("SIGHUP: configuration not reloaded, keeping the current one: {}", e.what());
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    // The watchdog is fed only while the service thread is alive and going round its loop.
+    if (watchdog && now - last_ping >= std::chrono::microseconds(watchdog_us / 3) &&
+        now - daemon->heartbeat() < std::chrono::microseconds(watchdog_us / 2)) {
+      sd_notify(0, "WATCHDOG=1");
+      last_ping = now;
+    }
+    std::string status = daemon->status_line();
+    if (status != last_status) {
+      sd_notifyf(0, "STATUS=%s", status.c_str());
+      last_status = std::move(status);
+    }
+  }
+  daemon.reset();
+  glint::log::info("glintd: exiting");
+  return 0;
+}

@@ -1,0 +1,84 @@
+#pragma once
+// ZeroMQ ingest: one SUB socket and one thread per configured endpoint. Each thread validates
+// the slsReceiver headers against the configured detector, counts and skips bad input (logged
+// once per kind, then rate-limited), and copies each payload once into the assembler's buffers.
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "glint/config/config.hpp"
+#include "glint/pipeline/frame_assembler.hpp"
+#include "glint/pipeline/sls_stream.hpp"
+
+namespace zmq {
+class context_t;
+}
+
+namespace glint::pipeline {
+
+struct IngestCounters {
+  uint64_t messages = 0;
+  uint64_t bytes = 0;
+  uint64_t end_messages = 0;
+  std::array<uint64_t, kBadInputKinds> bad{};
+  uint64_t bad_total() const {
+    uint64_t s = 0;
+    for (auto v : bad) s += v;
+    return s;
+  }
+};
+
+/// Counts bad input by kind and logs it: the first of each kind at once, then at most one
+/// summary line per kind every `interval`.
+class BadInputLog {
+ public:
+  explicit BadInputLog(std::chrono::seconds interval = std::chrono::seconds(10)) : interval_(interval) {}
+  void record(BadInput kind, const std::string& endpoint, const std::string& detail);
+  std::array<uint64_t, kBadInputKinds> counts() const;
+
+ private:
+  std::chrono::seconds interval_;
+  mutable std::mutex mu_;
+  std::array<uint64_t, kBadInputKinds> count_{};
+  std::array<uint64_t, kBadInputKinds> logged_at_count_{};
+  std::array<std::chrono::steady_clock::time_point, kBadInputKinds> last_log_{};
+};
+
+class Ingest {
+ public:
+  /// Connects the SUB sockets and starts the threads.
+  Ingest(const config::Config& cfg, FrameAssembler& assembler);
+  ~Ingest();  ///< stops the threads and closes the sockets
+  Ingest(const Ingest&) = delete;
+  Ingest& operator=(const Ingest&) = delete;
+
+  /// True when every endpoint has sent the end-of-acquisition message.
+  bool all_ended() const;
+  /// True when at least one endpoint has sent it.
+  bool any_ended() const;
+  IngestCounters counters() const;
+  void stop();
+
+ private:
+  void run(std::stop_token st, std::size_t index);
+  void handle(std::size_t index,
+              std::vector<std::pair<const std::byte*, std::size_t>>& parts);
+
+  const config::Config cfg_;
+  FrameAssembler& assembler_;
+  std::unique_ptr<zmq::context_t> ctx_;
+  std::atomic<uint64_t> messages_{0}, bytes_{0}, end_messages_{0};
+  std::vector<std::unique_ptr<std::atomic<bool>>> ended_;
+  BadInputLog bad_;
+  std::mutex ports_mu_;
+  std::vector<std::optional<uint64_t>> last_frame_of_port_;  ///< by row * ports_x + column
+  std::vector<std::jthread> threads_;
+};
+
+}  // namespace glint::pipeline

@@ -1,0 +1,93 @@
+#pragma once
+// The slsReceiver ZeroMQ stream format (JSON header versions 4 and 5 + raw pixels): parsing for
+// the ingest, formatting for `glint sim`. See the specification of the stream in the docs.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace glint::pipeline {
+
+/// Why a message was rejected. Every kind is counted and logged (rate-limited) by the ingest.
+enum class BadInput : uint8_t {
+  malformed_json = 0,   ///< the header is not a JSON object
+  missing_field,        ///< a required key is absent or has the wrong type
+  size_mismatch,        ///< payload size differs from `size` or from shape x bitmode
+  wrong_shape,          ///< shape / detshape differ from the configured detector
+  unknown_bitmode,      ///< bitmode not 4, 8, 16 or 32
+  data_without_header,  ///< a pixel part that is not preceded by a header
+  frame_backwards,      ///< frame number not above the port's previous one
+  unknown_port,         ///< (row, column) outside the configured detector
+  count_
+};
+inline constexpr std::size_t kBadInputKinds = static_cast<std::size_t>(BadInput::count_);
+std::string_view to_string(BadInput kind);
+
+/// The fields of one header that glint uses, plus the ones it passes through.
+struct SlsHeader {
+  uint32_t jsonversion = 5;
+  uint32_t bitmode = 16;
+  uint64_t file_index = 0;
+  std::array<uint32_t, 2> detshape{1, 1};  ///< ports [x, y]
+  std::array<uint32_t, 2> shape{0, 0};     ///< this port's pixels [x (cols), y (rows)]
+  uint64_t size = 0;                       ///< payload bytes
+  uint64_t acq_index = 0;
+  uint64_t frame_index = 0;
+  double progress = 0;
+  std::string fname;
+  uint32_t data = 1;                       ///< 0: end of acquisition
+  uint32_t complete_image = 1;
+  uint64_t frame_number = 0;
+  uint64_t exp_length = 0;
+  uint64_t packet_number = 0;
+  uint64_t det_spec1 = 0;
+  uint64_t timestamp = 0;                  ///< 10 MHz ticks
+  uint32_t mod_id = 0;
+  uint32_t row = 0;                        ///< port position in detshape (y)
+  uint32_t column = 0;                     ///< port position in detshape (x)
+  uint32_t det_spec2 = 0, det_spec3 = 0, det_spec4 = 0;
+  uint32_t det_type = 0;
+  uint32_t version = 0;
+  uint32_t flip_rows = 0;
+  uint32_t quad = 0;
+  std::map<std::string, std::string> add_json_header;
+  std::array<int, 4> rx_roi{-1, -1, -1, -1};
+
+  bool is_end() const { return data == 0; }
+};
+
+/// Result of parsing: the header, or the reason it was rejected plus a short detail.
+struct ParsedHeader {
+  std::optional<SlsHeader> header;
+  BadInput reason = BadInput::malformed_json;
+  std::string detail;
+};
+
+/// Parses a header message. Unknown keys are ignored; version 4 and 5 accepted.
+ParsedHeader parse_sls_header(std::string_view text);
+
+/// The header as slsReceiver 9.x sends it (keys in its order, "}\n" at the end). Version 4 omits
+/// rx_roi.
+std::string format_sls_header(const SlsHeader& h);
+/// The end-of-acquisition message (data 0, other fields zero or empty).
+std::string format_sls_end(uint32_t jsonversion = 5);
+
+/// Payload bytes of `pixels` pixels at `bitmode` (4 bits: two pixels per byte, rounded up).
+std::size_t payload_bytes(uint32_t bitmode, std::size_t pixels);
+bool is_valid_bitmode(uint32_t bitmode);
+
+/// Widens one row of `n` pixels from the stream's bitmode into uint16: 4 and 8 bits widen,
+/// 16 copies (little-endian), 32 saturates at 65535. `src` holds the row's bytes; for 4 bits the
+/// row starts at nibble `first_nibble` (0: high nibble of src[0]).
+void decode_row(uint32_t bitmode, const std::byte* src, std::size_t first_pixel, std::size_t n,
+                uint16_t* dst);
+
+/// Encodes uint16 pixels into the stream's bitmode (the inverse of decode_row; 4 and 8 bits and
+/// 32 bits as used by the simulator). Values that do not fit are saturated.
+void encode_pixels(uint32_t bitmode, std::span<const uint16_t> pixels, std::byte* dst);
+
+}  // namespace glint::pipeline

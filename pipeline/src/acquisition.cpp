@@ -1,0 +1,415 @@
+#include "glint/pipeline/acquisition.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "glint/log.hpp"
+#include "glint/pipeline/finder_factory.hpp"
+#include "glint/pipeline/frame_assembler.hpp"
+#include "glint/pipeline/ingest.hpp"
+#include "glint/pipeline/run_file.hpp"
+
+namespace glint::pipeline {
+
+std::string_view to_string(RunState s) {
+  switch (s) {
+    case RunState::idle: return "idle";
+    case RunState::pedestal: return "pedestal";
+    case RunState::acquiring: return "acquiring";
+    case RunState::finishing: return "finishing";
+    case RunState::error: return "error";
+  }
+  return "unknown";
+}
+
+namespace {
+
+/// A frame number jump larger than this is recorded as this many missing rows plus a warning
+/// (a restarted detector counter must not fill the disk with empty rows).
+constexpr uint64_t kMaxGapRows = 1'000'000;
+
+FinderParams finder_params(const config::Config& c) {
+  FinderParams p;
+  p.shape = FrameShape{c.detector.rows, c.detector.cols};
+  p.cluster_size = c.finder.cluster_size;
+  p.n_sigma = c.finder.n_sigma;
+  p.pedestal_window = c.pedestal.window;
+  return p;
+}
+
+FinderOptions finder_options(const config::Config& c) {
+  FinderOptions o;
+  o.backend = parse_backend(c.finder.backend);
+  o.threads = c.finder.threads;
+  o.batch_frames = c.finder.batch_frames;
+  o.streams = c.finder.streams;
+  o.gpu_ids = c.finder.gpu_ids;
+  return o;
+}
+
+}  // namespace
+
+struct Acquisition::Worker {
+  FrameAssembler assembler;
+  // Connected once the finder and the file are ready: the publisher's subscriber appears only
+  // when glint can take data. Published through an atomic for stats() on other threads.
+  std::unique_ptr<Ingest> ingest_owner;
+  std::atomic<Ingest*> ingest{nullptr};
+  std::unique_ptr<ClusterFinder> finder;
+  std::optional<RunFileWriter> writer;
+
+  // The batch handed to the finder: either dark frames or data frames, consecutive.
+  enum class Kind { none, dark, data } kind = Kind::none;
+  std::size_t pixels;
+  std::size_t capacity;
+  std::vector<uint16_t> batch;
+  std::vector<uint64_t> numbers, timestamps;
+  std::vector<uint8_t> flags;
+  std::vector<FrameRow> rows;
+  ClusterTable table;
+
+  Worker(const config::Config& cfg)
+      : assembler(cfg.detector, cfg.ingest),
+        pixels(std::size_t{cfg.detector.rows} * cfg.detector.cols),
+        capacity(static_cast<std::size_t>(cfg.finder.batch_frames)),
+        table(cfg.finder.cluster_size) {
+    batch.resize(capacity * pixels);
+    numbers.reserve(capacity);
+    timestamps.reserve(capacity);
+    flags.reserve(capacity);
+  }
+};
+
+Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
+                         std::optional<PedestalState> previous_pedestal)
+    : cfg_(cfg),
+      run_index_(run_index),
+      file_(run_file_path(cfg.output.directory, cfg.output.run_name, run_index)),
+      previous_pedestal_(std::move(previous_pedestal)),
+      started_(std::chrono::steady_clock::now()) {
+  w_ = std::make_unique<Worker>(cfg_);
+  thread_ = std::jthread([this](std::stop_token st) { run(st); });
+}
+
+Acquisition::~Acquisition() {
+  abort();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Acquisition::stop(std::string reason) {
+  {
+    std::lock_guard lock(mu_);
+    if (end_reason_.empty()) end_reason_ = std::move(reason);
+  }
+  stop_requested_.store(true);
+  w_->assembler.wake();
+}
+
+void Acquisition::abort() {
+  {
+    std::lock_guard lock(mu_);
+    if (end_reason_.empty()) end_reason_ = "abort";
+  }
+  abort_requested_.store(true);
+  stop_requested_.store(true);
+  w_->assembler.wake();
+}
+
+bool Acquisition::wait(std::chrono::milliseconds timeout) const {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!done_.load()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+std::optional<PedestalState> Acquisition::start_pedestal() const {
+  std::lock_guard lock(mu_);
+  return start_pedestal_;
+}
+std::optional<PedestalState> Acquisition::end_pedestal() const {
+  std::lock_guard lock(mu_);
+  return end_pedestal_;
+}
+
+void Acquisition::fail(const std::string& why) {
+  {
+    std::lock_guard lock(mu_);
+    if (error_.empty()) error_ = why;
+  }
+  log::error("run {}: {}", run_index_, why);
+  state_.store(RunState::error);
+}
+
+RunStats Acquisition::stats() const {
+  RunStats s;
+  s.state = state_.load();
+  s.run_index = run_index_;
+  s.file = file_.string();
+  {
+    std::lock_guard lock(mu_);
+    s.error = error_;
+    s.backend = backend_;
+    s.end_reason = end_reason_;
+  }
+  s.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  IngestCounters ic;
+  if (Ingest* in = w_->ingest.load()) ic = in->counters();
+  s.messages = ic.messages;
+  s.bytes = ic.bytes;
+  s.end_messages = ic.end_messages;
+  s.bad = ic.bad;
+  s.bad_total = ic.bad_total();
+  const auto ac = w_->assembler.counters();
+  s.parts = ac.parts;
+  s.frames_received = ac.frames_complete + ac.frames_incomplete;
+  s.late_parts = ac.late_parts;
+  s.dropped = ac.frames_dropped;
+  s.pending_images = ac.pending;
+  s.queued_images = ac.ready;
+  s.staging_total = ac.pool;
+  s.staging_used = ac.pool - ac.free;
+  s.frames_processed = frames_processed_.load();
+  s.dark_frames = dark_frames_.load();
+  s.data_frames = data_frames_.load();
+  s.incomplete = incomplete_.load();
+  s.missing = missing_.load();
+  s.clusters = clusters_.load();
+  s.rows_written = rows_written_.load();
+  return s;
+}
+
+void Acquisition::run(std::stop_token) {
+  Worker& w = *w_;
+  const auto& cfg = cfg_;
+  using clock = std::chrono::steady_clock;
+  uint64_t dark_remaining = cfg.pedestal.dark_frames;
+  std::optional<uint64_t> next_expected;
+  uint64_t frames_seen = 0;  // rows for received images, towards run.max_frames
+  auto last_flush = clock::now();
+  std::optional<clock::time_point> first_end_at;
+
+  auto flush_batch = [&] {
+    const std::size_t n = w.numbers.size();
+    if (n == 0) return;
+    if (w.kind == Worker::Kind::dark) {
+      w.finder->push_dark(std::span<const uint16_t>(w.batch.data(), n * w.pixels));
+      w.rows.clear();
+      for (std::size_t i = 0; i < n; ++i)
+        w.rows.push_back(FrameRow{w.numbers[i], w.timestamps[i], 0, 0, kFlagDark});
+      w.writer->append_empty_frames(w.rows);
+      dark_frames_.fetch_add(n);
+    } else {
+      w.table.clear();
+      w.finder->find(std::span<const uint16_t>(w.batch.data(), n * w.pixels), w.numbers, w.table);
+      w.writer->append(w.table, w.timestamps, w.flags);
+      clusters_.fetch_add(w.table.n_clusters());
+      data_frames_.fetch_add(n);
+    }
+    frames_processed_.fetch_add(n);
+    rows_written_.fetch_add(n);
+    w.numbers.clear();
+    w.timestamps.clear();
+    w.flags.clear();
+    w.kind = Worker::Kind::none;
+  };
+
+  auto begin_data = [&] {
+    // The dark phase is over: record the pedestal data taking starts from.
+    PedestalState p = w.finder->pedestal();
+    w.writer->write_start_pedestal(p);
+    {
+      std::lock_guard lock(mu_);
+      start_pedestal_ = std::move(p);
+    }
+    if (state_.load() == RunState::pedestal) state_.store(RunState::acquiring);
+    log::info("run {}: pedestal ready, acquiring", run_index_);
+  };
+
+  auto write_empty = [&](std::span<const FrameRow> rows) {
+    flush_batch();
+    w.writer->append_empty_frames(rows);
+    rows_written_.fetch_add(rows.size());
+  };
+
+  // Rows for the frame numbers in [from, to) that never reached the finder.
+  auto write_gap = [&](uint64_t from, uint64_t to) {
+    auto dropped = w.assembler.take_dropped(to);
+    if (from >= to) return;
+    uint64_t n = to - from;
+    if (n > kMaxGapRows) {
+      log::warn("run {}: frame number jumps from {} to {}; recording the first {} as missing", run_index_,
+                from - 1, to, kMaxGapRows);
+      n = kMaxGapRows;
+    }
+    std::vector<FrameRow> rows;
+    rows.reserve(std::min<uint64_t>(n, 65536));
+    std::size_t di = 0;
+    uint64_t n_missing = 0, n_dropped = 0;
+    for (uint64_t fn = from; fn < from + n; ++fn) {
+      while (di < dropped.size() && dropped[di] < fn) ++di;
+      const bool was_dropped = di < dropped.size() && dropped[di] == fn;
+      rows.push_back(FrameRow{fn, 0, 0, 0, was_dropped ? kFlagDropped : kFlagMissing});
+      (was_dropped ? n_dropped : n_missing)++;
+      if (rows.size() == 65536) {
+        write_empty(rows);
+        rows.clear();
+      }
+    }
+    if (!rows.empty()) write_empty(rows);
+    missing_.fetch_add(n_missing);
+    dropped_rows_.fetch_add(n_dropped);
+  };
+
+  try {
+    if (cfg.output.directory.empty()) throw OutputError("output.directory is empty");
+    std::error_code ec;
+    std::filesystem::create_directories(cfg.output.directory, ec);
+    if (ec)
+      throw OutputError(fmt::format("cannot create output directory {}: {}",
+                                    cfg.output.directory.string(), ec.message()));
+    w.finder = make_finder(finder_params(cfg), finder_options(cfg));
+    {
+      std::lock_guard lock(mu_);
+      backend_ = w.finder->description();
+    }
+    RunMetadata meta;
+    meta.config_yaml = config::to_yaml(cfg);
+    meta.finder = w.finder->params();
+    meta.detector_type = cfg.detector.type;
+    meta.source = fmt::format("slsReceiver stream {}", fmt::join(cfg.ingest.endpoints, " "));
+    meta.pixel_type = cfg.detector.pixel_type;
+    meta.backend = w.finder->description();
+    w.writer.emplace(file_, meta, cfg.output.overwrite);
+    log::info("run {}: writing {} ({} backend)", run_index_, file_.string(), meta.backend);
+
+    if (cfg.pedestal.keep_previous && previous_pedestal_ &&
+        previous_pedestal_->shape == FrameShape{cfg.detector.rows, cfg.detector.cols} &&
+        previous_pedestal_->window == cfg.pedestal.window) {
+      w.finder->load_pedestal(*previous_pedestal_);
+      dark_remaining = 0;
+      log::info("run {}: keeping the previous run's pedestal", run_index_);
+    } else if (cfg.pedestal.keep_previous) {
+      log::info("run {}: no usable previous pedestal; taking {} dark frames", run_index_, dark_remaining);
+    }
+    if (dark_remaining == 0) begin_data();
+    else state_.store(RunState::pedestal);
+    w.ingest_owner = std::make_unique<Ingest>(cfg, w.assembler);
+    w.ingest.store(w.ingest_owner.get());
+
+    while (true) {
+      if (abort_requested_.load()) break;
+      const auto now = clock::now();
+      // End conditions other than the end message.
+      if (!stop_requested_.load()) {
+        if (cfg.run.max_seconds > 0 &&
+            std::chrono::duration<double>(now - started_).count() >= cfg.run.max_seconds)
+          stop("time limit");
+        else if (w.ingest.load()->all_ended())
+          stop("end of acquisition");
+        else if (w.ingest.load()->any_ended()) {
+          if (!first_end_at) first_end_at = now;
+          else if (now - *first_end_at >= std::chrono::milliseconds(cfg.ingest.part_timeout_ms))
+            stop("end of acquisition (not on every port)");
+        }
+      }
+      if (stop_requested_.load() && state_.load() != RunState::finishing) {
+        state_.store(RunState::finishing);
+        w.ingest.load()->stop();  // no new input; what is queued gets written
+        w.assembler.flush_pending();
+      }
+      if (now - last_flush >= std::chrono::milliseconds(cfg.output.flush_interval_ms)) {
+        flush_batch();
+        w.writer->flush();
+        last_flush = now;
+      }
+
+      FramePtr f = w.assembler.pop(std::chrono::milliseconds(20));
+      if (!f) {
+        flush_batch();  // nothing queued: hand what we have to the finder now (low latency)
+        if (state_.load() == RunState::finishing) {
+          w.assembler.flush_pending();
+          f = w.assembler.pop(std::chrono::milliseconds(0));
+          if (!f) break;
+        } else {
+          continue;
+        }
+      }
+      const uint64_t fn = f->frame_number;
+      if (next_expected && fn > *next_expected) write_gap(*next_expected, fn);
+      else if (!next_expected) (void)w.assembler.take_dropped(fn);
+      next_expected = fn + 1;
+
+      if (f->incomplete) {
+        const FrameRow row{fn, f->timestamp, 0, 0, kFlagIncomplete};
+        write_empty(std::span<const FrameRow>(&row, 1));
+        incomplete_.fetch_add(1);
+        frames_processed_.fetch_add(1);
+      } else {
+        const auto kind = dark_remaining > 0 ? Worker::Kind::dark : Worker::Kind::data;
+        if (w.kind != kind) flush_batch();
+        w.kind = kind;
+        std::memcpy(w.batch.data() + w.numbers.size() * w.pixels, f->pixels.data(), w.pixels * 2);
+        w.numbers.push_back(fn);
+        w.timestamps.push_back(f->timestamp);
+        w.flags.push_back(0);
+        if (kind == Worker::Kind::dark && --dark_remaining == 0) {
+          flush_batch();
+          begin_data();
+        }
+        if (w.numbers.size() == w.capacity) flush_batch();
+      }
+      w.assembler.release(std::move(f));
+      ++frames_seen;
+      if (cfg.run.max_frames > 0 && frames_seen >= cfg.run.max_frames && !stop_requested_.load())
+        stop("frame limit");
+    }
+    w.ingest.load()->stop();
+    if (!abort_requested_.load()) {
+      flush_batch();
+      write_gap(next_expected.value_or(0), next_expected.value_or(0));  // releases dropped list
+      // Frames dropped after the last received one still get their rows.
+      auto tail = w.assembler.take_dropped(std::nullopt);
+      if (!tail.empty() && next_expected) {
+        std::vector<FrameRow> rows;
+        for (uint64_t fn : tail)
+          if (fn >= *next_expected) rows.push_back(FrameRow{fn, 0, 0, 0, kFlagDropped});
+        if (!rows.empty()) {
+          write_empty(rows);
+          dropped_rows_.fetch_add(rows.size());
+        }
+      }
+    } else {
+      w.numbers.clear();
+    }
+    PedestalState end = w.finder->pedestal();
+    w.writer->close(&end);
+    {
+      std::lock_guard lock(mu_);
+      end_pedestal_ = std::move(end);
+    }
+    if (state_.load() != RunState::error) state_.store(RunState::idle);
+    const auto s = stats();
+    log::info("run {} ended ({}): {} frames ({} dark, {} data, {} incomplete, {} missing, {} dropped), "
+              "{} clusters, {} bad messages -> {}",
+              run_index_, s.end_reason, s.rows_written, s.dark_frames, s.data_frames, s.incomplete,
+              s.missing, s.dropped, s.clusters, s.bad_total, file_.string());
+  } catch (const std::exception& e) {
+    fail(e.what());
+    if (Ingest* in = w.ingest.load()) in->stop();
+    if (w.writer) {
+      try {
+        w.writer->close(nullptr);
+      } catch (const std::exception& e2) {
+        log::error("run {}: closing {} failed too: {}", run_index_, file_.string(), e2.what());
+      }
+    }
+  }
+  done_.store(true);
+}
+
+}  // namespace glint::pipeline

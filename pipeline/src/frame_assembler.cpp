@@ -1,0 +1,147 @@
+#include "glint/pipeline/frame_assembler.hpp"
+
+#include <algorithm>
+
+namespace glint::pipeline {
+
+FrameAssembler::FrameAssembler(const config::DetectorConfig& detector,
+                               const config::IngestConfig& ingest)
+    : det_(detector),
+      reorder_frames_(ingest.reorder_frames),
+      part_timeout_(ingest.part_timeout_ms),
+      n_parts_(detector.n_ports()) {
+  // All buffers are allocated here, at run start; nothing is allocated per frame.
+  free_.reserve(ingest.queue_frames);
+  for (uint32_t i = 0; i < ingest.queue_frames; ++i) {
+    auto f = std::make_unique<AssembledFrame>();
+    f->pixels.resize(std::size_t{det_.rows} * det_.cols);
+    f->have_part.resize(n_parts_);
+    free_.push_back(std::move(f));
+  }
+  c_.pool = free_.size();
+}
+
+void FrameAssembler::remember_dropped_locked(uint64_t fn) {
+  dropped_.insert(fn);
+  dropped_recent_.insert(fn);
+  while (dropped_recent_.size() > 4096) dropped_recent_.erase(dropped_recent_.begin());
+}
+
+void FrameAssembler::add_part(const SlsHeader& h, std::span<const std::byte> payload) {
+  const auto now = std::chrono::steady_clock::now();
+  std::unique_lock lock(mu_);
+  const uint64_t fn = h.frame_number;
+  if ((last_emitted_ && fn <= *last_emitted_) || dropped_recent_.contains(fn)) {
+    ++c_.late_parts;
+    return;
+  }
+  auto it = pending_.find(fn);
+  if (it == pending_.end()) {
+    if (free_.empty()) {
+      // No buffer: drop the frame here instead of blocking the socket.
+      ++c_.frames_dropped;
+      remember_dropped_locked(fn);
+      return;
+    }
+    FramePtr f = std::move(free_.back());
+    free_.pop_back();
+    f->frame_number = fn;
+    f->timestamp = h.timestamp;
+    f->incomplete = false;
+    f->parts = 0;
+    std::fill(f->have_part.begin(), f->have_part.end(), false);
+    f->first_part_at = now;
+    it = pending_.emplace(fn, std::move(f)).first;
+  }
+  AssembledFrame& f = *it->second;
+  const uint32_t part = h.row * det_.ports_x + h.column;
+  if (f.have_part[part]) {  // a repeated part: keep the first
+    ++c_.late_parts;
+    return;
+  }
+  const uint32_t prow = det_.port_rows(), pcol = det_.port_cols();
+  const std::size_t y0 = std::size_t{h.row} * prow, x0 = std::size_t{h.column} * pcol;
+  for (uint32_t r = 0; r < prow; ++r)
+    decode_row(h.bitmode, payload.data(), std::size_t{r} * pcol, pcol,
+               f.pixels.data() + (y0 + r) * det_.cols + x0);
+  f.have_part[part] = true;
+  ++f.parts;
+  if (h.complete_image == 0) f.incomplete = true;
+  ++c_.parts;
+  emit_ready_locked(now, false);
+  lock.unlock();
+  cv_.notify_one();
+}
+
+void FrameAssembler::emit_ready_locked(std::chrono::steady_clock::time_point now, bool flush_all) {
+  while (!pending_.empty()) {
+    auto first = pending_.begin();
+    AssembledFrame& f = *first->second;
+    const bool complete = f.parts == n_parts_;
+    const bool overdue = pending_.size() > reorder_frames_ || now - f.first_part_at >= part_timeout_;
+    if (!complete && !overdue && !flush_all) break;
+    if (!complete) f.incomplete = true;
+    if (f.incomplete) ++c_.frames_incomplete;
+    else ++c_.frames_complete;
+    last_emitted_ = first->first;
+    ready_.push_back(std::move(first->second));
+    pending_.erase(first);
+  }
+}
+
+FramePtr FrameAssembler::pop(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (ready_.empty()) {
+    emit_ready_locked(std::chrono::steady_clock::now(), false);
+    if (!ready_.empty()) break;
+    // Wake at the deadline or when the oldest pending image becomes overdue.
+    auto until = deadline;
+    if (!pending_.empty()) until = std::min(until, pending_.begin()->second->first_part_at + part_timeout_);
+    if (cv_.wait_until(lock, until) == std::cv_status::timeout &&
+        std::chrono::steady_clock::now() >= deadline) {
+      emit_ready_locked(std::chrono::steady_clock::now(), false);
+      break;
+    }
+  }
+  if (ready_.empty()) return nullptr;
+  FramePtr f = std::move(ready_.front());
+  ready_.pop_front();
+  return f;
+}
+
+void FrameAssembler::release(FramePtr frame) {
+  if (!frame) return;
+  std::lock_guard lock(mu_);
+  free_.push_back(std::move(frame));
+}
+
+void FrameAssembler::flush_pending() {
+  {
+    std::lock_guard lock(mu_);
+    emit_ready_locked(std::chrono::steady_clock::now(), true);
+  }
+  cv_.notify_all();
+}
+
+void FrameAssembler::wake() { cv_.notify_all(); }
+
+std::vector<uint64_t> FrameAssembler::take_dropped(std::optional<uint64_t> limit) {
+  std::lock_guard lock(mu_);
+  std::vector<uint64_t> out;
+  auto end = limit ? dropped_.lower_bound(*limit) : dropped_.end();
+  out.assign(dropped_.begin(), end);
+  dropped_.erase(dropped_.begin(), end);
+  return out;
+}
+
+AssemblerCounters FrameAssembler::counters() const {
+  std::lock_guard lock(mu_);
+  AssemblerCounters c = c_;
+  c.pending = pending_.size();
+  c.ready = ready_.size();
+  c.free = free_.size();
+  return c;
+}
+
+}  // namespace glint::pipeline

@@ -1,0 +1,197 @@
+#include "glint/pipeline/ingest.hpp"
+
+#include <zmq.hpp>
+
+#include "glint/log.hpp"
+
+namespace glint::pipeline {
+
+void BadInputLog::record(BadInput kind, const std::string& endpoint, const std::string& detail) {
+  const auto k = static_cast<std::size_t>(kind);
+  const auto now = std::chrono::steady_clock::now();
+  uint64_t total = 0, since = 0;
+  bool log_now = false;
+  {
+    std::lock_guard lock(mu_);
+    total = ++count_[k];
+    if (total == 1 || now - last_log_[k] >= interval_) {
+      log_now = true;
+      since = total - logged_at_count_[k];
+      logged_at_count_[k] = total;
+      last_log_[k] = now;
+    }
+  }
+  if (!log_now) return;
+  if (total == 1)
+    log::warn("ingest {}: bad input ({}): {}; skipped (further ones are counted, logged at most "
+              "every {} s)", endpoint, to_string(kind), detail, interval_.count());
+  else
+    log::warn("ingest {}: {} more bad input ({}), {} in total; latest: {}", endpoint, since,
+              to_string(kind), total, detail);
+}
+
+std::array<uint64_t, kBadInputKinds> BadInputLog::counts() const {
+  std::lock_guard lock(mu_);
+  return count_;
+}
+
+Ingest::Ingest(const config::Config& cfg, FrameAssembler& assembler)
+    : cfg_(cfg), assembler_(assembler), ctx_(std::make_unique<zmq::context_t>(1)) {
+  last_frame_of_port_.resize(cfg_.detector.n_ports());
+  for (std::size_t i = 0; i < cfg_.ingest.endpoints.size(); ++i)
+    ended_.push_back(std::make_unique<std::atomic<bool>>(false));
+  // Sockets are created and connected in the threads that use them (ZeroMQ sockets are not
+  // thread-safe).
+  for (std::size_t i = 0; i < cfg_.ingest.endpoints.size(); ++i)
+    threads_.emplace_back([this, i](std::stop_token st) { run(st, i); });
+}
+
+Ingest::~Ingest() { stop(); }
+
+void Ingest::stop() {
+  for (auto& t : threads_) t.request_stop();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+bool Ingest::all_ended() const {
+  for (const auto& e : ended_)
+    if (!e->load()) return false;
+  return true;
+}
+
+bool Ingest::any_ended() const {
+  for (const auto& e : ended_)
+    if (e->load()) return true;
+  return false;
+}
+
+IngestCounters Ingest::counters() const {
+  IngestCounters c;
+  c.messages = messages_.load();
+  c.bytes = bytes_.load();
+  c.end_messages = end_messages_.load();
+  c.bad = bad_.counts();
+  return c;
+}
+
+void Ingest::run(std::stop_token st, std::size_t index) {
+  const std::string& ep = cfg_.ingest.endpoints[index];
+  zmq::socket_t sock;
+  try {
+    sock = zmq::socket_t(*ctx_, zmq::socket_type::sub);
+    sock.set(zmq::sockopt::rcvhwm, cfg_.ingest.receive_hwm);
+    if (cfg_.ingest.receive_buffer_bytes > 0) sock.set(zmq::sockopt::rcvbuf, cfg_.ingest.receive_buffer_bytes);
+    sock.set(zmq::sockopt::rcvtimeo, 100);
+    sock.set(zmq::sockopt::linger, 0);
+    sock.set(zmq::sockopt::subscribe, "");
+    sock.connect(ep);
+  } catch (const zmq::error_t& e) {
+    log::error("ingest {}: cannot connect: {}", ep, e.what());
+    return;
+  }
+  log::info("ingest: subscribed to {}", ep);
+  std::vector<zmq::message_t> msgs;
+  std::vector<std::pair<const std::byte*, std::size_t>> parts;
+  while (!st.stop_requested()) {
+    msgs.clear();
+    try {
+      zmq::message_t m;
+      if (!sock.recv(m)) continue;  // timeout: check the stop token
+      bool more = m.more();
+      msgs.push_back(std::move(m));
+      while (more) {
+        zmq::message_t p;
+        if (!sock.recv(p)) break;  // parts of one message arrive together; cannot time out
+        more = p.more();
+        msgs.push_back(std::move(p));
+      }
+    } catch (const zmq::error_t& e) {
+      if (e.num() == ETERM) break;
+      log::error("ingest {}: receive failed: {}", ep, e.what());
+      continue;
+    }
+    parts.clear();
+    uint64_t bytes = 0;
+    for (auto& m : msgs) {
+      parts.emplace_back(static_cast<const std::byte*>(m.data()), m.size());
+      bytes += m.size();
+    }
+    messages_.fetch_add(1, std::memory_order_relaxed);
+    bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    handle(index, parts);
+  }
+}
+
+void Ingest::handle(std::size_t index,
+                    std::vector<std::pair<const std::byte*, std::size_t>>& parts) {
+  const std::string& ep = cfg_.ingest.endpoints[index];
+  const auto& det = cfg_.detector;
+  const auto* first = reinterpret_cast<const char*>(parts[0].first);
+  const std::size_t first_size = parts[0].second;
+  // A header is JSON text; a part that does not start like one is pixels without a header.
+  std::size_t skip = 0;
+  while (skip < first_size && (first[skip] == ' ' || first[skip] == '\n' || first[skip] == '\r' || first[skip] == '\t')) ++skip;
+  if (skip == first_size || first[skip] != '{') {
+    if (parts.size() == 1 && first_size > 0)
+      bad_.record(BadInput::data_without_header, ep,
+                  fmt::format("a single {}-byte part that is not a JSON header", first_size));
+    else
+      bad_.record(BadInput::malformed_json, ep, "the first part is not a JSON object");
+    return;
+  }
+  ParsedHeader ph = parse_sls_header(std::string_view(first, first_size));
+  if (!ph.header) {
+    bad_.record(ph.reason, ep, ph.detail);
+    return;
+  }
+  const SlsHeader& h = *ph.header;
+  if (h.is_end()) {
+    end_messages_.fetch_add(1);
+    if (!ended_[index]->exchange(true)) log::info("ingest {}: end of acquisition", ep);
+    return;
+  }
+  if (!is_valid_bitmode(h.bitmode)) {
+    bad_.record(BadInput::unknown_bitmode, ep, fmt::format("bitmode {} (allowed: 4, 8, 16, 32)", h.bitmode));
+    return;
+  }
+  if (h.detshape[0] != det.ports_x || h.detshape[1] != det.ports_y ||
+      h.shape[0] != det.port_cols() || h.shape[1] != det.port_rows()) {
+    bad_.record(BadInput::wrong_shape, ep,
+                fmt::format("frame {}: detshape [{}, {}] shape [{}, {}], configured detshape [{}, {}] "
+                            "shape [{}, {}]", h.frame_number, h.detshape[0], h.detshape[1], h.shape[0],
+                            h.shape[1], det.ports_x, det.ports_y, det.port_cols(), det.port_rows()));
+    return;
+  }
+  if (h.row >= det.ports_y || h.column >= det.ports_x) {
+    bad_.record(BadInput::unknown_port, ep,
+                fmt::format("frame {}: port (row {}, column {}) not in the {}x{} detector",
+                            h.frame_number, h.row, h.column, det.ports_x, det.ports_y));
+    return;
+  }
+  const std::size_t expected = payload_bytes(h.bitmode, std::size_t{h.shape[0]} * h.shape[1]);
+  const std::size_t got = parts.size() >= 2 ? parts[1].second : 0;
+  if (parts.size() != 2 || h.size != expected || got != expected) {
+    bad_.record(BadInput::size_mismatch, ep,
+                fmt::format("frame {}: {} part(s), header size {}, payload {} bytes, expected {} "
+                            "({}x{} at {} bits)", h.frame_number, parts.size(), h.size, got, expected,
+                            h.shape[0], h.shape[1], h.bitmode));
+    return;
+  }
+  {
+    std::lock_guard lock(ports_mu_);
+    auto& last = last_frame_of_port_[h.row * det.ports_x + h.column];
+    if (last && h.frame_number <= *last) {
+      const uint64_t prev = *last;
+      bad_.record(BadInput::frame_backwards, ep,
+                  fmt::format("frame {} after frame {} on port (row {}, column {})", h.frame_number,
+                              prev, h.row, h.column));
+      return;
+    }
+    last = h.frame_number;
+  }
+  assembler_.add_part(h, std::span<const std::byte>(parts[1].first, parts[1].second));
+}
+
+}  // namespace glint::pipeline

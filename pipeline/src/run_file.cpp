@@ -1,0 +1,566 @@
+#include "glint/pipeline/run_file.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <limits>
+#include <utility>
+
+#include "glint/log.hpp"
+
+namespace glint::pipeline {
+namespace {
+
+// --- HDF5 plumbing -------------------------------------------------------------------------
+
+/// Move-only owner of an HDF5 identifier.
+class Hid {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Hid() = default;
+  Hid(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Hid() { reset(); }
+  Hid(Hid&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), closer_(o.closer_) {}
+  Hid& operator=(Hid&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, H5I_INVALID_HID);
+      closer_ = o.closer_;
+    }
+    return *this;
+  }
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  hid_t get() const { return id_; }
+  explicit operator bool() const { return id_ >= 0; }
+  /// Closes now; returns false when HDF5 reported an error (e.g. the final write failed).
+  bool reset() {
+    bool ok = true;
+    if (id_ >= 0 && closer_) ok = closer_(id_) >= 0;
+    id_ = H5I_INVALID_HID;
+    return ok;
+  }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+/// HDF5's own message for the most recent failure (its automatic printing is switched off).
+std::string hdf5_message() {
+  std::string text;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_DOWNWARD,
+      [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
+        auto* out = static_cast<std::string*>(data);
+        if (n < 3 && e->desc && *e->desc) {
+          if (!out->empty()) *out += "; ";
+          *out += e->desc;
+        }
+        return 0;
+      },
+      &text);
+  H5Eclear2(H5E_DEFAULT);
+  return text.empty() ? "HDF5 error" : text;
+}
+
+void silence_hdf5() {
+  static const bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+struct Context {
+  const std::filesystem::path* path;
+  [[noreturn]] void fail(const std::string& what) const {
+    throw OutputError(path->string() + ": " + what + ": " + hdf5_message());
+  }
+  hid_t id(hid_t handle, const std::string& what) const {
+    if (handle < 0) fail(what);
+    return handle;
+  }
+  void check(herr_t status, const std::string& what) const {
+    if (status < 0) fail(what);
+  }
+};
+
+Hid make_string_type() {
+  Hid t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  return t;
+}
+
+void write_string_attr(const Context& c, hid_t obj, const char* name, const std::string& value) {
+  Hid type = make_string_type();
+  Hid space(c.id(H5Screate(H5S_SCALAR), "dataspace"), H5Sclose);
+  Hid attr(c.id(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   std::string("attribute ") + name),
+           H5Aclose);
+  const char* p = value.c_str();
+  c.check(H5Awrite(attr.get(), type.get(), &p), name);
+}
+
+template <class T>
+hid_t native_type();
+template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
+template <> hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
+template <> hid_t native_type<uint64_t>() { return H5T_NATIVE_UINT64; }
+template <> hid_t native_type<uint32_t>() { return H5T_NATIVE_UINT32; }
+template <> hid_t native_type<uint16_t>() { return H5T_NATIVE_UINT16; }
+template <> hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
+template <> hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
+
+template <class T>
+void write_numeric_attr(const Context& c, hid_t obj, const char* name, std::span<const T> values) {
+  const hsize_t n = values.size();
+  Hid space(c.id(n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr),
+                    "dataspace"),
+            H5Sclose);
+  Hid attr(c.id(H5Acreate2(obj, name, native_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                   std::string("attribute ") + name),
+           H5Aclose);
+  c.check(H5Awrite(attr.get(), native_type<T>(), values.data()), name);
+}
+
+template <class T>
+void write_numeric_attr(const Context& c, hid_t obj, const char* name, T value) {
+  write_numeric_attr<T>(c, obj, name, std::span<const T>(&value, 1));
+}
+
+Hid make_group(const Context& c, hid_t parent, const char* name, const char* nx_class) {
+  Hid g(c.id(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                std::string("group ") + name),
+        H5Gclose);
+  write_string_attr(c, g.get(), "NX_class", nx_class);
+  return g;
+}
+
+/// An extendible dataset of rows (each row `row_dims` elements), chunked along the rows.
+Hid make_table(const Context& c, hid_t parent, const char* name, hid_t type,
+               std::span<const hsize_t> row_dims, hsize_t chunk_rows) {
+  std::array<hsize_t, 3> dims{0, 0, 0}, maxdims{H5S_UNLIMITED, 0, 0}, chunk{chunk_rows, 0, 0};
+  const int rank = 1 + static_cast<int>(row_dims.size());
+  for (std::size_t i = 0; i < row_dims.size(); ++i) {
+    dims[i + 1] = maxdims[i + 1] = chunk[i + 1] = row_dims[i];
+  }
+  Hid space(c.id(H5Screate_simple(rank, dims.data(), maxdims.data()), "dataspace"), H5Sclose);
+  Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  c.check(H5Pset_chunk(dcpl.get(), rank, chunk.data()), "chunking");
+  return Hid(c.id(H5Dcreate2(parent, name, type, space.get(), H5P_DEFAULT, dcpl.get(),
+                                H5P_DEFAULT),
+                     std::string("dataset ") + name),
+             H5Dclose);
+}
+
+/// A fixed H x W image dataset filled with `fill` until written.
+template <class T>
+Hid make_image(const Context& c, hid_t parent, const char* name, FrameShape shape, T fill) {
+  const std::array<hsize_t, 2> dims{shape.rows, shape.cols};
+  Hid space(c.id(H5Screate_simple(2, dims.data(), nullptr), "dataspace"), H5Sclose);
+  Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  c.check(H5Pset_fill_value(dcpl.get(), native_type<T>(), &fill), "fill value");
+  c.check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_ALLOC), "fill time");
+  return Hid(c.id(H5Dcreate2(parent, name, native_type<T>(), space.get(), H5P_DEFAULT,
+                                dcpl.get(), H5P_DEFAULT),
+                     std::string("dataset ") + name),
+             H5Dclose);
+}
+
+/// Appends `n` rows of `row_elems` elements each to an extendible dataset.
+void append_rows(const Context& c, hid_t ds, hid_t mem_type, hsize_t old_rows, hsize_t n,
+                 std::span<const hsize_t> row_dims, const void* data) {
+  if (n == 0) return;
+  std::array<hsize_t, 3> size{old_rows + n, 0, 0}, start{old_rows, 0, 0}, count{n, 0, 0};
+  const int rank = 1 + static_cast<int>(row_dims.size());
+  for (std::size_t i = 0; i < row_dims.size(); ++i) size[i + 1] = count[i + 1] = row_dims[i];
+  c.check(H5Dset_extent(ds, size.data()), "extending a dataset");
+  Hid file_space(c.id(H5Dget_space(ds), "dataspace"), H5Sclose);
+  c.check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+                              count.data(), nullptr),
+          "selection");
+  Hid mem_space(c.id(H5Screate_simple(rank, count.data(), nullptr), "dataspace"), H5Sclose);
+  c.check(H5Dwrite(ds, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data),
+          "writing (disk full?)");
+}
+
+std::string iso8601_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[48];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms));
+  return out;
+}
+
+Hid make_fapl() {
+  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+  return fapl;
+}
+
+}  // namespace
+
+// --- writer ----------------------------------------------------------------------------------
+
+struct RunFileWriter::Impl {
+  std::filesystem::path path;
+  Context ctx{&path};
+  FinderParams finder;
+  Hid file;
+  Hid f_frame_number, f_timestamp, f_cluster_offset, f_n_clusters, f_flags;
+  Hid c_frame_number, c_x, c_y, c_data;
+  Hid p_start_mean, p_start_noise, p_end_mean, p_end_noise, p_end_sum, p_end_sum2, p_end_count;
+  uint64_t frames = 0;
+  uint64_t clusters = 0;
+  bool closed = false;
+
+  std::array<hsize_t, 2> cluster_dims() const {
+    return {static_cast<hsize_t>(finder.cluster_size), static_cast<hsize_t>(finder.cluster_size)};
+  }
+
+  void write_image(hid_t ds, hid_t type, const void* data) {
+    ctx.check(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing the pedestal");
+  }
+
+  void append_frame_columns(std::span<const FrameRow> rows) {
+    const hsize_t n = rows.size();
+    std::vector<uint64_t> fn(n), ts(n), off(n);
+    std::vector<uint32_t> nc(n);
+    std::vector<uint8_t> fl(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      fn[i] = rows[i].frame_number;
+      ts[i] = rows[i].timestamp;
+      off[i] = rows[i].cluster_offset;
+      nc[i] = rows[i].n_clusters;
+      fl[i] = rows[i].flags;
+    }
+    append_rows(ctx, f_frame_number.get(), H5T_NATIVE_UINT64, frames, n, {}, fn.data());
+    append_rows(ctx, f_timestamp.get(), H5T_NATIVE_UINT64, frames, n, {}, ts.data());
+    append_rows(ctx, f_cluster_offset.get(), H5T_NATIVE_UINT64, frames, n, {}, off.data());
+    append_rows(ctx, f_n_clusters.get(), H5T_NATIVE_UINT32, frames, n, {}, nc.data());
+    append_rows(ctx, f_flags.get(), H5T_NATIVE_UINT8, frames, n, {}, fl.data());
+    frames += n;
+  }
+
+  void close_all() {
+    for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
+                   &c_frame_number, &c_x, &c_y, &c_data, &p_start_mean, &p_start_noise,
+                   &p_end_mean, &p_end_noise, &p_end_sum, &p_end_sum2, &p_end_count})
+      h->reset();
+  }
+};
+
+RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta, bool overwrite)
+    : impl_(std::make_unique<Impl>()) {
+  silence_hdf5();
+  validate(meta.finder);
+  Impl& m = *impl_;
+  m.path = std::move(path);
+  m.finder = meta.finder;
+  const Context& c = m.ctx;
+  if (!overwrite && std::filesystem::exists(m.path))
+    throw OutputError(m.path.string() + ": file exists; refusing to overwrite a run file");
+  Hid fapl = make_fapl();
+  m.file = Hid(c.id(H5Fcreate(m.path.c_str(), overwrite ? H5F_ACC_TRUNC : H5F_ACC_EXCL,
+                                 H5P_DEFAULT, fapl.get()),
+                       "cannot create the file (directory missing or not writable?)"),
+               H5Fclose);
+  const hid_t f = m.file.get();
+  {
+    Hid entry = make_group(c, f, "entry", "NXentry");
+    write_string_attr(c, entry.get(), "start_time", iso8601_now());
+    write_string_attr(c, entry.get(), "program_name", "glint");
+    write_string_attr(c, entry.get(), "program_version", GLINT_VERSION);
+    {
+      Hid type = make_string_type();
+      Hid space(c.id(H5Screate(H5S_SCALAR), "dataspace"), H5Sclose);
+      Hid ds(c.id(H5Dcreate2(entry.get(), "config", type.get(), space.get(), H5P_DEFAULT,
+                                H5P_DEFAULT, H5P_DEFAULT),
+                     "dataset config"),
+             H5Dclose);
+      const char* p = meta.config_yaml.c_str();
+      c.check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), "config");
+    }
+    Hid instrument = make_group(c, entry.get(), "instrument", "NXinstrument");
+    Hid det = make_group(c, instrument.get(), "detector", "NXdetector");
+    const std::array<uint32_t, 2> shape{meta.finder.shape.rows, meta.finder.shape.cols};
+    write_numeric_attr<uint32_t>(c, det.get(), "frame_shape", shape);
+    write_string_attr(c, det.get(), "pixel_type", meta.pixel_type);
+    write_string_attr(c, det.get(), "detector_type", meta.detector_type);
+    write_string_attr(c, det.get(), "source", meta.source);
+    write_numeric_attr<double>(c, det.get(), "n_sigma", meta.finder.n_sigma);
+    write_numeric_attr<int32_t>(c, det.get(), "cluster_size", meta.finder.cluster_size);
+    write_string_attr(c, det.get(), "backend", meta.backend);
+    write_numeric_attr<uint32_t>(c, det.get(), "pedestal_window", meta.finder.pedestal_window);
+
+    Hid frames = make_group(c, entry.get(), "frames", "NXcollection");
+    constexpr hsize_t kFrameChunk = 4096;
+    m.f_frame_number = make_table(c, frames.get(), "frame_number", H5T_STD_U64LE, {}, kFrameChunk);
+    m.f_timestamp = make_table(c, frames.get(), "timestamp", H5T_STD_U64LE, {}, kFrameChunk);
+    m.f_cluster_offset =
+        make_table(c, frames.get(), "cluster_offset", H5T_STD_U64LE, {}, kFrameChunk);
+    m.f_n_clusters = make_table(c, frames.get(), "n_clusters", H5T_STD_U32LE, {}, kFrameChunk);
+    m.f_flags = make_table(c, frames.get(), "flags", H5T_STD_U8LE, {}, kFrameChunk);
+    write_string_attr(c, frames.get(), "flag_bits",
+                      "1 incomplete, 2 dark, 4 cluster overflow, 8 missing, 16 dropped");
+
+    Hid clusters = make_group(c, entry.get(), "clusters", "NXevent_data");
+    constexpr hsize_t kClusterChunk = 4096;
+    const auto cd = m.cluster_dims();
+    m.c_frame_number =
+        make_table(c, clusters.get(), "frame_number", H5T_STD_U64LE, {}, kClusterChunk);
+    m.c_x = make_table(c, clusters.get(), "x", H5T_STD_U16LE, {}, kClusterChunk);
+    m.c_y = make_table(c, clusters.get(), "y", H5T_STD_U16LE, {}, kClusterChunk);
+    m.c_data = make_table(c, clusters.get(), "data", H5T_STD_I32LE, cd, kClusterChunk / 4);
+
+    Hid ped = make_group(c, entry.get(), "pedestal", "NXcollection");
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    m.p_start_mean = make_image<double>(c, ped.get(), "start_mean", meta.finder.shape, nan);
+    m.p_start_noise = make_image<double>(c, ped.get(), "start_noise", meta.finder.shape, nan);
+    m.p_end_mean = make_image<double>(c, ped.get(), "end_mean", meta.finder.shape, nan);
+    m.p_end_noise = make_image<double>(c, ped.get(), "end_noise", meta.finder.shape, nan);
+    m.p_end_sum = make_image<double>(c, ped.get(), "end_sum", meta.finder.shape, nan);
+    m.p_end_sum2 = make_image<double>(c, ped.get(), "end_sum2", meta.finder.shape, nan);
+    m.p_end_count = make_image<uint32_t>(c, ped.get(), "end_count", meta.finder.shape, 0u);
+  }
+  c.check(H5Fstart_swmr_write(f), "starting SWMR writing");
+}
+
+RunFileWriter::~RunFileWriter() {
+  if (!impl_ || impl_->closed) return;
+  try {
+    close(nullptr);
+  } catch (const std::exception& e) {
+    log::error("closing {}: {}", impl_->path.string(), e.what());
+  }
+}
+
+RunFileWriter::RunFileWriter(RunFileWriter&&) noexcept = default;
+RunFileWriter& RunFileWriter::operator=(RunFileWriter&&) noexcept = default;
+
+void RunFileWriter::write_start_pedestal(const PedestalState& p) {
+  Impl& m = *impl_;
+  if (p.shape != m.finder.shape) throw OutputError(m.path.string() + ": pedestal shape differs");
+  const auto mean = p.means();
+  const auto noise = p.noises();
+  m.write_image(m.p_start_mean.get(), H5T_NATIVE_DOUBLE, mean.data());
+  m.write_image(m.p_start_noise.get(), H5T_NATIVE_DOUBLE, noise.data());
+}
+
+void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> timestamps,
+                           std::span<const uint8_t> flags) {
+  Impl& m = *impl_;
+  if (m.closed) throw OutputError(m.path.string() + ": append after close");
+  if (table.cluster_size() != m.finder.cluster_size)
+    throw OutputError(m.path.string() + ": cluster size differs from the file's");
+  const auto recs = table.frames();
+  if ((!timestamps.empty() && timestamps.size() != recs.size()) ||
+      (!flags.empty() && flags.size() != recs.size()))
+    throw std::invalid_argument("RunFileWriter::append: timestamps/flags per frame expected");
+  // Clusters first: a reader that sees a frame row also finds its clusters.
+  const hsize_t n = table.n_clusters();
+  std::vector<uint64_t> cluster_frame(n);
+  std::vector<FrameRow> rows(recs.size());
+  for (std::size_t k = 0; k < recs.size(); ++k) {
+    for (uint64_t i = 0; i < recs[k].n_clusters; ++i)
+      cluster_frame[recs[k].first_cluster + i] = recs[k].frame_number;
+    rows[k] = FrameRow{recs[k].frame_number, timestamps.empty() ? 0 : timestamps[k],
+                       m.clusters + recs[k].first_cluster, recs[k].n_clusters,
+                       flags.empty() ? uint8_t{0} : flags[k]};
+  }
+  const auto cd = m.cluster_dims();
+  append_rows(m.ctx, m.c_frame_number.get(), H5T_NATIVE_UINT64, m.clusters, n, {},
+              cluster_frame.data());
+  append_rows(m.ctx, m.c_x.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.x().data());
+  append_rows(m.ctx, m.c_y.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.y().data());
+  append_rows(m.ctx, m.c_data.get(), H5T_NATIVE_INT32, m.clusters, n, cd, table.data().data());
+  m.clusters += n;
+  m.append_frame_columns(rows);
+}
+
+void RunFileWriter::append_empty_frames(std::span<const FrameRow> rows) {
+  Impl& m = *impl_;
+  if (m.closed) throw OutputError(m.path.string() + ": append after close");
+  std::vector<FrameRow> fixed(rows.begin(), rows.end());
+  for (auto& r : fixed) {
+    r.cluster_offset = m.clusters;
+    r.n_clusters = 0;
+  }
+  m.append_frame_columns(fixed);
+}
+
+void RunFileWriter::flush() {
+  Impl& m = *impl_;
+  if (m.closed) return;
+  m.ctx.check(H5Fflush(m.file.get(), H5F_SCOPE_LOCAL), "flushing");
+}
+
+void RunFileWriter::close(const PedestalState* end) {
+  Impl& m = *impl_;
+  if (m.closed) return;
+  m.closed = true;
+  std::string failure;
+  try {
+    if (end) {
+      if (end->shape != m.finder.shape)
+        throw OutputError(m.path.string() + ": end pedestal shape differs");
+      const auto mean = end->means();
+      const auto noise = end->noises();
+      m.write_image(m.p_end_mean.get(), H5T_NATIVE_DOUBLE, mean.data());
+      m.write_image(m.p_end_noise.get(), H5T_NATIVE_DOUBLE, noise.data());
+      m.write_image(m.p_end_sum.get(), H5T_NATIVE_DOUBLE, end->sum.data());
+      m.write_image(m.p_end_sum2.get(), H5T_NATIVE_DOUBLE, end->sum2.data());
+      m.write_image(m.p_end_count.get(), H5T_NATIVE_UINT32, end->count.data());
+    }
+  } catch (const OutputError& e) {
+    failure = e.what();
+  }
+  m.close_all();
+  if (!m.file.reset() && failure.empty())
+    failure = m.path.string() + ": closing: " + hdf5_message();
+  if (!failure.empty()) throw OutputError(failure);
+  // SWMR forbids new attributes; the end time is added once the file is closed.
+  Hid fapl = make_fapl();
+  Hid file(m.ctx.id(H5Fopen(m.path.c_str(), H5F_ACC_RDWR, fapl.get()), "reopening"),
+           H5Fclose);
+  Hid entry(m.ctx.id(H5Gopen2(file.get(), "entry", H5P_DEFAULT), "group entry"), H5Gclose);
+  write_string_attr(m.ctx, entry.get(), "end_time", iso8601_now());
+  entry.reset();
+  if (!file.reset()) m.ctx.fail("closing");
+}
+
+bool RunFileWriter::is_open() const { return impl_ && !impl_->closed; }
+uint64_t RunFileWriter::frames_written() const { return impl_->frames; }
+uint64_t RunFileWriter::clusters_written() const { return impl_->clusters; }
+const std::filesystem::path& RunFileWriter::path() const { return impl_->path; }
+
+std::filesystem::path run_file_path(const std::filesystem::path& dir, std::string_view run_name,
+                                    uint64_t run_index) {
+  char idx[32];
+  std::snprintf(idx, sizeof idx, "_%06llu.h5", static_cast<unsigned long long>(run_index));
+  return dir / (std::string(run_name) + idx);
+}
+
+// --- reader ----------------------------------------------------------------------------------
+
+namespace {
+
+bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
+
+std::string read_string_attr(const Context& c, hid_t obj, const char* name) {
+  if (!has_attr(obj, name)) return {};
+  Hid attr(c.id(H5Aopen(obj, name, H5P_DEFAULT), name), H5Aclose);
+  Hid type = make_string_type();
+  char* p = nullptr;
+  c.check(H5Aread(attr.get(), type.get(), &p), name);
+  std::string s = p ? p : "";
+  H5free_memory(p);
+  return s;
+}
+
+template <class T>
+std::vector<T> read_numeric_attr(const Context& c, hid_t obj, const char* name) {
+  Hid attr(c.id(H5Aopen(obj, name, H5P_DEFAULT), name), H5Aclose);
+  Hid space(H5Aget_space(attr.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  std::vector<T> v(static_cast<std::size_t>(n));
+  c.check(H5Aread(attr.get(), native_type<T>(), v.data()), name);
+  return v;
+}
+
+template <class T>
+std::vector<T> read_all(const Context& c, hid_t file, const char* name) {
+  Hid ds(c.id(H5Dopen2(file, name, H5P_DEFAULT), name), H5Dclose);
+  Hid space(H5Dget_space(ds.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  std::vector<T> v(static_cast<std::size_t>(n));
+  if (n > 0) c.check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), name);
+  return v;
+}
+
+}  // namespace
+
+RunFileContents read_run_file(const std::filesystem::path& path) {
+  silence_hdf5();
+  const Context c{&path};
+  Hid fapl = make_fapl();
+  Hid file(c.id(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()),
+                   "cannot open"),
+           H5Fclose);
+  const hid_t f = file.get();
+  RunFileContents out;
+  {
+    Hid entry(c.id(H5Gopen2(f, "entry", H5P_DEFAULT), "group /entry"), H5Gclose);
+    out.start_time = read_string_attr(c, entry.get(), "start_time");
+    out.end_time = read_string_attr(c, entry.get(), "end_time");
+    Hid det(c.id(H5Gopen2(f, "entry/instrument/detector", H5P_DEFAULT), "detector group"),
+            H5Gclose);
+    const auto shape = read_numeric_attr<uint32_t>(c, det.get(), "frame_shape");
+    if (shape.size() != 2) c.fail("frame_shape must have two entries");
+    out.shape = {shape[0], shape[1]};
+    out.cluster_size = read_numeric_attr<int32_t>(c, det.get(), "cluster_size").at(0);
+    out.n_sigma = read_numeric_attr<double>(c, det.get(), "n_sigma").at(0);
+    out.pedestal_window = read_numeric_attr<uint32_t>(c, det.get(), "pedestal_window").at(0);
+    out.backend = read_string_attr(c, det.get(), "backend");
+    Hid cfg(c.id(H5Dopen2(f, "entry/config", H5P_DEFAULT), "config"), H5Dclose);
+    Hid type = make_string_type();
+    char* p = nullptr;
+    c.check(H5Dread(cfg.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), "config");
+    out.config_yaml = p ? p : "";
+    H5free_memory(p);
+  }
+  const auto fn = read_all<uint64_t>(c, f, "entry/frames/frame_number");
+  const auto ts = read_all<uint64_t>(c, f, "entry/frames/timestamp");
+  const auto off = read_all<uint64_t>(c, f, "entry/frames/cluster_offset");
+  const auto nc = read_all<uint32_t>(c, f, "entry/frames/n_clusters");
+  const auto fl = read_all<uint8_t>(c, f, "entry/frames/flags");
+  // A concurrent reader may see columns of slightly different lengths: take the common rows.
+  const std::size_t rows =
+      std::min({fn.size(), ts.size(), off.size(), nc.size(), fl.size()});
+  auto cx = read_all<uint16_t>(c, f, "entry/clusters/x");
+  auto cy = read_all<uint16_t>(c, f, "entry/clusters/y");
+  auto cdata = read_all<int32_t>(c, f, "entry/clusters/data");
+  const std::size_t per = static_cast<std::size_t>(out.cluster_size) * out.cluster_size;
+  const std::size_t n_clusters = std::min({cx.size(), cy.size(), per ? cdata.size() / per : std::size_t{0}});
+  out.clusters = ClusterTable(out.cluster_size);
+  for (std::size_t i = 0; i < rows; ++i) {
+    const FrameRow r{fn[i], ts[i], off[i], nc[i], fl[i]};
+    if (r.cluster_offset + r.n_clusters > n_clusters) break;  // clusters not visible yet
+    out.frames.push_back(r);
+    out.clusters.frames_mut().push_back(FrameRecord{r.frame_number, r.cluster_offset, r.n_clusters});
+  }
+  cx.resize(n_clusters);
+  cy.resize(n_clusters);
+  cdata.resize(n_clusters * per);
+  out.clusters.x_mut() = std::move(cx);
+  out.clusters.y_mut() = std::move(cy);
+  out.clusters.data_mut() = std::move(cdata);
+  out.start_mean = read_all<double>(c, f, "entry/pedestal/start_mean");
+  out.start_noise = read_all<double>(c, f, "entry/pedestal/start_noise");
+  out.end_mean = read_all<double>(c, f, "entry/pedestal/end_mean");
+  out.end_noise = read_all<double>(c, f, "entry/pedestal/end_noise");
+  auto end_sum = read_all<double>(c, f, "entry/pedestal/end_sum");
+  auto end_count = read_all<uint32_t>(c, f, "entry/pedestal/end_count");
+  if (!end_sum.empty() && !std::isnan(end_sum[0])) {
+    PedestalState s(out.shape, out.pedestal_window);
+    s.sum = std::move(end_sum);
+    s.sum2 = read_all<double>(c, f, "entry/pedestal/end_sum2");
+    s.count = std::move(end_count);
+    out.end_state = std::move(s);
+  }
+  return out;
+}
+
+}  // namespace glint::pipeline

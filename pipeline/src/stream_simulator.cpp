@@ -1,0 +1,256 @@
+#include "glint/pipeline/stream_simulator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+#include <zmq.hpp>
+
+#include "glint/pipeline/sls_stream.hpp"
+#include "glint/synthetic.hpp"
+
+namespace glint::pipeline {
+
+struct SimImageSource::Impl {
+  synth::Generator gen;
+};
+
+namespace {
+
+synth::Config synth_config(const SimImageParams& p, uint64_t dark_frames) {
+  synth::Config c;
+  c.shape = FrameShape{p.rows, p.cols};
+  c.seed = p.seed;
+  c.dark_frames = dark_frames;
+  c.pedestal_min = std::max(0.0, p.pedestal - p.pedestal_spread);
+  c.pedestal_max = p.pedestal + p.pedestal_spread;
+  c.noise_min = p.noise;
+  c.noise_max = p.noise;
+  c.photons = p.photons;
+  c.photon_adu = p.photon_adu;
+  if (!p.defects) {
+    c.crowded_every = 0;
+    c.hot_fraction = c.noisy_fraction = c.stuck_fraction = c.outlier_rate = 0.0;
+    c.drift_per_frame = 0.0;
+    c.twin_fraction = c.tie_photon_fraction = 0.0;
+  }
+  return c;
+}
+
+}  // namespace
+
+SimImageSource::SimImageSource(const SimImageParams& params, uint64_t dark_frames)
+    : impl_(std::make_unique<Impl>(Impl{synth::Generator(synth_config(params, dark_frames))})) {}
+SimImageSource::~SimImageSource() = default;
+SimImageSource::SimImageSource(SimImageSource&&) noexcept = default;
+
+void SimImageSource::fill(uint64_t index, std::span<uint16_t> out) const { impl_->gen.fill(index, out); }
+
+SimFault parse_sim_fault(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(SimFault::backwards); ++i)
+    if (to_string(static_cast<SimFault>(i)) == name) return static_cast<SimFault>(i);
+  throw std::invalid_argument(fmt::format(
+      "unknown fault '{}' (allowed: malformed, drop-part, gap, incomplete, data-without-header, "
+      "wrong-shape, unknown-bitmode, size-mismatch, missing-field, unknown-port, backwards)", name));
+}
+
+std::string_view to_string(SimFault f) {
+  switch (f) {
+    case SimFault::malformed: return "malformed";
+    case SimFault::drop_part: return "drop-part";
+    case SimFault::gap: return "gap";
+    case SimFault::incomplete: return "incomplete";
+    case SimFault::data_without_header: return "data-without-header";
+    case SimFault::wrong_shape: return "wrong-shape";
+    case SimFault::unknown_bitmode: return "unknown-bitmode";
+    case SimFault::size_mismatch: return "size-mismatch";
+    case SimFault::missing_field: return "missing-field";
+    case SimFault::unknown_port: return "unknown-port";
+    case SimFault::backwards: return "backwards";
+  }
+  return "unknown";
+}
+
+SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* stop,
+                               const std::function<void(uint64_t)>& progress) {
+  if (!is_valid_bitmode(o.bitmode)) throw std::invalid_argument(fmt::format("bitmode {} (allowed: 4, 8, 16, 32)", o.bitmode));
+  if (o.endpoints.empty()) throw std::invalid_argument("no endpoint to publish on");
+  if (o.image.cols % o.ports_x != 0 || o.image.rows % o.ports_y != 0)
+    throw std::invalid_argument(fmt::format("ports [{}, {}] do not divide the {}x{} image", o.ports_x,
+                                            o.ports_y, o.image.rows, o.image.cols));
+  zmq::context_t ctx(1);
+  std::vector<zmq::socket_t> socks;
+  for (const auto& ep : o.endpoints) {
+    zmq::socket_t s(ctx, zmq::socket_type::xpub);  // a PUB that also sees subscriptions
+    s.set(zmq::sockopt::sndhwm, o.send_hwm);
+    s.set(zmq::sockopt::linger, 10000);
+    try {
+      s.bind(ep);
+    } catch (const zmq::error_t& e) {
+      throw std::runtime_error(fmt::format("cannot bind {}: {}", ep, e.what()));
+    }
+    socks.push_back(std::move(s));
+  }
+  if (o.on_bound) {
+    std::vector<std::string> bound;
+    for (auto& s : socks) bound.push_back(s.get(zmq::sockopt::last_endpoint));
+    o.on_bound(bound);
+  }
+  SimReport rep;
+  if (o.wait_subscribers_ms > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.wait_subscribers_ms);
+    for (auto& s : socks) {
+      bool seen = false;
+      while (!seen && std::chrono::steady_clock::now() < until && !(stop && stop->load())) {
+        zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(50));
+        if (item.revents & ZMQ_POLLIN) {
+          zmq::message_t m;
+          if (s.recv(m, zmq::recv_flags::dontwait) && m.size() > 0 && m.data<uint8_t>()[0] == 1) seen = true;
+        }
+      }
+      rep.subscribers_seen = rep.subscribers_seen && seen;
+    }
+  }
+
+  const uint32_t prow = o.image.rows / o.ports_y, pcol = o.image.cols / o.ports_x;
+  const std::size_t part_bytes = payload_bytes(o.bitmode, std::size_t{prow} * pcol);
+  std::vector<uint16_t> image(std::size_t{o.image.rows} * o.image.cols), part(std::size_t{prow} * pcol);
+  std::vector<std::byte> payload(part_bytes);
+  auto has_fault = [&](SimFault f, uint64_t i) {
+    for (auto& [k, every] : o.faults)
+      if (k == f && every > 0 && i % every == every - 1) return true;
+    return false;
+  };
+  auto send = [&](std::size_t sock, const std::string& header, const std::byte* data, std::size_t size) {
+    auto& s = socks[sock % socks.size()];
+    if (data) {
+      s.send(zmq::buffer(header), zmq::send_flags::sndmore);
+      s.send(zmq::const_buffer(data, size), zmq::send_flags::none);
+    } else {
+      s.send(zmq::buffer(header), zmq::send_flags::none);
+    }
+    ++rep.messages;
+    rep.bytes += header.size() + (data ? size : 0);
+  };
+
+  const uint64_t total = o.dark_frames + o.frames;
+  const SimImageSource source(o.image, o.dark_frames);
+  std::vector<std::vector<uint16_t>> pool_dark, pool_data;
+  for (uint32_t k = 0; k < o.image_pool; ++k) {
+    pool_dark.emplace_back(image.size());
+    pool_data.emplace_back(image.size());
+    source.fill(std::min<uint64_t>(k, o.dark_frames > 0 ? o.dark_frames - 1 : 0), pool_dark.back());
+    source.fill(o.dark_frames + k, pool_data.back());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t i = o.skip_images; i < total; ++i) {
+    if (stop && stop->load()) return rep;
+    if (o.rate_hz > 0) {
+      const auto due = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                std::chrono::duration<double>((i - o.skip_images) / o.rate_hz));
+      std::this_thread::sleep_until(due);
+    }
+    const uint64_t fn = o.first_frame_number + i;
+    if (has_fault(SimFault::gap, i)) {
+      ++rep.gaps;
+      continue;
+    }
+    const std::vector<uint16_t>* img = &image;
+    if (o.image_pool > 0) {
+      img = &(i < o.dark_frames ? pool_dark : pool_data)[i % o.image_pool];
+    } else {
+      source.fill(i, image);
+    }
+    SlsHeader h;
+    h.jsonversion = o.jsonversion;
+    h.bitmode = o.bitmode;
+    h.detshape = {o.ports_x, o.ports_y};
+    h.shape = {pcol, prow};
+    h.size = part_bytes;
+    h.acq_index = 1;
+    h.frame_index = i;
+    h.progress = 100.0 * static_cast<double>(i + 1) / static_cast<double>(total);
+    h.fname = "glint_sim";
+    h.frame_number = fn;
+    h.packet_number = 0;
+    h.timestamp = fn * 10000;  // 1 ms per frame in 10 MHz ticks
+    h.det_type = 5;            // MOENCH
+    h.version = 1;
+    h.add_json_header["frameMode"] = i < o.dark_frames ? "pedestal" : "data";
+    const uint32_t n_parts = o.ports_x * o.ports_y;
+    for (uint32_t pi = 0; pi < n_parts; ++pi) {
+      h.row = pi / o.ports_x;
+      h.column = pi % o.ports_x;
+      h.mod_id = pi;
+      h.complete_image = (pi == 0 && has_fault(SimFault::incomplete, i)) ? 0 : 1;
+      if (pi == n_parts - 1 && has_fault(SimFault::drop_part, i)) continue;
+      for (uint32_t r = 0; r < prow; ++r)
+        std::copy_n(img->data() + (std::size_t{h.row} * prow + r) * o.image.cols + std::size_t{h.column} * pcol,
+                    pcol, part.data() + std::size_t{r} * pcol);
+      encode_pixels(o.bitmode, part, payload.data());
+      if (pi == 0 && has_fault(SimFault::malformed, i)) {
+        std::string bad = format_sls_header(h);
+        bad.resize(bad.size() / 2);  // cut in the middle: not JSON
+        send(pi, bad, payload.data(), payload.size());
+        continue;
+      }
+      if (pi == 0 && has_fault(SimFault::data_without_header, i)) {
+        socks[pi % socks.size()].send(zmq::const_buffer(payload.data(), payload.size()), zmq::send_flags::none);
+        ++rep.messages;
+        rep.bytes += payload.size();
+        continue;
+      }
+      send(pi, format_sls_header(h), payload.data(), payload.size());
+    }
+    // Extra bad messages that do not disturb the image itself.
+    if (has_fault(SimFault::wrong_shape, i)) {
+      SlsHeader b = h;
+      b.shape = {pcol + 1, prow};
+      send(0, format_sls_header(b), payload.data(), payload.size());
+    }
+    if (has_fault(SimFault::unknown_bitmode, i)) {
+      SlsHeader b = h;
+      b.bitmode = 12;
+      send(0, format_sls_header(b), payload.data(), payload.size());
+    }
+    if (has_fault(SimFault::size_mismatch, i)) {
+      SlsHeader b = h;
+      send(0, format_sls_header(b), payload.data(), payload.size() / 2);
+    }
+    if (has_fault(SimFault::missing_field, i)) {
+      std::string s = format_sls_header(h);
+      const auto at = s.find("\"frameNumber\"");
+      s.erase(at, s.find(',', at) - at + 1);
+      send(0, s, payload.data(), payload.size());
+    }
+    if (has_fault(SimFault::unknown_port, i)) {
+      SlsHeader b = h;
+      b.row = o.ports_y;  // one past the last row of ports
+      b.column = 0;
+      send(0, format_sls_header(b), payload.data(), payload.size());
+    }
+    if (has_fault(SimFault::backwards, i) && fn > o.first_frame_number) {
+      SlsHeader b = h;
+      b.row = 0;
+      b.column = 0;
+      b.frame_number = fn - 1;
+      send(0, format_sls_header(b), payload.data(), payload.size());
+    }
+    ++rep.images;
+    if (progress) progress(i + 1);
+  }
+  if (o.send_end) {
+    const std::string end = format_sls_end(o.jsonversion);
+    for (uint32_t k = 0; k < std::max<uint32_t>(o.end_repeat, 1); ++k)
+      for (std::size_t s = 0; s < socks.size(); ++s) send(s, end, nullptr, 0);
+  }
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+}  // namespace glint::pipeline

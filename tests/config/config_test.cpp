@@ -1,0 +1,218 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "glint/config/config.hpp"
+
+namespace gc = glint::config;
+
+namespace {
+
+const std::filesystem::path kExample = std::filesystem::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml";
+
+/// Parses `text` expecting a ConfigError; returns it.
+gc::ConfigError expect_error(const std::string& text) {
+  try {
+    gc::parse(text, "test.yaml");
+  } catch (const gc::ConfigError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no ConfigError for:\n" << text;
+  return gc::ConfigError("", "", 0, "");
+}
+
+}  // namespace
+
+TEST(Config, ExampleEqualsDefaults) {
+  const gc::Config ex = gc::load(kExample);
+  const gc::Config def = gc::parse("", "empty");
+  EXPECT_EQ(ex.detector.rows, def.detector.rows);
+  EXPECT_EQ(ex.detector.cols, def.detector.cols);
+  EXPECT_EQ(ex.detector.type, def.detector.type);
+  EXPECT_EQ(ex.detector.ports_x, def.detector.ports_x);
+  EXPECT_EQ(ex.ingest.endpoints, def.ingest.endpoints);
+  EXPECT_EQ(ex.ingest.queue_frames, def.ingest.queue_frames);
+  EXPECT_EQ(ex.ingest.reorder_frames, def.ingest.reorder_frames);
+  EXPECT_EQ(ex.ingest.part_timeout_ms, def.ingest.part_timeout_ms);
+  EXPECT_EQ(ex.ingest.receive_hwm, def.ingest.receive_hwm);
+  EXPECT_EQ(ex.pedestal.dark_frames, def.pedestal.dark_frames);
+  EXPECT_EQ(ex.pedestal.keep_previous, def.pedestal.keep_previous);
+  EXPECT_EQ(ex.pedestal.window, def.pedestal.window);
+  EXPECT_EQ(ex.finder.n_sigma, def.finder.n_sigma);
+  EXPECT_EQ(ex.finder.cluster_size, def.finder.cluster_size);
+  EXPECT_EQ(ex.finder.backend, def.finder.backend);
+  EXPECT_EQ(ex.finder.batch_frames, def.finder.batch_frames);
+  EXPECT_EQ(ex.finder.gpu_ids, def.finder.gpu_ids);
+  EXPECT_EQ(ex.output.directory, def.output.directory);
+  EXPECT_EQ(ex.output.run_name, def.output.run_name);
+  EXPECT_EQ(ex.output.flush_interval_ms, def.output.flush_interval_ms);
+  EXPECT_EQ(ex.run.auto_start, def.run.auto_start);
+  EXPECT_EQ(ex.run.max_frames, def.run.max_frames);
+  EXPECT_EQ(ex.control.endpoint, def.control.endpoint);
+  EXPECT_EQ(ex.logging.level, def.logging.level);
+  EXPECT_EQ(ex.reconstruction.enabled, def.reconstruction.enabled);
+  EXPECT_EQ(ex.reconstruction.lambda, def.reconstruction.lambda);
+  EXPECT_EQ(ex.source, kExample.string());
+  EXPECT_NE(ex.yaml.find("detector:"), std::string::npos);
+}
+
+TEST(Config, ReadsValues) {
+  const auto c = gc::parse(R"(
+detector: {type: jungfrau, rows: 512, cols: 1024, ports: [1, 2]}
+ingest:
+  endpoints: [tcp://127.0.0.1:30001, tcp://127.0.0.1:30002]
+  queue_frames: 64
+pedestal: {dark_frames: 10, keep_previous: true, window: 20}
+finder: {n_sigma: 3.5, cluster_size: 5, backend: cpu, threads: 4, gpu_ids: [0, 1]}
+output: {directory: /tmp/x, run_name: scan, flush_interval_ms: 200}
+run: {auto_start: true, max_frames: 100, max_seconds: 2.5}
+control: {endpoint: "tcp://127.0.0.1:6000"}
+logging: {level: debug}
+reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5}
+)");
+  EXPECT_EQ(c.detector.type, "jungfrau");
+  EXPECT_EQ(c.detector.rows, 512u);
+  EXPECT_EQ(c.detector.cols, 1024u);
+  EXPECT_EQ(c.detector.ports_y, 2u);
+  EXPECT_EQ(c.detector.port_rows(), 256u);
+  EXPECT_EQ(c.detector.port_cols(), 1024u);
+  ASSERT_EQ(c.ingest.endpoints.size(), 2u);
+  EXPECT_EQ(c.ingest.endpoints[1], "tcp://127.0.0.1:30002");
+  EXPECT_EQ(c.ingest.queue_frames, 64u);
+  EXPECT_EQ(c.pedestal.dark_frames, 10u);
+  EXPECT_TRUE(c.pedestal.keep_previous);
+  EXPECT_EQ(c.pedestal.window, 20u);
+  EXPECT_DOUBLE_EQ(c.finder.n_sigma, 3.5);
+  EXPECT_EQ(c.finder.cluster_size, 5);
+  EXPECT_EQ(c.finder.backend, "cpu");
+  EXPECT_EQ(c.finder.threads, 4u);
+  EXPECT_EQ(c.finder.gpu_ids, (std::vector<int>{0, 1}));
+  EXPECT_EQ(c.output.directory, "/tmp/x");
+  EXPECT_EQ(c.output.run_name, "scan");
+  EXPECT_EQ(c.output.flush_interval_ms, 200u);
+  EXPECT_TRUE(c.run.auto_start);
+  EXPECT_EQ(c.run.max_frames, 100u);
+  EXPECT_DOUBLE_EQ(c.run.max_seconds, 2.5);
+  EXPECT_EQ(c.control.endpoint, "tcp://127.0.0.1:6000");
+  EXPECT_EQ(c.logging.level, "debug");
+  EXPECT_TRUE(c.reconstruction.enabled);
+  EXPECT_EQ(c.reconstruction.frames_per_slice, 7u);
+  EXPECT_EQ(c.reconstruction.slices, 3u);
+}
+
+TEST(Config, UnknownKeyNamesKeyLineAndAllowed) {
+  auto e = expect_error("detector:\n  rows: 400\n  colz: 400\n");
+  EXPECT_EQ(e.key(), "detector.colz");
+  EXPECT_EQ(e.line(), 3);
+  EXPECT_NE(std::string(e.what()).find("test.yaml:3"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("cols"), std::string::npos) << e.what();
+
+  e = expect_error("detector: {}\nfindr: {}\n");
+  EXPECT_EQ(e.key(), "findr");
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_NE(std::string(e.what()).find("finder"), std::string::npos) << e.what();
+}
+
+TEST(Config, BadValuesNameKeyLineAndAllowed) {
+  struct Case {
+    const char* text;
+    const char* key;
+    int line;
+    const char* allowed;
+  };
+  const Case cases[] = {
+      {"finder:\n  cluster_size: 4\n", "finder.cluster_size", 2, "3, 5, 7, 9"},
+      {"finder:\n  cluster_size: 11\n", "finder.cluster_size", 2, "3 to 9"},
+      {"finder:\n\n  backend: tpu\n", "finder.backend", 3, "cpu, gpu, auto"},
+      {"finder:\n  n_sigma: -1\n", "finder.n_sigma", 2, "(0"},
+      {"finder:\n  n_sigma: abc\n", "finder.n_sigma", 2, "not a number"},
+      {"finder:\n  threads: 2.5\n", "finder.threads", 2, "not an integer"},
+      {"finder:\n  gpu_ids: [a]\n", "finder.gpu_ids", 2, "0..63"},
+      {"pedestal:\n  dark_frames: -3\n", "pedestal.dark_frames", 2, "0 to"},
+      {"pedestal:\n  keep_previous: maybe\n", "pedestal.keep_previous", 2, "true, false"},
+      {"detector:\n  pixel_type: float\n", "detector.pixel_type", 2, "uint16"},
+      {"detector:\n  rows: 400\n  ports: [3, 1]\n", "detector.ports", 3, "evenly"},
+      {"detector:\n  ports: [1]\n", "detector.ports", 2, "[x, y]"},
+      {"ingest:\n  endpoints: [udp://x:1]\n", "ingest.endpoints", 2, "tcp://"},
+      {"ingest:\n  endpoints: tcp://127.0.0.1:1\n", "ingest.endpoints", 2, "list"},
+      {"output:\n  run_name: a/b\n", "output.run_name", 2, "'/'"},
+      {"output:\n  flush_interval_ms: 5000\n", "output.flush_interval_ms", 2, "10 to 1000"},
+      {"logging:\n  level: loud\n", "logging.level", 2, "trace, debug"},
+      {"control:\n  endpoint: localhost\n", "control.endpoint", 2, "tcp://"},
+      {"reconstruction:\n  lambda: -1\n", "reconstruction.lambda", 2, "[0"},
+      {"run:\n  max_seconds: -1\n", "run.max_seconds", 2, "[0"},
+      {"detector: 5\n", "detector", 1, "mapping"},
+  };
+  for (const auto& c : cases) {
+    auto e = expect_error(c.text);
+    EXPECT_EQ(e.key(), c.key) << c.text;
+    EXPECT_EQ(e.line(), c.line) << c.text;
+    EXPECT_NE(std::string(e.what()).find(c.allowed), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, SyntaxErrorAndMissingFile) {
+  auto e = expect_error("detector:\n  rows: [1,\n");
+  EXPECT_GT(e.line(), 0);
+  try {
+    gc::load("/nonexistent/glintd.yaml");
+    FAIL() << "no error for a missing file";
+  } catch (const gc::ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("/nonexistent/glintd.yaml"), std::string::npos);
+  }
+}
+
+TEST(Config, OverridesMergeAndValidate) {
+  const auto base = gc::parse("detector: {rows: 100, cols: 200}\noutput: {run_name: a}\n", "base.yaml");
+  const auto c = gc::with_overrides(base, R"({"output": {"run_name": "b"}, "run": {"max_frames": 7}})");
+  EXPECT_EQ(c.detector.rows, 100u);
+  EXPECT_EQ(c.detector.cols, 200u);
+  EXPECT_EQ(c.output.run_name, "b");
+  EXPECT_EQ(c.run.max_frames, 7u);
+  // The effective YAML round-trips.
+  const auto again = gc::parse(c.yaml);
+  EXPECT_EQ(again.output.run_name, "b");
+  EXPECT_EQ(again.detector.cols, 200u);
+  try {
+    gc::with_overrides(base, R"({"finder": {"cluster_size": 2}})");
+    FAIL() << "bad override accepted";
+  } catch (const gc::ConfigError& e) {
+    EXPECT_EQ(e.key(), "finder.cluster_size");
+  }
+  try {
+    gc::with_overrides(base, R"({"output": {"colour": 1}})");
+    FAIL() << "unknown override key accepted";
+  } catch (const gc::ConfigError& e) {
+    EXPECT_EQ(e.key(), "output.colour");
+  }
+}
+
+TEST(Config, ToYamlRoundTripsEveryValue) {
+  auto c = gc::load(kExample);
+  c.detector.rows = 512;
+  c.detector.ports_y = 2;
+  c.ingest.endpoints = {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"};
+  c.finder.n_sigma = 4.123456789012345;
+  c.finder.gpu_ids = {1, 3};
+  c.output.directory = "/tmp/a b";
+  c.run.max_seconds = 0.1;
+  c.reconstruction.lambda = 1e-7;
+  c.pedestal.keep_previous = true;
+  const auto b = gc::parse(gc::to_yaml(c));
+  EXPECT_EQ(gc::to_yaml(b), gc::to_yaml(c));
+  EXPECT_EQ(b.detector.rows, 512u);
+  EXPECT_EQ(b.detector.ports_y, 2u);
+  EXPECT_EQ(b.ingest.endpoints, c.ingest.endpoints);
+  EXPECT_EQ(b.finder.n_sigma, c.finder.n_sigma);
+  EXPECT_EQ(b.finder.gpu_ids, c.finder.gpu_ids);
+  EXPECT_EQ(b.output.directory, c.output.directory);
+  EXPECT_EQ(b.run.max_seconds, 0.1);
+  EXPECT_EQ(b.reconstruction.lambda, 1e-7);
+  EXPECT_TRUE(b.pedestal.keep_previous);
+  // Overrides apply on top of values changed in the struct.
+  const auto o = gc::with_overrides(c, "{run: {max_frames: 3}}");
+  EXPECT_EQ(o.detector.rows, 512u);
+  EXPECT_EQ(o.run.max_frames, 3u);
+}

@@ -1,0 +1,72 @@
+#pragma once
+// Helpers shared by the core tests: synthetic runs through any finder, SHA-256 digests.
+#include <openssl/evp.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "glint/cluster_finder.hpp"
+#include "glint/synthetic.hpp"
+
+namespace glint::testing {
+
+inline std::string sha256(const void* data, std::size_t bytes) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data, bytes, md, &len, EVP_sha256(), nullptr);
+  std::string hex;
+  char buf[3];
+  for (unsigned int i = 0; i < len; ++i) {
+    std::snprintf(buf, sizeof buf, "%02x", md[i]);
+    hex += buf;
+  }
+  return hex;
+}
+
+template <class T>
+std::string sha256(const std::vector<T>& v) {
+  return sha256(v.data(), v.size() * sizeof(T));
+}
+
+/// A synthetic run held in memory: dark frames then data frames (frame number = index).
+struct SyntheticRun {
+  synth::Config config;
+  uint64_t data_frames = 0;
+  std::vector<uint16_t> frames;  // dark then data
+
+  SyntheticRun(const synth::Config& c, uint64_t n_data) : config(c), data_frames(n_data) {
+    const synth::Generator gen(config);
+    frames.resize((config.dark_frames + data_frames) * config.shape.pixels());
+    gen.fill_many(0, config.dark_frames + data_frames, frames, 2);
+  }
+  std::span<const uint16_t> dark() const {
+    return std::span<const uint16_t>(frames).first(config.dark_frames * config.shape.pixels());
+  }
+  std::span<const uint16_t> data() const {
+    return std::span<const uint16_t>(frames).subspan(config.dark_frames * config.shape.pixels());
+  }
+  std::vector<uint64_t> data_numbers() const {
+    std::vector<uint64_t> n(data_frames);
+    for (uint64_t k = 0; k < data_frames; ++k) n[k] = config.dark_frames + k;
+    return n;
+  }
+};
+
+/// Runs `finder` over the run: all dark frames, then the data frames in chunks of `chunk` frames.
+inline ClusterTable run_finder(ClusterFinder& finder, const SyntheticRun& run,
+                               std::size_t chunk = 1u << 30) {
+  finder.push_dark(run.dark());
+  ClusterTable out(finder.params().cluster_size);
+  const auto numbers = run.data_numbers();
+  const std::size_t np = run.config.shape.pixels();
+  for (std::size_t k = 0; k < numbers.size(); k += chunk) {
+    const std::size_t n = std::min(chunk, numbers.size() - k);
+    finder.find(run.data().subspan(k * np, n * np), std::span(numbers).subspan(k, n), out);
+  }
+  return out;
+}
+
+}  // namespace glint::testing

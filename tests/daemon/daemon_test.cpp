@@ -1,0 +1,196 @@
+// The daemon library in-process: control commands and the run state machine over loopback.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "../pipeline/stream_test_util.hpp"
+#include "control_client.hpp"
+#include "glint/config/config.hpp"
+#include "glint/daemon/daemon.hpp"
+#include "glint/pipeline/run_file.hpp"
+#include "glint/pipeline/stream_simulator.hpp"
+
+using namespace glint;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using glint::testing::control;
+using glint::testing::wait_status;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Rigging {
+  config::Config cfg;
+  pipeline::SimOptions sim;
+};
+
+Rigging setup(const std::string& name) {
+  Rigging s;
+  s.cfg = config::load(fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml");
+  s.cfg.detector.rows = 32;
+  s.cfg.detector.cols = 48;
+  const std::string ep = glint::testing::loopback(glint::testing::free_tcp_port());
+  s.cfg.ingest.endpoints = {ep};
+  s.cfg.pedestal.dark_frames = 10;
+  s.cfg.pedestal.window = 10;
+  s.cfg.finder.backend = "cpu";
+  s.cfg.output.directory = glint::testing::fresh_dir(name);
+  s.cfg.output.run_name = name;
+  s.cfg.control.endpoint = "tcp://127.0.0.1:*";
+  s.sim.endpoints = {ep};
+  s.sim.image.rows = 32;
+  s.sim.image.cols = 48;
+  s.sim.image.photons = 8;
+  s.sim.dark_frames = 10;
+  s.sim.frames = 40;
+  return s;
+}
+
+bool idle_after(const json& r, uint64_t runs) {
+  return r["state"] != "pedestal" && r["state"] != "acquiring" && r["state"] != "finishing" &&
+         r.value("runs_completed", 0u) >= runs;
+}
+
+}  // namespace
+
+TEST(Daemon, ControlCommandsAndARun) {
+  Rigging s = setup("daemon_ctl");
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  ASSERT_EQ(ep.rfind("tcp://127.0.0.1:", 0), 0u) << ep;
+
+  json r = control(ep, "status");
+  EXPECT_TRUE(r["ok"]);
+  EXPECT_EQ(r["state"], "idle");
+  EXPECT_EQ(r["runs_completed"], 0);
+
+  r = control(ep, "config");
+  EXPECT_TRUE(r["ok"]);
+  EXPECT_NE(r["yaml"].get<std::string>().find("detector:"), std::string::npos);
+
+  r = control(ep, "pedestal");
+  EXPECT_TRUE(r["ok"]);
+  EXPECT_FALSE(r["available"]);
+
+  for (const char* cmd : {"stop", "abort"}) {
+    r = control(ep, cmd);
+    EXPECT_FALSE(r["ok"]) << cmd;
+    EXPECT_NE(r["error"].get<std::string>().find("no run"), std::string::npos);
+  }
+  r = control(ep, "launch");
+  EXPECT_FALSE(r["ok"]);
+  EXPECT_NE(r["error"].get<std::string>().find("allowed: status"), std::string::npos);
+  r = control(ep, json{{"command", 5}});
+  EXPECT_FALSE(r["ok"]);
+  r = control(ep, json{{"command", "start"}, {"overrides", {{"finder", {{"cluster_size", 4}}}}}});
+  EXPECT_FALSE(r["ok"]);
+  EXPECT_NE(r["error"].get<std::string>().find("finder.cluster_size"), std::string::npos) << r.dump();
+
+  r = control(ep, json{{"command", "start"}, {"overrides", {{"output", {{"run_name", "renamed"}}}}}});
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  EXPECT_EQ(r["run_index"], 1);
+  const fs::path file = s.cfg.output.directory / "renamed_000001.h5";
+  EXPECT_EQ(r["file"], file.string());
+  r = control(ep, "start");
+  EXPECT_FALSE(r["ok"]);
+  EXPECT_NE(r["error"].get<std::string>().find("in progress"), std::string::npos);
+  r = control(ep, "status");
+  EXPECT_EQ(r["state"], "pedestal");
+
+  const auto sent = pipeline::run_stream_simulator(s.sim);
+  EXPECT_TRUE(sent.subscribers_seen);
+  r = wait_status(ep, [](const json& j) { return idle_after(j, 1); }, 20s);
+  EXPECT_EQ(r["state"], "idle") << r.dump();
+  EXPECT_EQ(r["last_run"]["end_reason"], "end of acquisition");
+  EXPECT_EQ(r["last_run"]["frames"], 50);
+
+  r = control(ep, "stats");
+  ASSERT_TRUE(r["ok"]);
+  EXPECT_EQ(r["run"], "last");
+  EXPECT_EQ(r["frames"]["received"], 50);
+  EXPECT_EQ(r["frames"]["dark"], 10);
+  EXPECT_EQ(r["frames"]["data"], 40);
+  EXPECT_EQ(r["frames"]["missing"], 0);
+  EXPECT_EQ(r["frames"]["dropped"], 0);
+  EXPECT_EQ(r["malformed_total"], 0);
+  EXPECT_EQ(r["malformed"].size(), pipeline::kBadInputKinds);
+  EXPECT_TRUE(r["backend"].get<std::string>().rfind("cpu", 0) == 0) << r["backend"];
+  EXPECT_EQ(r["queues"]["staging_total"], s.cfg.ingest.queue_frames);
+  const auto f = pipeline::read_run_file(file);
+  EXPECT_EQ(r["clusters"], f.clusters.n_clusters());
+  EXPECT_GT(f.clusters.n_clusters(), 40u);
+
+  r = control(ep, "pedestal");
+  EXPECT_TRUE(r["available"]);
+  EXPECT_EQ(r["frames"], 10);
+  EXPECT_NEAR(r["mean_adu"].get<double>(), 1000.0, 5.0);
+  EXPECT_NEAR(r["noise_adu"].get<double>(), 10.0, 1.0);
+
+  r = control(ep, "shutdown");
+  EXPECT_TRUE(r["ok"]);
+  EXPECT_TRUE(d.wait(5s));
+}
+
+TEST(Daemon, UnwritableDirectoryIsAnErrorAndTheDaemonStaysUp) {
+  Rigging s = setup("daemon_err");
+  s.cfg.output.directory = "/proc/glint/not/writable";
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  json r = control(ep, "start");
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  r = wait_status(ep, [](const json& j) { return j["state"] == "error"; }, 5s);
+  EXPECT_EQ(r["state"], "error");
+  EXPECT_NE(r["error"].get<std::string>().find("/proc/glint/not/writable"), std::string::npos) << r.dump();
+  // Still answering, and the next run (to a good directory) works.
+  const fs::path good = glint::testing::fresh_dir("daemon_err_good");
+  r = control(ep, json{{"command", "start"}, {"overrides", {{"output", {{"directory", good.string()}}}}}});
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  pipeline::run_stream_simulator(s.sim);
+  r = wait_status(ep, [](const json& j) { return idle_after(j, 2); }, 20s);
+  EXPECT_EQ(r["state"], "idle") << r.dump();
+  EXPECT_EQ(pipeline::read_run_file(good / "daemon_err_000001.h5").frames.size(), 50u);
+}
+
+TEST(Daemon, AbortClosesTheFileAndAutoStartBeginsTheNextRun) {
+  Rigging s = setup("daemon_abort");
+  s.cfg.run.auto_start = true;
+  s.sim.frames = 100000;
+  s.sim.rate_hz = 500;
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  std::atomic<bool> stop_sender{false};
+  std::jthread sender([&] { pipeline::run_stream_simulator(s.sim, &stop_sender); });
+  json r = wait_status(ep, [](const json& j) { return j.value("frames", 0u) >= 30; }, 10s);
+  ASSERT_GE(r.value("frames", 0u), 30u) << r.dump();
+  r = control(ep, "abort");
+  EXPECT_TRUE(r["ok"]);
+  r = wait_status(ep, [](const json& j) { return j.value("runs_completed", 0u) >= 1; }, 10s);
+  EXPECT_EQ(r["runs_completed"], 1);
+  // auto_start: run 2 is already taking data.
+  r = wait_status(ep, [](const json& j) { return j.value("run_index", 0u) == 2; }, 10s);
+  EXPECT_EQ(r["run_index"], 2);
+  const auto f = pipeline::read_run_file(s.cfg.output.directory / "daemon_abort_000001.h5");
+  EXPECT_FALSE(f.end_time.empty()) << "the aborted run's file was not closed";
+  EXPECT_GE(f.frames.size(), 10u);
+  stop_sender = true;
+  // Stop via the control socket: the run ends gracefully, the daemon stays.
+  r = control(ep, "stop");
+  EXPECT_TRUE(r["ok"]);
+  r = control(ep, json{{"command", "shutdown"}});
+  EXPECT_TRUE(r["ok"]);
+  EXPECT_TRUE(d.wait(10s));
+  const auto f2 = pipeline::read_run_file(s.cfg.output.directory / "daemon_abort_000002.h5");
+  EXPECT_FALSE(f2.end_time.empty());
+}
+
+TEST(Daemon, NextRunIndexFollowsExistingFiles) {
+  const fs::path d = glint::testing::fresh_dir("run_index");
+  EXPECT_EQ(daemon::next_run_index(d, "scan"), 1u);
+  std::ofstream(d / "scan_000007.h5") << "x";
+  std::ofstream(d / "scan_000003.h5") << "x";
+  std::ofstream(d / "other_000009.h5") << "x";
+  std::ofstream(d / "scan_00000x.h5") << "x";
+  EXPECT_EQ(daemon::next_run_index(d, "scan"), 8u);
+  EXPECT_EQ(daemon::next_run_index("/nonexistent/dir", "scan"), 1u);
+}

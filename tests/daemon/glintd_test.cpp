@@ -1,0 +1,281 @@
+// The real glintd and glint binaries over loopback: a run end to end, signals, a sender
+// restarted mid-run, configuration reload, `glint ctl`.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+
+#include "../pipeline/stream_test_util.hpp"
+#include "control_client.hpp"
+#include "glint/pipeline/run_file.hpp"
+#include "process.hpp"
+
+using namespace glint;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using glint::testing::bin;
+using glint::testing::control;
+using glint::testing::Process;
+using glint::testing::wait_status;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint32_t kDark = 20;
+
+struct Rig {
+  fs::path dir;
+  fs::path config;
+  std::string data_ep, control_ep;
+  std::string run_name;
+  uint32_t kRows = 40, kCols = 40;
+  std::string finder = "backend: cpu, batch_frames: 32";
+  std::string ingest_extra;
+
+  explicit Rig(const std::string& name, bool auto_start = true, uint32_t size = 40) : run_name(name), kRows(size), kCols(size) {
+    dir = glint::testing::fresh_dir(name);
+    data_ep = glint::testing::loopback(glint::testing::free_tcp_port());
+    control_ep = glint::testing::loopback(glint::testing::free_tcp_port());
+    config = dir / "glintd.yaml";
+    write_config(name, auto_start);
+  }
+  void write_config(const std::string& name, bool auto_start, const std::string& extra = "") const {
+    std::ofstream(config) << "detector: {rows: " << kRows << ", cols: " << kCols << "}\n"
+                          << "ingest: {endpoints: [\"" << data_ep << "\"]" << ingest_extra << "}\n"
+                          << "pedestal: {dark_frames: " << kDark << ", window: " << kDark << "}\n"
+                          << "finder: {" << finder << "}\n"
+                          << "output: {directory: \"" << (dir / "runs").string() << "\", run_name: " << name
+                          << "}\n"
+                          << "run: {auto_start: " << (auto_start ? "true" : "false") << "}\n"
+                          << "control: {endpoint: \"" << control_ep << "\"}\n"
+                          << extra;
+  }
+  std::vector<std::string> glintd() const { return {bin("glintd").string(), "--config", config.string()}; }
+  std::vector<std::string> sim(uint64_t frames, double rate, const std::vector<std::string>& more = {}) const {
+    std::vector<std::string> a{bin("glint").string(), "sim", "--endpoint", data_ep, "--rows",
+                               std::to_string(kRows), "--cols", std::to_string(kCols), "--dark",
+                               std::to_string(kDark), "--frames", std::to_string(frames), "--rate",
+                               std::to_string(rate), "--photons", "10", "--seed", "7"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  }
+  fs::path file(uint64_t index, const std::string& name = "") const {
+    return pipeline::run_file_path(dir / "runs", name.empty() ? run_name : name, index);
+  }
+  pipeline::SimImageParams image() const {
+    pipeline::SimImageParams p;
+    p.rows = kRows;
+    p.cols = kCols;
+    p.photons = 10;
+    p.seed = 7;
+    return p;
+  }
+  FinderParams params() const {
+    FinderParams p;
+    p.shape = {kRows, kCols};
+    p.pedestal_window = kDark;
+    return p;
+  }
+  void expect_clusters_match(const pipeline::RunFileContents& f) const {
+    const auto want = glint::testing::expected_clusters(f, image(), 1, kDark, params());
+    EXPECT_EQ(f.clusters.n_clusters(), want.n_clusters());
+    EXPECT_TRUE(f.clusters == want) << "clusters differ from the reference finder";
+  }
+};
+
+bool run_done(const json& r, uint64_t runs) { return r.value("runs_completed", 0u) >= runs; }
+
+void expect_contiguous(const pipeline::RunFileContents& f) {
+  for (std::size_t i = 1; i < f.frames.size(); ++i)
+    ASSERT_EQ(f.frames[i].frame_number, f.frames[i - 1].frame_number + 1) << i;
+}
+
+}  // namespace
+
+TEST(Glintd, EndToEndWithCtlAndReload) {
+  Rig rig("e2e", /*auto_start=*/false);
+  Process d(rig.glintd(), rig.dir / "glintd.log");
+  ASSERT_TRUE(d.started());
+  ASSERT_EQ(wait_status(rig.control_ep, [](const json&) { return true; }, 10s)["state"], "idle") << d.log();
+  auto ctl = [&](const std::vector<std::string>& args, const std::string& log) {
+    std::vector<std::string> a{bin("glint").string(), "ctl", "--endpoint", rig.control_ep};
+    a.insert(a.end(), args.begin(), args.end());
+    auto p = std::make_unique<Process>(a, rig.dir / log);
+    return p;
+  };
+  {
+    auto start = ctl({"start"}, "ctl_start.log");
+    ASSERT_EQ(start->wait_exit(10s), 0) << start->log();
+    EXPECT_NE(start->log().find(rig.file(1).string()), std::string::npos) << start->log();
+    auto again = ctl({"start"}, "ctl_again.log");
+    EXPECT_EQ(again->wait_exit(10s), 1) << "a second start must fail while a run is in progress";
+    EXPECT_NE(again->log().find("in progress"), std::string::npos) << again->log();
+  }
+  {
+    Process s(rig.sim(120, 0), rig.dir / "sim.log");
+    ASSERT_EQ(s.wait_exit(30s), 0) << s.log();
+  }
+  json r = wait_status(rig.control_ep, [](const json& j) { return run_done(j, 1); }, 20s);
+  ASSERT_TRUE(run_done(r, 1)) << r.dump() << d.log();
+
+  {
+    auto stats = ctl({"stats"}, "ctl_stats.log");
+    ASSERT_EQ(stats->wait_exit(10s), 0) << stats->log();
+    EXPECT_NE(stats->log().find("received 140  processed 140  dark 20  data 120"), std::string::npos) << stats->log();
+    auto status = ctl({"status", "--json"}, "ctl_status.log");
+    ASSERT_EQ(status->wait_exit(10s), 0) << status->log();
+    const json st = json::parse(status->log());
+    EXPECT_EQ(st["state"], "idle");
+    EXPECT_EQ(st["last_run"]["frames"], 140);
+    EXPECT_EQ(st["last_run"]["file"], rig.file(1).string());
+    auto ped = ctl({"pedestal"}, "ctl_ped.log");
+    ASSERT_EQ(ped->wait_exit(10s), 0) << ped->log();
+    EXPECT_NE(ped->log().find("20 frames (window 20)"), std::string::npos) << ped->log();
+    auto stop = ctl({"stop"}, "ctl_stop.log");
+    EXPECT_EQ(stop->wait_exit(10s), 1) << "stop without a run must fail";
+    auto watch = ctl({"watch", "--count", "2", "--interval", "0.05", "--json"}, "ctl_watch.log");
+    ASSERT_EQ(watch->wait_exit(10s), 0) << watch->log();
+    const std::string lines = watch->log();
+    EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 2) << lines;
+  }
+  const auto f = pipeline::read_run_file(rig.file(1));
+  ASSERT_EQ(f.frames.size(), 140u);
+  EXPECT_EQ(glint::testing::count_rows(f, pipeline::kFlagDark), kDark);
+  EXPECT_EQ(glint::testing::count_rows(f, 0), 120u);
+  rig.expect_clusters_match(f);
+
+  // SIGHUP: the next run uses the new configuration.
+  rig.write_config("reloaded", false);
+  d.signal(SIGHUP);
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  std::string file;
+  while (std::chrono::steady_clock::now() < until && file.find("reloaded") == std::string::npos) {
+    std::this_thread::sleep_for(50ms);
+    r = control(rig.control_ep, "start");
+    file = r.value("file", std::string());
+    if (r.value("ok", false) && file.find("reloaded") == std::string::npos) control(rig.control_ep, "abort");
+    wait_status(rig.control_ep, [](const json& j) { return !j.contains("run_index") || j.value("file", std::string()).find("reloaded") != std::string::npos; }, 5s);
+  }
+  EXPECT_EQ(file, rig.file(1, "reloaded").string()) << d.log();
+
+  d.signal(SIGTERM);
+  EXPECT_EQ(d.wait_exit(20s), 0) << d.log();
+  EXPECT_FALSE(pipeline::read_run_file(rig.file(1, "reloaded")).end_time.empty());
+}
+
+TEST(Glintd, SigtermMidRunDrainsWritesClosesAndExitsZero) {
+  Rig rig("sigterm");
+  Process d(rig.glintd(), rig.dir / "glintd.log");
+  ASSERT_TRUE(wait_status(rig.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s).contains("run_index"));
+  Process s(rig.sim(100000, 400), rig.dir / "sim.log");
+  const json r = wait_status(rig.control_ep, [](const json& j) { return j.value("frames", 0u) >= 60; }, 20s);
+  ASSERT_GE(r.value("frames", 0u), 60u) << r.dump();
+  d.signal(SIGTERM);
+  EXPECT_EQ(d.wait_exit(20s), 0) << d.log();
+  const auto f = pipeline::read_run_file(rig.file(1));
+  EXPECT_FALSE(f.end_time.empty());
+  EXPECT_TRUE(f.end_state.has_value());
+  EXPECT_GE(f.frames.size(), 60u);
+  expect_contiguous(f);
+  rig.expect_clusters_match(f);
+  EXPECT_NE(d.log().find("ended (shutdown)"), std::string::npos) << d.log();
+}
+
+TEST(Glintd, SecondSignalAbortsButClosesTheFile) {
+  // 400x400 frames, one finder thread and a deep queue: the drain after the first signal takes
+  // seconds, so the second one certainly arrives while the run is finishing.
+  Rig rig("sigtwice", true, 400);
+  rig.finder = "backend: cpu, threads: 1, batch_frames: 16";
+  rig.ingest_extra = ", queue_frames: 512";
+  rig.write_config("sigtwice", true);
+  Process d(rig.glintd(), rig.dir / "glintd.log");
+  ASSERT_TRUE(wait_status(rig.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s).contains("run_index"));
+  Process s(rig.sim(100000, 0, {"--pool", "16"}), rig.dir / "sim.log");
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  json st;
+  while (std::chrono::steady_clock::now() < until) {
+    st = control(rig.control_ep, "stats");
+    if (st.value("ok", false) && st["queues"]["queued_images"].get<uint64_t>() >= 300) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_GE(st["queues"]["queued_images"].get<uint64_t>(), 300u) << st.dump();
+  d.signal(SIGINT);
+  std::this_thread::sleep_for(100ms);
+  d.signal(SIGINT);
+  EXPECT_EQ(d.wait_exit(20s), 0) << d.log();
+  const auto f = pipeline::read_run_file(rig.file(1));
+  EXPECT_FALSE(f.end_time.empty());
+  expect_contiguous(f);
+  EXPECT_NE(d.log().find("again: aborting"), std::string::npos) << d.log();
+  EXPECT_NE(d.log().find("run 1 ended ("), std::string::npos) << d.log();
+  EXPECT_LT(f.frames.size(), 100000u + kDark) << "aborted: the stream was not drained to its end";
+}
+
+TEST(Glintd, SenderRestartedMidRun) {
+  Rig rig("restart");
+  Process d(rig.glintd(), rig.dir / "glintd.log");
+  ASSERT_TRUE(wait_status(rig.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s).contains("run_index"));
+  {
+    Process a(rig.sim(1000, 500), rig.dir / "sim_a.log");
+    wait_status(rig.control_ep, [](const json& j) { return j.value("frames", 0u) >= 50; }, 20s);
+    a.signal(SIGKILL);  // the sender dies: no end message
+    a.wait_exit(5s);
+  }
+  // Restarted, it continues the detector's frame numbers further on (image 400 on).
+  {
+    Process b(rig.sim(480, 0, {"--skip", "400"}), rig.dir / "sim_b.log");
+    ASSERT_EQ(b.wait_exit(30s), 0) << b.log();
+  }
+  const json r = wait_status(rig.control_ep, [](const json& j) { return run_done(j, 1); }, 20s);
+  ASSERT_TRUE(run_done(r, 1)) << r.dump() << d.log();
+  const auto f = pipeline::read_run_file(rig.file(1));
+  ASSERT_EQ(f.frames.size(), kDark + 480u);
+  expect_contiguous(f);
+  EXPECT_EQ(f.frames.front().frame_number, 1u);
+  EXPECT_EQ(f.frames.back().frame_number, kDark + 480u);
+  const std::size_t missing = glint::testing::count_rows(f, pipeline::kFlagMissing);
+  EXPECT_GT(missing, 100u);
+  EXPECT_EQ(glint::testing::count_rows(f, 0) + missing + kDark, f.frames.size());
+  rig.expect_clusters_match(f);
+  d.signal(SIGTERM);
+  EXPECT_EQ(d.wait_exit(20s), 0);
+}
+
+TEST(Glintd, ConfigCheckAndErrors) {
+  Process ok({bin("glintd").string(), "--check", "--config", (fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml").string()},
+             glint::testing::fresh_dir("check") / "ok.log");
+  EXPECT_EQ(ok.wait_exit(10s), 0) << ok.log();
+  const fs::path dir = glint::testing::fresh_dir("check_bad");
+  std::ofstream(dir / "bad.yaml") << "detector:\n  rows: 400\nfinder:\n  cluster_size: 6\n";
+  Process bad({bin("glintd").string(), "--config", (dir / "bad.yaml").string()}, dir / "bad.log");
+  EXPECT_EQ(bad.wait_exit(10s), 2);
+  EXPECT_NE(bad.log().find("bad.yaml:4: finder.cluster_size"), std::string::npos) << bad.log();
+  Process missing({bin("glintd").string(), "--config", (dir / "none.yaml").string()}, dir / "none.log");
+  EXPECT_EQ(missing.wait_exit(10s), 2);
+  EXPECT_NE(missing.log().find("none.yaml"), std::string::npos) << missing.log();
+}
+
+TEST(GlintBench, PipelineReportsBothLegsAndAccountsForEveryImage) {
+  const fs::path dir = glint::testing::fresh_dir("bench_pipeline");
+  Process b({bin("glint").string(), "bench", "pipeline", "--size", "64", "--frames", "300", "--dark", "20",
+             "--backend", "cpu", "--json", "--output", (dir / "out").string()},
+            dir / "bench.log");
+  ASSERT_EQ(b.wait_exit(60s), 0) << b.log();
+  const std::string text = b.log();
+  const json j = json::parse(text.substr(text.find('{')));
+  ASSERT_EQ(j["legs"].size(), 2u);
+  for (const auto& leg : j["legs"]) {
+    EXPECT_EQ(leg["images_sent"], 320) << leg.dump();
+    EXPECT_EQ(leg["frames"].get<uint64_t>() + leg["lost"].get<uint64_t>(), 320u) << leg.dump();
+    EXPECT_GT(leg["frames_per_s"].get<double>(), 0.0);
+  }
+  const auto& p = j["legs"][1]["extra"];
+  EXPECT_EQ(p["dark"], 20);
+  EXPECT_EQ(p["dark"].get<uint64_t>() + p["data"].get<uint64_t>() + p["dropped"].get<uint64_t>() +
+                p["missing"].get<uint64_t>(),
+            320u)
+      << p.dump();
+  EXPECT_GT(j["ratio_to_floor"].get<double>(), 0.0);
+  EXPECT_FALSE(fs::exists(dir / "out")) << "the benchmark's run file is removed";
+}

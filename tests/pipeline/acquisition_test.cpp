@@ -1,0 +1,309 @@
+// End-to-end over loopback, in-process: the simulator publishes, an Acquisition ingests, finds
+// and writes; the run file is read back and compared with the reference finder.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <thread>
+
+#include "glint/config/config.hpp"
+#include "glint/pipeline/acquisition.hpp"
+#include "glint/pipeline/run_file.hpp"
+#include "glint/pipeline/stream_simulator.hpp"
+#include "gpu_test.hpp"
+#include "stream_test_util.hpp"
+
+using namespace glint;
+using namespace glint::pipeline;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Case {
+  config::Config cfg;
+  SimOptions sim;
+};
+
+/// A small detector and run on fresh loopback ports; `ports` ports per image.
+Case make_case(const std::string& name, uint32_t ports_x = 1, uint32_t ports_y = 1, uint32_t endpoints = 1) {
+  Case c;
+  c.cfg = config::load(fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml");
+  c.cfg.detector.rows = 48;
+  c.cfg.detector.cols = 64;
+  c.cfg.detector.ports_x = ports_x;
+  c.cfg.detector.ports_y = ports_y;
+  c.cfg.ingest.endpoints.clear();
+  c.sim.endpoints.clear();
+  for (uint32_t i = 0; i < endpoints; ++i) {
+    const auto ep = glint::testing::loopback(glint::testing::free_tcp_port());
+    c.cfg.ingest.endpoints.push_back(ep);
+    c.sim.endpoints.push_back(ep);
+  }
+  c.cfg.pedestal.dark_frames = 20;
+  c.cfg.pedestal.window = 20;
+  c.cfg.finder.backend = "cpu";
+  c.cfg.finder.batch_frames = 16;
+  c.cfg.output.directory = glint::testing::fresh_dir(name);
+  c.cfg.output.run_name = name;
+  c.sim.image.rows = 48;
+  c.sim.image.cols = 64;
+  c.sim.image.photons = 12;
+  c.sim.ports_x = ports_x;
+  c.sim.ports_y = ports_y;
+  c.sim.dark_frames = 20;
+  c.sim.frames = 60;
+  c.sim.first_frame_number = 1000;
+  return c;
+}
+
+FinderParams params_of(const config::Config& c) {
+  FinderParams p;
+  p.shape = {c.detector.rows, c.detector.cols};
+  p.cluster_size = c.finder.cluster_size;
+  p.n_sigma = c.finder.n_sigma;
+  p.pedestal_window = c.pedestal.window;
+  return p;
+}
+
+struct Result {
+  RunStats stats;
+  RunFileContents file;
+  SimReport sent;
+};
+
+Result run_case(const Case& c, std::optional<PedestalState> previous = std::nullopt) {
+  Acquisition run(c.cfg, 1, std::move(previous));
+  const SimReport sent = run_stream_simulator(c.sim);
+  EXPECT_TRUE(sent.subscribers_seen);
+  EXPECT_TRUE(run.wait(20s)) << "the run did not end on the end message";
+  Result r{run.stats(), read_run_file(run.file()), sent};
+  EXPECT_EQ(r.stats.error, "");
+  return r;
+}
+
+void expect_clusters_match(const Case& c, const Result& r) {
+  const ClusterTable want = glint::testing::expected_clusters(r.file, c.sim.image, c.sim.first_frame_number,
+                                                              c.sim.dark_frames, params_of(c.cfg), c.sim.bitmode);
+  EXPECT_EQ(r.file.clusters.frames().size(), want.frames().size());
+  EXPECT_EQ(r.file.clusters.n_clusters(), want.n_clusters());
+  EXPECT_TRUE(r.file.clusters == want) << "clusters differ from the reference finder";
+}
+
+}  // namespace
+
+TEST(Acquisition, OnePortClustersEqualTheReferenceFinder) {
+  const Case c = make_case("one_port");
+  const Result r = run_case(c);
+  ASSERT_EQ(r.file.frames.size(), 80u);
+  for (std::size_t i = 0; i < r.file.frames.size(); ++i) {
+    EXPECT_EQ(r.file.frames[i].frame_number, 1000 + i);
+    EXPECT_EQ(r.file.frames[i].flags, i < 20 ? kFlagDark : 0) << i;
+    EXPECT_EQ(r.file.frames[i].timestamp, (1000 + i) * 10000);
+  }
+  EXPECT_EQ(r.stats.dark_frames, 20u);
+  EXPECT_EQ(r.stats.data_frames, 60u);
+  EXPECT_EQ(r.stats.end_reason, "end of acquisition");
+  EXPECT_GT(r.stats.clusters, 60u * 5);  // ~12 photons per frame
+  EXPECT_EQ(r.stats.clusters, r.file.clusters.n_clusters());
+  EXPECT_FALSE(r.file.end_time.empty());
+  EXPECT_NE(r.file.config_yaml.find("detector"), std::string::npos);
+  ASSERT_TRUE(r.file.end_state.has_value());
+  expect_clusters_match(c, r);
+}
+
+TEST(Acquisition, FourPortsOnTwoEndpointsAssembleLikeOneImage) {
+  Case c = make_case("four_ports", 2, 2, 2);
+  // Two ingest threads on two cores can drift apart by many frames in an unthrottled burst:
+  // let images wait for their parts (time-out or end of data) rather than count-evict them.
+  c.cfg.ingest.reorder_frames = 200;
+  const Result r = run_case(c);
+  ASSERT_EQ(r.file.frames.size(), 80u);
+  EXPECT_EQ(r.stats.late_parts, 0u);
+  EXPECT_EQ(r.stats.parts, 320u);
+  EXPECT_EQ(r.stats.incomplete, 0u);
+  EXPECT_EQ(glint::testing::count_rows(r.file, 0), 60u);
+  expect_clusters_match(c, r);
+}
+
+TEST(Acquisition, EveryBitmodeAndHeaderVersion4) {
+  for (uint32_t bm : {4u, 8u, 32u}) {
+    Case c = make_case("bitmode" + std::to_string(bm), 1, 2, 1);  // two ports, one endpoint
+    c.sim.bitmode = bm;
+    c.sim.jsonversion = 4;
+    if (bm == 4) {  // values 0..15
+      c.sim.image.pedestal = 4;
+      c.sim.image.pedestal_spread = 1;
+      c.sim.image.noise = 0.8;
+      c.sim.image.photon_adu = 30;
+    } else if (bm == 8) {
+      c.sim.image.pedestal = 60;
+      c.sim.image.pedestal_spread = 5;
+      c.sim.image.noise = 3;
+      c.sim.image.photon_adu = 150;
+    } else {
+      c.sim.image.pedestal = 40000;  // 32 bits carry what 16 bits hold
+    }
+    const Result r = run_case(c);
+    EXPECT_EQ(r.file.frames.size(), 80u) << bm;
+    EXPECT_EQ(r.stats.bad_total, 0u) << bm;
+    expect_clusters_match(c, r);
+  }
+}
+
+TEST(Acquisition, EveryBadInputKindIsCountedAndSkipped) {
+  Case c = make_case("bad_input", 2, 1, 1);
+  c.sim.frames = 80;
+  using F = SimFault;
+  c.sim.faults = {{F::malformed, 13},    {F::data_without_header, 17}, {F::wrong_shape, 7},
+                  {F::unknown_bitmode, 9}, {F::size_mismatch, 11},       {F::missing_field, 19},
+                  {F::unknown_port, 23},   {F::backwards, 29},           {F::drop_part, 31},
+                  {F::gap, 37},            {F::incomplete, 41}};
+  c.cfg.ingest.reorder_frames = 4;
+  const Result r = run_case(c);
+  const uint64_t n = 100;  // images 0..99
+  auto every = [&](uint64_t k, bool need_previous = false) {
+    uint64_t m = 0;
+    for (uint64_t i = 0; i < n; ++i) m += (i % k == k - 1) && (!need_previous || i > 0);
+    return m;
+  };
+  // Extra bad messages are not sent for gap images (the simulator skips those whole).
+  auto every_not_gap = [&](uint64_t k) {
+    uint64_t m = 0;
+    for (uint64_t i = 0; i < n; ++i) m += (i % k == k - 1) && (i % 37 != 36);
+    return m;
+  };
+  const auto& b = r.stats.bad;
+  EXPECT_EQ(b[size_t(BadInput::malformed_json)], every_not_gap(13));
+  EXPECT_EQ(b[size_t(BadInput::data_without_header)], every_not_gap(17));
+  EXPECT_EQ(b[size_t(BadInput::wrong_shape)], every_not_gap(7));
+  EXPECT_EQ(b[size_t(BadInput::unknown_bitmode)], every_not_gap(9));
+  EXPECT_EQ(b[size_t(BadInput::size_mismatch)], every_not_gap(11));
+  EXPECT_EQ(b[size_t(BadInput::missing_field)], every_not_gap(19));
+  EXPECT_EQ(b[size_t(BadInput::unknown_port)], every_not_gap(23));
+  EXPECT_EQ(b[size_t(BadInput::frame_backwards)], every_not_gap(29));
+  (void)every;
+  // The file: one row per frame number from first to last, in order, flagged as it happened.
+  ASSERT_FALSE(r.file.frames.empty());
+  for (std::size_t i = 1; i < r.file.frames.size(); ++i)
+    EXPECT_EQ(r.file.frames[i].frame_number, r.file.frames[i - 1].frame_number + 1);
+  for (const auto& row : r.file.frames) {
+    const uint64_t i = row.frame_number - 1000;
+    const bool gap = i % 37 == 36;
+    const bool lost_part = i % 13 == 12 || i % 17 == 16 || i % 31 == 30 || i % 41 == 40;
+    if (gap) EXPECT_EQ(row.flags, kFlagMissing) << i;
+    else if (lost_part) EXPECT_EQ(row.flags, kFlagIncomplete) << i;
+    else EXPECT_TRUE(row.flags == 0 || row.flags == kFlagDark) << i << " flags " << int(row.flags);
+  }
+  EXPECT_EQ(r.stats.missing, every(37));
+  expect_clusters_match(c, r);
+}
+
+TEST(Acquisition, KeepsThePreviousPedestal) {
+  Case c = make_case("keep_pedestal");
+  std::optional<PedestalState> end;
+  {
+    Acquisition run(c.cfg, 1, std::nullopt);
+    run_stream_simulator(c.sim);
+    ASSERT_TRUE(run.wait(20s));
+    end = run.end_pedestal();
+  }
+  ASSERT_TRUE(end);
+  Case d = make_case("keep_pedestal2");
+  d.cfg.pedestal.keep_previous = true;
+  d.sim.dark_frames = 0;
+  d.sim.skip_images = 20;  // the same stream's photon frames, continued: no dark frames
+  d.sim.dark_frames = 20;
+  d.sim.image = c.sim.image;
+  Acquisition run(d.cfg, 2, end);
+  run_stream_simulator(d.sim);
+  ASSERT_TRUE(run.wait(20s));
+  const auto f = read_run_file(run.file());
+  ASSERT_EQ(f.frames.size(), 60u);
+  EXPECT_EQ(glint::testing::count_rows(f, kFlagDark), 0u);
+  EXPECT_EQ(f.start_mean, end->means());
+}
+
+TEST(Acquisition, UnwritableDirectoryIsAnErrorNotACrash) {
+  Case c = make_case("unwritable");
+  c.cfg.output.directory = "/proc/glint_cannot_write_here";
+  Acquisition run(c.cfg, 1, std::nullopt);
+  ASSERT_TRUE(run.wait(5s));
+  EXPECT_EQ(run.state(), RunState::error);
+  EXPECT_NE(run.stats().error.find("/proc/glint_cannot_write_here"), std::string::npos) << run.stats().error;
+}
+
+TEST(Acquisition, DiskFullDuringTheRunIsAnError) {
+  // A real full disk: a 512 KiB tmpfs (needs root). Where mounting is not allowed, the run
+  // file is a link to /dev/full, which fails every write with ENOSPC from the first one.
+  Case c = make_case("disk_full");
+  c.sim.frames = 3000;
+  c.sim.image.photons = 40;
+  c.sim.wait_subscribers_ms = 2000;
+  const fs::path mnt = c.cfg.output.directory / "small";
+  fs::create_directories(mnt);
+  const bool mounted =
+      std::system(("mount -t tmpfs -o size=512k tmpfs " + mnt.string() + " 2>/dev/null").c_str()) == 0;
+  if (mounted) {
+    c.cfg.output.directory = mnt;
+  } else {
+    if (!fs::exists("/dev/full")) GTEST_SKIP() << "neither tmpfs nor /dev/full available";
+    c.cfg.output.overwrite = true;
+    fs::create_symlink("/dev/full", run_file_path(c.cfg.output.directory, c.cfg.output.run_name, 1));
+  }
+  // HDF5 1.10 keeps a file whose close failed with ENOSPC in its table and crashes when the
+  // library shuts down at process exit; the scenario runs in a child that leaves with _Exit.
+  auto scenario = [&] {
+    int failures = 0;
+    {
+      Acquisition run(c.cfg, 1, std::nullopt);
+      std::atomic<bool> stop{false};
+      std::jthread sender([&] { run_stream_simulator(c.sim, &stop); });
+      failures += !run.wait(60s);
+      stop = true;
+      const auto s = run.stats();
+      failures += s.state != RunState::error;
+      failures += s.error.find(run.file().string()) == std::string::npos;
+      if (mounted) failures += s.rows_written == 0;  // it failed during the run, not at creation
+      std::fprintf(stderr, "run error: %s\n", s.error.c_str());
+    }
+    std::fflush(stderr);
+    std::_Exit(failures);
+  };
+  EXPECT_EXIT(scenario(), ::testing::ExitedWithCode(0), "run error: .*disk_full_000001.h5");
+  if (mounted) std::system(("umount " + mnt.string()).c_str());
+}
+
+TEST(Acquisition, StopDrainsAndFrameLimitEnds) {
+  Case c = make_case("limit");
+  c.cfg.run.max_frames = 50;
+  c.sim.send_end = false;
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.end_reason, "frame limit");
+  EXPECT_GE(r.file.frames.size(), 50u);
+  EXPECT_EQ(r.file.frames.front().frame_number, 1000u);
+  expect_clusters_match(c, r);
+}
+
+TEST(Acquisition, GpuBackendWritesTheReferenceClusters) {
+  GLINT_REQUIRE_GPU();
+  // Streamed batches (staging, submit, results through the sink) interleaved with rows that
+  // carry no clusters: gaps and incomplete images force the batches to drain in order.
+  for (int batch : {1, 16, 64}) {
+    Case c = make_case("gpu" + std::to_string(batch), 2, 1, 1);
+    c.cfg.finder.backend = "gpu";
+    c.cfg.finder.batch_frames = batch;
+    c.cfg.ingest.reorder_frames = 4;
+    c.sim.frames = 400;
+    c.sim.image.photons = 30;
+    c.sim.faults = {{SimFault::gap, 23}, {SimFault::drop_part, 41}};
+    const Result r = run_case(c);
+    EXPECT_EQ(r.stats.backend.rfind("gpu", 0), 0u) << r.stats.backend;
+    EXPECT_EQ(r.file.frames.size(), 420u);
+    EXPECT_GT(r.stats.missing, 0u);
+    EXPECT_GT(r.stats.incomplete, 0u);
+    EXPECT_EQ(r.stats.clusters, r.file.clusters.n_clusters());
+    expect_clusters_match(c, r);
+  }
+}

@@ -1,0 +1,153 @@
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "glint/pipeline/frame_assembler.hpp"
+
+using namespace glint;
+using namespace glint::pipeline;
+using namespace std::chrono_literals;
+
+namespace {
+
+config::DetectorConfig det_2x2() {
+  config::DetectorConfig d;
+  d.rows = 4;
+  d.cols = 6;
+  d.ports_x = 2;
+  d.ports_y = 2;
+  return d;
+}
+
+config::IngestConfig ingest(uint32_t queue, uint32_t reorder = 8, uint32_t timeout_ms = 10000) {
+  config::IngestConfig i;
+  i.queue_frames = queue;
+  i.reorder_frames = reorder;
+  i.part_timeout_ms = timeout_ms;
+  return i;
+}
+
+/// A 16-bit part of a 2x2-port 4x6 detector whose pixels are value + index.
+void add(FrameAssembler& a, uint64_t fn, uint32_t row, uint32_t col, uint16_t value, uint32_t complete = 1) {
+  SlsHeader h;
+  h.bitmode = 16;
+  h.detshape = {2, 2};
+  h.shape = {3, 2};
+  h.size = 12;
+  h.frame_number = fn;
+  h.timestamp = fn * 10;
+  h.row = row;
+  h.column = col;
+  h.complete_image = complete;
+  std::vector<uint16_t> px(6);
+  for (int i = 0; i < 6; ++i) px[i] = static_cast<uint16_t>(value + i);
+  a.add_part(h, std::as_bytes(std::span<const uint16_t>(px)));
+}
+
+}  // namespace
+
+TEST(FrameAssembler, PlacesPartsByRowAndColumnInAnyOrder) {
+  FrameAssembler a(det_2x2(), ingest(4));
+  add(a, 5, 1, 1, 400);
+  add(a, 5, 0, 0, 100);
+  EXPECT_EQ(a.pop(0ms), nullptr);  // not complete yet
+  add(a, 5, 1, 0, 300);
+  add(a, 5, 0, 1, 200);
+  auto f = a.pop(0ms);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->frame_number, 5u);
+  EXPECT_EQ(f->timestamp, 50u);
+  EXPECT_FALSE(f->incomplete);
+  // Port (row r, column c) holds rows 2r..2r+1 and columns 3c..3c+2.
+  const std::vector<uint16_t> expect{100, 101, 102, 200, 201, 202,  //
+                                     103, 104, 105, 203, 204, 205,  //
+                                     300, 301, 302, 400, 401, 402,  //
+                                     303, 304, 305, 403, 404, 405};
+  EXPECT_EQ(f->pixels, expect);
+  a.release(std::move(f));
+  EXPECT_EQ(a.counters().free, 4u);
+  EXPECT_EQ(a.counters().frames_complete, 1u);
+}
+
+TEST(FrameAssembler, EmitsInFrameNumberOrder) {
+  FrameAssembler a(det_2x2(), ingest(8));
+  // Frame 2 has begun when frame 3 completes: 3 waits for 2.
+  add(a, 2, 0, 0, 2);
+  for (uint32_t p = 0; p < 4; ++p) add(a, 3, p / 2, p % 2, 3);
+  EXPECT_EQ(a.pop(0ms), nullptr);
+  for (uint32_t p = 1; p < 4; ++p) add(a, 2, p / 2, p % 2, 2);
+  auto f1 = a.pop(0ms);
+  auto f2 = a.pop(0ms);
+  ASSERT_TRUE(f1 && f2);
+  EXPECT_EQ(f1->frame_number, 2u);
+  EXPECT_EQ(f2->frame_number, 3u);
+}
+
+TEST(FrameAssembler, MissingPartBecomesIncompleteAfterReorderWindow) {
+  FrameAssembler a(det_2x2(), ingest(8, /*reorder=*/2));
+  add(a, 1, 0, 0, 1);  // frame 1 never gets its other parts
+  for (uint64_t fn = 2; fn <= 3; ++fn)
+    for (uint32_t p = 0; p < 4; ++p) add(a, fn, p / 2, p % 2, 1);
+  auto f = a.pop(0ms);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->frame_number, 1u);
+  EXPECT_TRUE(f->incomplete);
+  EXPECT_EQ(f->parts, 1u);
+  // A late part of frame 1 is counted, not assembled.
+  add(a, 1, 1, 1, 9);
+  EXPECT_EQ(a.counters().late_parts, 1u);
+  EXPECT_EQ(a.pop(0ms)->frame_number, 2u);
+  EXPECT_EQ(a.pop(0ms)->frame_number, 3u);
+  EXPECT_EQ(a.counters().frames_incomplete, 1u);
+  EXPECT_EQ(a.counters().frames_complete, 2u);
+}
+
+TEST(FrameAssembler, MissingPartBecomesIncompleteAfterTimeout) {
+  FrameAssembler a(det_2x2(), ingest(8, 100, /*timeout_ms=*/30));
+  add(a, 7, 0, 0, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto f = a.pop(2000ms);
+  ASSERT_NE(f, nullptr);
+  EXPECT_TRUE(f->incomplete);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 25ms);
+}
+
+TEST(FrameAssembler, CompleteImageZeroFlagsIncomplete) {
+  FrameAssembler a(det_2x2(), ingest(4));
+  for (uint32_t p = 0; p < 4; ++p) add(a, 1, p / 2, p % 2, 1, p == 2 ? 0 : 1);
+  auto f = a.pop(0ms);
+  ASSERT_NE(f, nullptr);
+  EXPECT_TRUE(f->incomplete);
+  EXPECT_EQ(f->parts, 4u);
+}
+
+TEST(FrameAssembler, DropsWhenBuffersRunOutAndRemembersWhich) {
+  FrameAssembler a(det_2x2(), ingest(/*queue=*/2));
+  for (uint64_t fn = 10; fn < 15; ++fn)
+    for (uint32_t p = 0; p < 4; ++p) add(a, fn, p / 2, p % 2, 1);
+  const auto c = a.counters();
+  EXPECT_EQ(c.frames_dropped, 3u);
+  EXPECT_EQ(c.free, 0u);
+  EXPECT_EQ(c.ready, 2u);
+  EXPECT_EQ(a.take_dropped(13), (std::vector<uint64_t>{12}));
+  EXPECT_EQ(a.take_dropped(std::nullopt), (std::vector<uint64_t>{13, 14}));
+  auto f = a.pop(0ms);
+  EXPECT_EQ(f->frame_number, 10u);
+  a.release(std::move(f));
+  // With a buffer back, later frames are assembled again.
+  for (uint32_t p = 0; p < 4; ++p) add(a, 15, p / 2, p % 2, 1);
+  EXPECT_EQ(a.pop(0ms)->frame_number, 11u);
+  EXPECT_EQ(a.pop(0ms)->frame_number, 15u);
+}
+
+TEST(FrameAssembler, FlushPendingEmitsEverythingAsIncomplete) {
+  FrameAssembler a(det_2x2(), ingest(4));
+  add(a, 1, 0, 0, 1);
+  add(a, 2, 0, 1, 1);
+  a.flush_pending();
+  auto f1 = a.pop(0ms);
+  auto f2 = a.pop(0ms);
+  ASSERT_TRUE(f1 && f2);
+  EXPECT_TRUE(f1->incomplete && f2->incomplete);
+  EXPECT_EQ(a.pop(0ms), nullptr);
+}

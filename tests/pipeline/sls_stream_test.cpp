@@ -1,0 +1,153 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "glint/pipeline/sls_stream.hpp"
+
+using namespace glint::pipeline;
+
+namespace {
+
+SlsHeader sample() {
+  SlsHeader h;
+  h.bitmode = 16;
+  h.detshape = {1, 2};
+  h.shape = {400, 200};
+  h.size = 400 * 200 * 2;
+  h.frame_number = 123456789012ull;
+  h.frame_index = 17;
+  h.timestamp = 98765;
+  h.row = 1;
+  h.column = 0;
+  h.complete_image = 1;
+  h.fname = "/data/run \"x\"";
+  h.add_json_header["frameMode"] = "pedestal";
+  h.rx_roi = {0, 399, 0, 199};
+  return h;
+}
+
+}  // namespace
+
+TEST(SlsStream, HeaderRoundTripsV5InSlsReceiverKeyOrder) {
+  const SlsHeader h = sample();
+  const std::string text = format_sls_header(h);
+  EXPECT_EQ(text.substr(text.size() - 2), "}\n");
+  EXPECT_EQ(text.rfind("{\"jsonversion\":5,\"bitmode\":16,\"fileIndex\":0,\"detshape\":[1,2],\"shape\":[400,200],", 0), 0u)
+      << text;
+  EXPECT_LT(text.find("\"frameNumber\""), text.find("\"timestamp\""));
+  EXPECT_LT(text.find("\"quad\""), text.find("\"addJsonHeader\""));
+  EXPECT_LT(text.find("\"addJsonHeader\""), text.find("\"rx_roi\""));
+  const auto p = parse_sls_header(text);
+  ASSERT_TRUE(p.header) << p.detail;
+  const SlsHeader& g = *p.header;
+  EXPECT_EQ(g.jsonversion, 5u);
+  EXPECT_EQ(g.bitmode, 16u);
+  EXPECT_EQ(g.detshape, h.detshape);
+  EXPECT_EQ(g.shape, h.shape);
+  EXPECT_EQ(g.size, h.size);
+  EXPECT_EQ(g.frame_number, h.frame_number);
+  EXPECT_EQ(g.frame_index, 17u);
+  EXPECT_EQ(g.timestamp, 98765u);
+  EXPECT_EQ(g.row, 1u);
+  EXPECT_EQ(g.column, 0u);
+  EXPECT_EQ(g.fname, h.fname);
+  EXPECT_EQ(g.add_json_header.at("frameMode"), "pedestal");
+  EXPECT_EQ(g.rx_roi, h.rx_roi);
+  EXPECT_FALSE(g.is_end());
+}
+
+TEST(SlsStream, AcceptsVersion4AndIgnoresUnknownKeys) {
+  SlsHeader h = sample();
+  h.jsonversion = 4;
+  std::string text = format_sls_header(h);
+  EXPECT_EQ(text.find("rx_roi"), std::string::npos);
+  // A 6.x header with its old key names and a key glint has never heard of.
+  auto j = nlohmann::json::parse(text);
+  j["bunchId"] = 7;
+  j["somethingNew"] = {{"a", 1}};
+  const auto p = parse_sls_header(j.dump());
+  ASSERT_TRUE(p.header) << p.detail;
+  EXPECT_EQ(p.header->jsonversion, 4u);
+  EXPECT_EQ(p.header->frame_number, h.frame_number);
+}
+
+TEST(SlsStream, EndMessage) {
+  const auto p = parse_sls_header(format_sls_end());
+  ASSERT_TRUE(p.header);
+  EXPECT_TRUE(p.header->is_end());
+}
+
+TEST(SlsStream, RejectsWithReason) {
+  auto p = parse_sls_header("{\"jsonversion\":5,\"bitmode\":1");
+  EXPECT_FALSE(p.header);
+  EXPECT_EQ(p.reason, BadInput::malformed_json);
+  p = parse_sls_header("[1,2]");
+  EXPECT_EQ(p.reason, BadInput::malformed_json);
+  auto j = nlohmann::json::parse(format_sls_header(sample()));
+  for (const char* key : {"frameNumber", "shape", "detshape", "size", "bitmode", "row", "column", "data"}) {
+    auto k = j;
+    k.erase(key);
+    p = parse_sls_header(k.dump());
+    EXPECT_FALSE(p.header) << key;
+    EXPECT_EQ(p.reason, BadInput::missing_field) << key;
+    EXPECT_NE(p.detail.find(key), std::string::npos) << p.detail;
+  }
+  auto k = j;
+  k["shape"] = "400x200";
+  EXPECT_EQ(parse_sls_header(k.dump()).reason, BadInput::missing_field);
+  k = j;
+  k["frameNumber"] = -4;
+  EXPECT_EQ(parse_sls_header(k.dump()).reason, BadInput::missing_field);
+}
+
+TEST(SlsStream, PayloadBytesPerBitmode) {
+  EXPECT_EQ(payload_bytes(16, 400 * 400), 320000u);
+  EXPECT_EQ(payload_bytes(32, 10), 40u);
+  EXPECT_EQ(payload_bytes(8, 10), 10u);
+  EXPECT_EQ(payload_bytes(4, 10), 5u);
+  EXPECT_EQ(payload_bytes(4, 11), 6u);
+  EXPECT_TRUE(is_valid_bitmode(4));
+  EXPECT_FALSE(is_valid_bitmode(12));
+}
+
+TEST(SlsStream, DecodeEveryBitmode) {
+  // 16: little-endian copy
+  const std::vector<std::byte> b16{std::byte{0x34}, std::byte{0x12}, std::byte{0xFF}, std::byte{0xFF}};
+  uint16_t out[4] = {};
+  decode_row(16, b16.data(), 0, 2, out);
+  EXPECT_EQ(out[0], 0x1234);
+  EXPECT_EQ(out[1], 0xFFFF);
+  // 8: widened
+  const std::vector<std::byte> b8{std::byte{7}, std::byte{200}, std::byte{255}};
+  decode_row(8, b8.data(), 1, 2, out);
+  EXPECT_EQ(out[0], 200);
+  EXPECT_EQ(out[1], 255);
+  // 32: saturated at 65535
+  std::vector<std::byte> b32(8);
+  const uint32_t v32[2] = {70000, 65534};
+  std::memcpy(b32.data(), v32, 8);
+  decode_row(32, b32.data(), 0, 2, out);
+  EXPECT_EQ(out[0], 65535);
+  EXPECT_EQ(out[1], 65534);
+  // 4: high nibble first, a row may start mid-byte
+  const std::vector<std::byte> b4{std::byte{0xAB}, std::byte{0xC1}};
+  decode_row(4, b4.data(), 0, 4, out);
+  EXPECT_EQ(out[0], 0xA);
+  EXPECT_EQ(out[1], 0xB);
+  EXPECT_EQ(out[2], 0xC);
+  EXPECT_EQ(out[3], 0x1);
+  decode_row(4, b4.data(), 1, 2, out);
+  EXPECT_EQ(out[0], 0xB);
+  EXPECT_EQ(out[1], 0xC);
+}
+
+TEST(SlsStream, EncodeIsTheInverseOfDecode) {
+  const std::vector<uint16_t> px{0, 1, 9, 15, 14, 3, 7};
+  for (uint32_t bm : {4u, 8u, 16u, 32u}) {
+    std::vector<std::byte> buf(payload_bytes(bm, px.size()));
+    encode_pixels(bm, px, buf.data());
+    std::vector<uint16_t> back(px.size());
+    decode_row(bm, buf.data(), 0, px.size(), back.data());
+    EXPECT_EQ(back, px) << bm;
+  }
+}

@@ -1,0 +1,223 @@
+// `glint synth`, `glint find` and `glint bench find`, run as a user runs them.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "glint/clust_file.hpp"
+#include "glint/cluster_finder.hpp"
+#include "glint/pipeline/run_file.hpp"
+#include "test_data.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result run_glint(const std::string& args) {
+  const std::string cmd = std::string(GLINT_BINARY_DIR) + "/bin/glint " + args + " 2>&1";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p) != nullptr) r.output += buf.data();
+  const int s = ::pclose(p);
+  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+  return r;
+}
+
+class GlintFind : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("glint_find_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+std::string file_sha256(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  return glint::testing::sha256(bytes.data(), bytes.size());
+}
+
+// From tests/core/data/reference_digests.txt: outputs verified against aare's ClusterFinder.
+constexpr const char* kAareS3 = "0b40672ece9d965e8f6f82cd8319564fa2cbf5be8e5500b1cff14fe3a5f69860";
+constexpr const char* kAareS5 = "4d992a3b9f42ffc438c43c86a1b5c8305036eb96f7f5723c59b91b71c6e6bf86";
+
+}  // namespace
+
+TEST_F(GlintFind, MatchesAareByteForByteAtOneAndManyThreads) {
+  const auto s3 = path("s3.h5"), s5 = path("s5.h5");
+  ASSERT_EQ(run_glint("synth -q -o " + s3 + " --rows 64 --cols 48 --frames 120 --seed 11 --photons 40")
+                .status, 0);
+  ASSERT_EQ(run_glint("synth -q -o " + s5 + " --rows 37 --cols 53 --frames 120 --seed 14 --photons 60")
+                .status, 0);
+  for (const char* threads : {"1", "7"}) {
+    const auto c3 = path(std::string("s3_") + threads + ".clust");
+    const auto c5 = path(std::string("s5_") + threads + ".clust");
+    const Result r3 =
+        run_glint("find -i " + s3 + " --backend cpu --threads " + threads + " --clust " + c3);
+    ASSERT_EQ(r3.status, 0) << r3.output;
+    EXPECT_NE(r3.output.find("1120 frames (1000 dark, 120 data), 4956 clusters"),
+              std::string::npos) << r3.output;
+    EXPECT_EQ(file_sha256(c3), kAareS3) << "threads " << threads;
+    const Result r5 = run_glint("find -i " + s5 + " --dataset /data --dark 1000 --n-sigma 5 "
+                            "--cluster-size 5 --backend cpu --threads " + threads + " --clust " + c5);
+    ASSERT_EQ(r5.status, 0) << r5.output;
+    EXPECT_EQ(file_sha256(c5), kAareS5) << "threads " << threads;
+  }
+}
+
+TEST_F(GlintFind, RunFileHoldsFramesClustersAndPedestal) {
+  const auto in = path("in.h5"), out = path("out.h5");
+  ASSERT_EQ(run_glint("synth -q -o " + in + " --rows 30 --cols 41 --dark 1000 --frames 50 --seed 3 "
+                  "--photons 20").status, 0);
+  const Result r = run_glint("find -q -i " + in + " --backend cpu --threads 3 --output " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(r.output.empty()) << r.output;  // --quiet: no summary
+
+  glint::synth::Config c;
+  c.shape = {30, 41};
+  c.seed = 3;
+  c.photons = 20;
+  const glint::testing::SyntheticRun run(c, 50);
+  glint::FinderParams p;
+  p.shape = c.shape;
+  auto ref = glint::make_reference_finder(p);
+  ref->push_dark(run.dark());
+  const auto start = ref->pedestal();
+  glint::ClusterTable expected(3);
+  ref->find(run.data(), run.data_numbers(), expected);
+
+  const auto f = glint::pipeline::read_run_file(out);
+  ASSERT_EQ(f.frames.size(), 1050u);
+  EXPECT_EQ(f.frames[0].flags, glint::pipeline::kFlagDark);
+  EXPECT_EQ(f.frames[999].frame_number, 999u);
+  EXPECT_EQ(f.frames[1000].frame_number, 1000u);
+  EXPECT_EQ(f.frames[1000].flags, 0);
+  EXPECT_EQ(f.clusters.n_clusters(), expected.n_clusters());
+  EXPECT_EQ(f.clusters.x().size(), expected.x().size());
+  EXPECT_TRUE(std::equal(f.clusters.data().begin(), f.clusters.data().end(),
+                         expected.data().begin(), expected.data().end()));
+  EXPECT_EQ(f.shape, c.shape);
+  EXPECT_EQ(f.cluster_size, 3);
+  EXPECT_EQ(f.start_mean, start.means());
+  ASSERT_TRUE(f.end_state.has_value());
+  EXPECT_EQ(*f.end_state, ref->pedestal());
+  EXPECT_NE(f.backend.find("cpu"), std::string::npos);
+}
+
+TEST_F(GlintFind, ClearErrorsAndExitCodes) {
+  const auto in = path("in.h5");
+  ASSERT_EQ(run_glint("synth -q -o " + in + " --rows 8 --cols 9 --dark 1000 --frames 3").status, 0);
+
+  Result r = run_glint("find -i " + path("missing.h5"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+
+  r = run_glint("find -i " + in + " --dataset /frames");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("has no dataset '/frames'"), std::string::npos) << r.output;
+
+  r = run_glint("find -i " + in + " --dark 500");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("fewer dark frames than the pedestal window (1000)"), std::string::npos)
+      << r.output;
+
+  r = run_glint("find -i " + in + " --dark 2000");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("holds only 1003 frames"), std::string::npos) << r.output;
+
+  r = run_glint("find -i " + in + " --cluster-size 4");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("cluster size 4 is not supported"), std::string::npos) << r.output;
+
+  r = run_glint("find -i " + in + " --backend tpu");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("unknown backend 'tpu'"), std::string::npos) << r.output;
+
+  // A dataset of the wrong type.
+  const auto wrong = path("wrong.h5");
+  {
+    const hid_t file = H5Fcreate(wrong.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t dims[3] = {2, 4, 4};
+    const hid_t space = H5Screate_simple(3, dims, nullptr);
+    const hid_t ds = H5Dcreate2(file, "/data", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                H5P_DEFAULT);
+    const hsize_t d2[2] = {4, 4};
+    const hid_t s2 = H5Screate_simple(2, d2, nullptr);
+    const hid_t flat = H5Dcreate2(file, "/flat", H5T_STD_U16LE, s2, H5P_DEFAULT, H5P_DEFAULT,
+                                  H5P_DEFAULT);
+    H5Dclose(flat);
+    H5Sclose(s2);
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Fclose(file);
+  }
+  r = run_glint("find -i " + wrong);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("holds int32, expected uint16"), std::string::npos) << r.output;
+  r = run_glint("find -i " + wrong + " --dataset /flat");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("has 2 dimensions, expected 3"), std::string::npos) << r.output;
+
+  // Not an HDF5 file.
+  { std::ofstream(path("text.h5")) << "hello\n"; }
+  r = run_glint("find -i " + path("text.h5"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("is not an HDF5 file"), std::string::npos) << r.output;
+
+  // Outputs are not overwritten by accident.
+  const auto clust = path("o.clust");
+  ASSERT_EQ(run_glint("find -q -i " + in + " --clust " + clust).status, 0);
+  r = run_glint("find -q -i " + in + " --clust " + clust);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("exists already"), std::string::npos) << r.output;
+  EXPECT_EQ(run_glint("find -q -i " + in + " --clust " + clust + " --overwrite").status, 0);
+
+  // An unwritable output is a run-time failure.
+  r = run_glint("find -q -i " + in + " --clust /nonexistent/dir/o.clust");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("/nonexistent/dir/o.clust"), std::string::npos) << r.output;
+}
+
+TEST_F(GlintFind, SynthIsDeterministic) {
+  const auto a = path("a.h5"), b = path("b.h5");
+  ASSERT_EQ(run_glint("synth -q -o " + a + " --rows 16 --cols 12 --dark 1000 --frames 5 --seed 9").status, 0);
+  ASSERT_EQ(run_glint("synth -q -o " + b + " --rows 16 --cols 12 --dark 1000 --frames 5 --seed 9").status, 0);
+  // The same seed gives the same clusters.
+  ASSERT_EQ(run_glint("find -q -i " + a + " --clust " + path("a.clust")).status, 0);
+  ASSERT_EQ(run_glint("find -q -i " + b + " --clust " + path("b.clust")).status, 0);
+  EXPECT_EQ(file_sha256(path("a.clust")), file_sha256(path("b.clust")));
+  const Result r = run_glint("synth -q -o " + a + " --rows 16 --cols 12");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("exists already"), std::string::npos) << r.output;
+}
+
+TEST(GlintBenchFind, CpuPrintsRateAndMatchesTheReference) {
+  const Result r = run_glint("bench find --backend cpu --size 48 --frames 30 --threads 2 --photons 20 "
+                         "--reference");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("frames/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("us/frame"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("x the reference"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("DIFFER"), std::string::npos) << r.output;
+  EXPECT_EQ(run_glint("bench find --size 0").status, 2);
+  EXPECT_EQ(run_glint("bench find --cluster-size 6").status, 2);
+}

@@ -1,0 +1,144 @@
+// glint bench find: cluster-finder throughput on synthetic frames held in memory.
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench.hpp"
+#include "commands.hpp"
+#include "glint/cluster_finder.hpp"
+#include "glint/synthetic.hpp"
+
+namespace glint::tools {
+namespace {
+
+struct Measurement {
+  double seconds = 0.0;
+  uint64_t clusters = 0;
+};
+
+/// Pushes the dark frames, then times find() over all data frames in chunks of `chunk`.
+Measurement measure(ClusterFinder& finder, std::span<const uint16_t> dark,
+                    std::span<const uint16_t> data, uint64_t first_number, uint64_t chunk) {
+  finder.push_dark(dark);
+  const std::size_t np = finder.params().shape.pixels();
+  const uint64_t frames = data.size() / np;
+  std::vector<uint64_t> numbers(frames);
+  for (uint64_t k = 0; k < frames; ++k) numbers[k] = first_number + k;
+  // One output table reused chunk after chunk, as a consumer that writes each chunk out would.
+  ClusterTable out(finder.params().cluster_size);
+  Measurement m;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t k = 0; k < frames; k += chunk) {
+    const uint64_t n = std::min(chunk, frames - k);
+    out.clear();
+    finder.find(data.subspan(k * np, n * np), std::span(numbers).subspan(k, n), out);
+    m.clusters += out.n_clusters();
+  }
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+int run_bench_find_cpu(const BenchFindOptions& o, bool with_reference, uint64_t chunk) {
+  synth::Config c;
+  c.shape = {o.size, o.size};
+  c.seed = o.seed;
+  c.photons = o.photons;
+  c.crowded_every = 0;  // a steady load: every frame carries about `photons` photons
+  const synth::Generator gen(c);
+  const std::size_t np = c.shape.pixels();
+  std::vector<uint16_t> dark(c.dark_frames * np), data(o.frames * np);
+  gen.fill_many(0, c.dark_frames, dark);
+  gen.fill_many(c.dark_frames, o.frames, data);
+
+  FinderParams p;
+  p.shape = c.shape;
+  p.cluster_size = o.cluster_size;
+  p.n_sigma = o.n_sigma;
+  auto finder = make_cpu_finder(p, o.threads);
+  const Measurement m = measure(*finder, dark, data, c.dark_frames, chunk);
+  const double fps = o.frames / m.seconds;
+  std::cout << fmt::format(
+      "glint bench find: {}, {}x{} frames, {}x{} clusters, n_sigma {}, {} frames, {:.0f} "
+      "clusters/frame: {:.1f} frames/s, {:.1f} us/frame\n",
+      finder->description(), o.size, o.size, o.cluster_size, o.cluster_size, o.n_sigma, o.frames,
+      static_cast<double>(m.clusters) / o.frames, fps, 1e6 / fps);
+  if (with_reference) {
+    auto ref = make_reference_finder(p);
+    const Measurement r = measure(*ref, dark, data, c.dark_frames, chunk);
+    const double rfps = o.frames / r.seconds;
+    std::cout << fmt::format(
+        "glint bench find: cpu reference (1 thread), same frames: {:.1f} frames/s, {:.1f} "
+        "us/frame; {} is {:.2f}x the reference{}\n",
+        rfps, 1e6 / rfps, finder->description(), fps / rfps,
+        r.clusters == m.clusters ? "" : " (CLUSTER COUNTS DIFFER)");
+    if (r.clusters != m.clusters) return kExitFailure;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_find(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand(
+      "find", "cluster-finder throughput on synthetic frames generated in memory");
+  struct Args {
+    BenchFindOptions o;
+    std::string backend = "cpu";
+    bool reference = false;
+    uint64_t chunk = 256;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--backend", a->backend, "cpu or gpu")->capture_default_str();
+  cmd->add_option("--size", a->o.size, "frames are SIZE x SIZE pixels")->capture_default_str();
+  cmd->add_option("--frames", a->o.frames, "data frames (after 1000 dark frames)")
+      ->capture_default_str();
+  cmd->add_option("--threads", a->o.threads, "CPU threads, 0 = all cores")->capture_default_str();
+  cmd->add_option("--photons", a->o.photons, "mean photons per frame")->capture_default_str();
+  cmd->add_option("--cluster-size", a->o.cluster_size, "3, 5, 7 or 9")->capture_default_str();
+  cmd->add_option("--n-sigma", a->o.n_sigma, "photon threshold in noise rms")->capture_default_str();
+  cmd->add_option("--seed", a->o.seed, "random seed")->capture_default_str();
+  cmd->add_option("--batch", a->o.batch, "GPU frames per batch")->capture_default_str();
+  cmd->add_option("--streams", a->o.streams, "GPU streams per device")->capture_default_str();
+  cmd->add_option("--gpus", a->o.gpus, "GPU ids")->capture_default_str();
+  cmd->add_option("--chunk", a->chunk, "CPU: frames per find() call")->capture_default_str();
+  cmd->add_flag("--reference", a->reference,
+                "CPU: also time the single-threaded reference finder on the same frames");
+  cmd->callback([a] {
+    const auto& o = a->o;
+    if (o.size == 0 || o.size > 65536 || o.frames == 0 || a->chunk == 0)
+      fail("glint bench find", "--size (1..65536), --frames and --chunk must be positive",
+           kExitUsage);
+    if (o.cluster_size != 3 && o.cluster_size != 5 && o.cluster_size != 7 && o.cluster_size != 9)
+      fail("glint bench find",
+           fmt::format("cluster size {} is not supported (allowed: 3, 5, 7, 9)", o.cluster_size),
+           kExitUsage);
+    int rc = 0;
+    try {
+      if (a->backend == "cpu") {
+        rc = run_bench_find_cpu(o, a->reference, a->chunk);
+      } else if (a->backend == "gpu") {
+#if defined(GLINT_NO_GPU_BENCH)
+        std::cerr << "glint bench find: GPU benchmark not built\n";
+        rc = kExitFailure;
+#else
+        rc = run_bench_find_gpu(o);
+#endif
+      } else {
+        fail("glint bench find",
+             fmt::format("unknown backend '{}' (allowed: cpu, gpu)", a->backend), kExitUsage);
+      }
+    } catch (const CLI::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail("glint bench find", e.what(), kExitFailure);
+    }
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace glint::tools

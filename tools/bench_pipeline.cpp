@@ -1,0 +1,270 @@
+// glint bench pipeline: the streaming pipeline's sustained rate over loopback, next to the
+// transport floor (the same sender into a receiver that only counts bytes), measured in the
+// same run.
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "commands.hpp"
+#include "glint/config/config.hpp"
+#include "glint/log.hpp"
+#include "glint/pipeline/acquisition.hpp"
+#include "glint/pipeline/sls_stream.hpp"
+#include "glint/pipeline/stream_simulator.hpp"
+
+namespace glint::tools {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+struct Leg {
+  std::string name;
+  uint64_t images_sent = 0;
+  uint64_t frames = 0;    ///< images that arrived whole and were processed (or counted)
+  uint64_t bytes = 0;     ///< bytes received
+  uint64_t lost = 0;      ///< images sent that did not make it (any reason)
+  double seconds = 0;     ///< first message received .. last frame done
+  double fps() const { return seconds > 0 ? frames / seconds : 0; }
+  double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+  nlohmann::json extra = nlohmann::json::object();
+};
+
+/// The transport floor: SUB sockets that receive and count, nothing else.
+Leg run_floor(const pipeline::SimOptions& sim, int rcvhwm) {
+  Leg leg{"transport floor (receive + count)"};
+  zmq::context_t ctx(1);
+  std::atomic<uint64_t> messages{0}, bytes{0}, ends{0};
+  std::atomic<int64_t> first_ns{0}, last_ns{0};
+  std::vector<std::jthread> threads;
+  auto start_receivers = [&](const std::vector<std::string>& bound) {
+    for (const auto& ep : bound) {
+      threads.emplace_back([&, ep](std::stop_token st) {
+        zmq::socket_t s(ctx, zmq::socket_type::sub);
+        s.set(zmq::sockopt::rcvhwm, rcvhwm);
+        s.set(zmq::sockopt::rcvtimeo, 100);
+        s.set(zmq::sockopt::linger, 0);
+        s.set(zmq::sockopt::subscribe, "");
+        s.connect(ep);
+        while (!st.stop_requested()) {
+          zmq::message_t m;
+          if (!s.recv(m)) continue;
+          const auto now = clock::now().time_since_epoch().count();
+          int64_t zero = 0;
+          first_ns.compare_exchange_strong(zero, now);
+          uint64_t b = m.size();
+          const bool single = !m.more();
+          while (m.more()) {
+            if (!s.recv(m)) break;
+            b += m.size();
+          }
+          if (single) {  // the end message
+            last_ns.store(now);
+            ends.fetch_add(1);
+            break;
+          }
+          messages.fetch_add(1, std::memory_order_relaxed);
+          bytes.fetch_add(b, std::memory_order_relaxed);
+        }
+      });
+    }
+  };
+  pipeline::SimOptions o = sim;
+  o.on_bound = start_receivers;
+  const auto rep = pipeline::run_stream_simulator(o);
+  const auto until = clock::now() + std::chrono::seconds(30);
+  while (ends.load() < sim.endpoints.size() && clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (auto& t : threads) t.request_stop();
+  threads.clear();
+  const uint64_t parts_per_image = uint64_t{sim.ports_x} * sim.ports_y;
+  leg.images_sent = rep.images;
+  leg.frames = messages.load() / parts_per_image;
+  leg.bytes = bytes.load();
+  leg.lost = rep.images > leg.frames ? rep.images - leg.frames : 0;
+  leg.seconds = (last_ns.load() - first_ns.load()) / 1e9;
+  leg.extra["sender_seconds"] = rep.seconds;
+  return leg;
+}
+
+/// The real pipeline: ingest, assembly, finder, HDF5 writer.
+Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
+  Leg leg{"glintd pipeline (ingest + find + write)"};
+  // The sender binds first; the run connects to the addresses it got.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<std::vector<std::string>> bound;
+  std::exception_ptr sender_error;
+  pipeline::SimReport rep;
+  pipeline::SimOptions o = sim;
+  o.on_bound = [&](const std::vector<std::string>& eps) {
+    std::lock_guard lock(mu);
+    bound = eps;
+    cv.notify_all();
+  };
+  std::jthread sender([&] {
+    try {
+      rep = pipeline::run_stream_simulator(o);
+    } catch (...) {
+      std::lock_guard lock(mu);
+      sender_error = std::current_exception();
+      bound.emplace();
+      cv.notify_all();
+    }
+  });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return bound.has_value(); });
+    if (sender_error) std::rethrow_exception(sender_error);
+    cfg.ingest.endpoints = *bound;
+  }
+  pipeline::Acquisition run(cfg, 1, std::nullopt);
+  clock::time_point first{};
+  while (!run.done()) {
+    if (first == clock::time_point{} && run.stats().messages > 0) first = clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const auto last = clock::now();
+  sender.join();
+  if (sender_error) std::rethrow_exception(sender_error);
+  const auto s = run.stats();
+  if (!s.error.empty()) throw std::runtime_error("the run failed: " + s.error);
+  leg.images_sent = rep.images;
+  leg.frames = s.dark_frames + s.data_frames;
+  leg.bytes = s.bytes;
+  leg.lost = rep.images > leg.frames ? rep.images - leg.frames : 0;
+  leg.seconds = std::chrono::duration<double>(last - first).count();
+  leg.extra = {{"backend", s.backend},         {"dark", s.dark_frames},     {"data", s.data_frames},
+               {"clusters", s.clusters},       {"dropped", s.dropped},      {"missing", s.missing},
+               {"incomplete", s.incomplete},   {"bad_input", s.bad_total},  {"file", s.file},
+               {"sender_seconds", rep.seconds}};
+  return leg;
+}
+
+}  // namespace
+
+void add_bench_pipeline(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand("pipeline",
+                                   "sender -> glintd pipeline over loopback vs. the transport floor");
+  struct Args {
+    uint32_t size = 400;
+    uint64_t frames = 20000;
+    uint64_t dark = 1000;
+    uint32_t photons = 100;
+    uint32_t ports = 1;
+    std::string backend = "auto";
+    unsigned threads = 0;
+    int batch = 256;
+    int streams = 2;
+    uint32_t queue = 1024;
+    std::string output = std::filesystem::temp_directory_path() / "glint_bench_pipeline";
+    int base_port = 0;
+    int hwm = 1000;
+    bool as_json = false;
+    bool floor_only = false;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--size", a->size, "frame rows = columns")->capture_default_str();
+  cmd->add_option("--frames", a->frames, "photon frames per leg")->capture_default_str();
+  cmd->add_option("--dark", a->dark, "dark frames first (pedestal window)")->capture_default_str();
+  cmd->add_option("--photons", a->photons, "photons per frame")->capture_default_str();
+  cmd->add_option("--ports", a->ports, "ports (ZeroMQ endpoints) per image, stacked in y")->capture_default_str();
+  cmd->add_option("--backend", a->backend, "cpu | gpu | auto")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU backend threads, 0 = all")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "frames per finder batch")->capture_default_str();
+  cmd->add_option("--streams", a->streams, "GPU streams")->capture_default_str();
+  cmd->add_option("--queue", a->queue, "ingest.queue_frames")->capture_default_str();
+  cmd->add_option("--output", a->output, "directory for the run file (removed afterwards)")->capture_default_str();
+  cmd->add_option("--base-port", a->base_port, "first TCP port on 127.0.0.1 (default: free ports)");
+  cmd->add_option("--hwm", a->hwm, "ZeroMQ high-water mark, both sides (messages)")->capture_default_str();
+  cmd->add_flag("--json", a->as_json, "print JSON");
+  cmd->add_flag("--floor-only", a->floor_only, "measure the transport floor only");
+  cmd->callback([a] {
+    if (a->ports == 0 || a->size % a->ports != 0)
+      fail("glint bench pipeline", "--ports must divide --size", kExitUsage);
+    auto endpoints = [&](int offset) {
+      std::vector<std::string> eps;
+      for (uint32_t p = 0; p < a->ports; ++p)
+        eps.push_back(a->base_port > 0 ? fmt::format("tcp://127.0.0.1:{}", a->base_port + offset + static_cast<int>(p))
+                                       : std::string("tcp://127.0.0.1:*"));
+      return eps;
+    };
+    pipeline::SimOptions sim;
+    sim.image.rows = a->size;
+    sim.image.cols = a->size;
+    sim.image.photons = a->photons;
+    sim.ports_x = 1;
+    sim.ports_y = a->ports;
+    sim.dark_frames = a->dark;
+    sim.frames = a->frames;
+    sim.send_hwm = a->hwm;
+    sim.image_pool = 64;
+    sim.end_repeat = 3;
+
+    config::Config cfg = config::parse("", "bench");
+    cfg.detector.rows = a->size;
+    cfg.detector.cols = a->size;
+    cfg.detector.ports_y = a->ports;
+    cfg.ingest.queue_frames = a->queue;
+    cfg.ingest.receive_hwm = a->hwm;
+    cfg.pedestal.dark_frames = static_cast<uint32_t>(a->dark);
+    cfg.pedestal.window = static_cast<uint32_t>(std::max<uint64_t>(a->dark, 1));
+    cfg.finder.backend = a->backend;
+    cfg.finder.threads = a->threads;
+    cfg.finder.batch_frames = a->batch;
+    cfg.finder.streams = a->streams;
+    cfg.output.directory = a->output;
+    cfg.output.run_name = "bench";
+    cfg.output.overwrite = true;
+
+    std::vector<Leg> legs;
+    try {
+      sim.endpoints = endpoints(0);
+      legs.push_back(run_floor(sim, a->hwm));
+      if (!a->floor_only) {
+        sim.endpoints = endpoints(static_cast<int>(a->ports));
+        legs.push_back(run_pipeline(sim, cfg));
+        std::filesystem::remove_all(a->output);
+      }
+    } catch (const std::exception& e) {
+      fail("glint bench pipeline", e.what(), kExitFailure);
+    }
+    const double image_mb = pipeline::payload_bytes(16, std::size_t{a->size} * a->size) / 1e6;
+    if (a->as_json) {
+      nlohmann::json j = {{"size", a->size}, {"ports", a->ports}, {"frames", a->dark + a->frames},
+                          {"image_mb", image_mb}};
+      for (const auto& l : legs)
+        j["legs"].push_back({{"name", l.name}, {"images_sent", l.images_sent}, {"frames", l.frames},
+                             {"lost", l.lost}, {"seconds", l.seconds}, {"frames_per_s", l.fps()},
+                             {"gb_per_s", l.gbps()}, {"extra", l.extra}});
+      if (legs.size() == 2 && legs[0].fps() > 0) j["ratio_to_floor"] = legs[1].fps() / legs[0].fps();
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::cout << fmt::format("glint bench pipeline: {}x{} uint16 ({:.2f} MB/image), {} port(s), {} images "
+                             "({} dark) per leg, loopback TCP\n",
+                             a->size, a->size, image_mb, a->ports, a->dark + a->frames, a->dark);
+    for (const auto& l : legs)
+      std::cout << fmt::format("  {:<42} {:>9.0f} frames/s  {:>6.2f} GB/s  lost {:>6}  ({:.2f} s)\n", l.name,
+                               l.fps(), l.gbps(), l.lost, l.seconds);
+    if (legs.size() == 2) {
+      const auto& x = legs[1].extra;
+      std::cout << fmt::format("  backend {}; clusters {}; dropped {}, missing {}, incomplete {}\n",
+                               x["backend"].get<std::string>(), x["clusters"].get<uint64_t>(),
+                               x["dropped"].get<uint64_t>(), x["missing"].get<uint64_t>(),
+                               x["incomplete"].get<uint64_t>());
+      if (legs[0].fps() > 0)
+        std::cout << fmt::format("  pipeline / floor: {:.1f}%\n", 100.0 * legs[1].fps() / legs[0].fps());
+    }
+  });
+}
+
+}  // namespace glint::tools

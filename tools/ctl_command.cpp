@@ -1,0 +1,171 @@
+// glint ctl: talks to glintd's control socket.
+#include <chrono>
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "commands.hpp"
+
+namespace glint::tools {
+
+using nlohmann::json;
+
+namespace {
+
+/// One request/reply exchange; throws std::runtime_error when glintd does not answer.
+json request(const std::string& endpoint, const json& req, int timeout_ms) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::req);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::rcvtimeo, timeout_ms);
+  s.set(zmq::sockopt::sndtimeo, timeout_ms);
+  s.connect(endpoint);
+  s.send(zmq::buffer(req.dump()), zmq::send_flags::none);
+  zmq::message_t rep;
+  if (!s.recv(rep))
+    throw std::runtime_error(fmt::format("no answer from glintd at {} within {} ms", endpoint, timeout_ms));
+  json j = json::parse(rep.to_string(), nullptr, false);
+  if (j.is_discarded()) throw std::runtime_error("glintd sent a reply that is not JSON");
+  return j;
+}
+
+std::string num(const json& j, const char* key) {
+  if (!j.contains(key)) return "-";
+  const auto& v = j[key];
+  if (v.is_number_float()) return fmt::format("{:.1f}", v.get<double>());
+  return v.dump();
+}
+
+void print_human(const std::string& cmd, const json& r) {
+  if (cmd == "config") {
+    std::cout << "# " << r.value("source", "") << "\n" << r.value("yaml", "");
+    return;
+  }
+  if (cmd == "stats") {
+    const auto& f = r["frames"];
+    const auto& q = r["queues"];
+    const auto& rt = r["rates"];
+    std::cout << fmt::format("state      {}  (run {}, {})\n", r.value("state", "?"), num(r, "run_index"),
+                             r.value("run", ""));
+    std::cout << fmt::format("file       {}\n", r.value("file", ""));
+    std::cout << fmt::format("backend    {}\n", r.value("backend", ""));
+    std::cout << fmt::format("frames     received {}  processed {}  dark {}  data {}\n", num(f, "received"),
+                             num(f, "processed"), num(f, "dark"), num(f, "data"));
+    std::cout << fmt::format("losses     incomplete {}  missing {}  dropped {}  late parts {}\n",
+                             num(f, "incomplete"), num(f, "missing"), num(f, "dropped"), num(r, "late_parts"));
+    std::string bad;
+    for (auto& [k, v] : r["malformed"].items())
+      if (v.get<uint64_t>() > 0) bad += fmt::format(" {} {}", k, v.get<uint64_t>());
+    std::cout << fmt::format("bad input  {}{}\n", num(r, "malformed_total"), bad.empty() ? "" : " (" + bad.substr(1) + ")");
+    std::cout << fmt::format("clusters   {}\n", num(r, "clusters"));
+    std::cout << fmt::format("rates      {:.1f} frames/s  {:.3f} GB/s  {:.0f} clusters/s\n",
+                             rt.value("frames_per_s", 0.0), rt.value("bytes_per_s", 0.0) / 1e9,
+                             rt.value("clusters_per_s", 0.0));
+    std::cout << fmt::format("queues     pending {}  queued {}  staging {}/{}\n", num(q, "pending_images"),
+                             num(q, "queued_images"), num(q, "staging_used"), num(q, "staging_total"));
+    std::cout << fmt::format("uptime     {:.0f} s\n", r.value("uptime_s", 0.0));
+    if (!r.value("error", std::string()).empty()) std::cout << "error      " << r["error"].get<std::string>() << "\n";
+    return;
+  }
+  if (cmd == "status") {
+    std::cout << fmt::format("{}", r.value("state", "?"));
+    if (r.contains("run_index")) std::cout << fmt::format(": run {} -> {} ({} frames)", num(r, "run_index"),
+                                                          r.value("file", ""), num(r, "frames"));
+    else if (r.contains("last_run")) {
+      const auto& l = r["last_run"];
+      std::cout << fmt::format("; last run {} ended ({}): {} frames, {} clusters -> {}", num(l, "run_index"),
+                               l.value("end_reason", ""), num(l, "frames"), num(l, "clusters"),
+                               l.value("file", ""));
+    }
+    if (!r.value("error", std::string()).empty()) std::cout << "; error: " << r["error"].get<std::string>();
+    std::cout << fmt::format("; up {:.0f} s\n", r.value("uptime_s", 0.0));
+    return;
+  }
+  if (cmd == "pedestal") {
+    if (!r.value("available", false)) {
+      std::cout << "no pedestal yet\n";
+      return;
+    }
+    std::cout << fmt::format("pedestal of {}: {}x{}, {} frames (window {}), mean {:.2f} ADU, noise {:.3f} ADU\n",
+                             r.value("source", ""), num(r, "rows"), num(r, "cols"), num(r, "frames"),
+                             num(r, "window"), r.value("mean_adu", 0.0), r.value("noise_adu", 0.0));
+    return;
+  }
+  json copy = r;
+  copy.erase("ok");
+  std::cout << cmd << ": ok" << (copy.empty() ? "" : " " + copy.dump()) << "\n";
+}
+
+std::atomic<bool> g_watch_stop{false};
+extern "C" void ctl_on_signal(int) { g_watch_stop.store(true); }
+
+}  // namespace
+
+void add_ctl_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("ctl", "control a running glintd");
+  struct Args {
+    std::string endpoint = "tcp://127.0.0.1:5555";
+    std::string command;
+    std::string overrides;
+    bool as_json = false;
+    int timeout_ms = 3000;
+    double interval_s = 1.0;
+    int count = 0;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--endpoint", a->endpoint, "glintd's control endpoint")->capture_default_str();
+  cmd->add_flag("--json", a->as_json, "print the reply as JSON");
+  cmd->add_option("--timeout-ms", a->timeout_ms, "reply timeout")->capture_default_str();
+  cmd->add_option("--overrides", a->overrides,
+                  "start: JSON of config sections to override, e.g. '{\"run\": {\"max_frames\": 100}}'");
+  cmd->add_option("--interval", a->interval_s, "watch: seconds between refreshes")->capture_default_str();
+  cmd->add_option("--count", a->count, "watch: stop after this many refreshes (0 = until Ctrl-C)");
+  cmd->add_option("command", a->command,
+                  "status | stats | start | stop | abort | config | pedestal | shutdown | watch")
+      ->required()
+      ->check(CLI::IsMember({"status", "stats", "start", "stop", "abort", "config", "pedestal", "shutdown", "watch"}));
+  cmd->callback([a] {
+    try {
+      if (a->command == "watch") {
+        std::signal(SIGINT, ctl_on_signal);
+        for (int i = 0; !g_watch_stop.load() && (a->count == 0 || i < a->count); ++i) {
+          if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(a->interval_s));
+          const json r = request(a->endpoint, json{{"command", "stats"}}, a->timeout_ms);
+          if (a->as_json) {
+            std::cout << r.dump() << std::endl;
+          } else {
+            std::cout << "\x1b[H\x1b[2J" << fmt::format("glintd at {}\n", a->endpoint);
+            print_human("stats", r);
+            std::cout.flush();
+          }
+        }
+        return;
+      }
+      json req{{"command", a->command}};
+      if (!a->overrides.empty()) {
+        json o = json::parse(a->overrides, nullptr, false);
+        if (o.is_discarded() || !o.is_object())
+          fail("glint ctl", "--overrides is not a JSON object", kExitUsage);
+        req["overrides"] = o;
+      }
+      const json r = request(a->endpoint, req, a->timeout_ms);
+      if (a->as_json) std::cout << r.dump(2) << "\n";
+      if (!r.value("ok", false)) {
+        if (!a->as_json) std::cerr << "glint ctl " << a->command << ": " << r.value("error", "failed") << "\n";
+        throw CLI::RuntimeError(kExitFailure);
+      }
+      if (!a->as_json) print_human(a->command, r);
+    } catch (const CLI::RuntimeError&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::cerr << "glint ctl: " << e.what() << "\n";
+      throw CLI::RuntimeError(kExitFailure);
+    }
+  });
+}
+
+}  // namespace glint::tools

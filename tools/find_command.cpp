@@ -1,0 +1,219 @@
+// glint find: cluster finding over frames stored in an HDF5 file.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "frame_file.hpp"
+#include "glint/clust_file.hpp"
+#include "glint/cluster_finder.hpp"
+#include "glint/log.hpp"
+#include "glint/pipeline/finder_factory.hpp"
+#include "glint/pipeline/run_file.hpp"
+
+namespace glint::tools {
+namespace {
+
+struct FindArgs {
+  std::string input;
+  std::string dataset = "/data";
+  uint64_t dark = 1000;
+  double n_sigma = 5.0;
+  int cluster_size = 3;
+  std::string backend = "auto";
+  unsigned threads = 0;
+  int batch = 256;
+  std::string output;
+  std::string clust;
+  bool overwrite = false;
+  bool quiet = false;
+};
+
+/// Progress on stderr, only when it is a terminal; redrawn at most 5 times a second.
+class Progress {
+ public:
+  Progress(uint64_t total, bool enabled)
+      : total_(total), enabled_(enabled && ::isatty(STDERR_FILENO) == 1) {}
+  void update(uint64_t done, uint64_t clusters) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done < total_ && now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    std::fprintf(stderr, "\rglint find: %llu/%llu frames (%3.0f%%), %llu clusters ",
+                 static_cast<unsigned long long>(done), static_cast<unsigned long long>(total_),
+                 total_ ? 100.0 * done / total_ : 100.0, static_cast<unsigned long long>(clusters));
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (enabled_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  uint64_t total_;
+  bool enabled_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::string settings_yaml(const FindArgs& a, const std::string& backend) {
+  return fmt::format(
+      "# glint find\ninput: {}\ndataset: {}\ndark_frames: {}\nfinder:\n  n_sigma: {}\n"
+      "  cluster_size: {}\n  backend: {}\n  threads: {}\n",
+      a.input, a.dataset, a.dark, a.n_sigma, a.cluster_size, backend, a.threads);
+}
+
+int run_find(const FindArgs& a) {
+  using Clock = std::chrono::steady_clock;
+  const auto t_start = Clock::now();
+
+  // Everything that can be wrong with the input is checked before any output is created.
+  FrameFileReader in(a.input, a.dataset);
+  FinderParams params;
+  params.shape = in.shape();
+  params.cluster_size = a.cluster_size;
+  params.n_sigma = a.n_sigma;
+  try {
+    validate(params);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  }
+  if (a.dark < params.pedestal_window)
+    throw InputError(fmt::format(
+        "--dark {}: fewer dark frames than the pedestal window ({}); the first data frame would "
+        "corrupt the pedestal",
+        a.dark, params.pedestal_window));
+  if (a.dark > in.frames())
+    throw InputError(fmt::format("--dark {}: dataset '{}' in {} holds only {} frames", a.dark,
+                                 a.dataset, a.input, in.frames()));
+  pipeline::FinderOptions fo;
+  try {
+    fo.backend = pipeline::parse_backend(a.backend);
+  } catch (const std::invalid_argument& e) {
+    throw InputError(std::string("--backend: ") + e.what());
+  }
+  fo.threads = a.threads;
+  fo.batch_frames = a.batch;
+  for (const auto& out : {a.output, a.clust})
+    if (!out.empty() && !a.overwrite && std::filesystem::exists(out))
+      throw InputError(fmt::format("{} exists already (use --overwrite to replace it)", out));
+
+  auto finder = pipeline::make_finder(params, fo);
+  const std::string backend = finder->description();
+  log::debug("glint find: {} x {} frames from '{}' in {}, {} dark; {}x{} clusters, n_sigma {}, {}",
+            in.shape().rows, in.shape().cols, a.dataset, a.input, a.dark, a.cluster_size,
+            a.cluster_size, a.n_sigma, backend);
+
+  std::optional<ClustWriter> clust;
+  if (!a.clust.empty()) clust.emplace(a.clust, a.cluster_size);
+  std::optional<pipeline::RunFileWriter> h5;
+  if (!a.output.empty()) {
+    pipeline::RunMetadata meta;
+    meta.config_yaml = settings_yaml(a, backend);
+    meta.finder = params;
+    meta.detector_type = "file";
+    meta.source = fmt::format("{}:{}", a.input, a.dataset);
+    meta.backend = backend;
+    h5.emplace(a.output, meta, a.overwrite);
+  }
+
+  const std::size_t np = params.shape.pixels();
+  // Chunks of about 64 MiB (at least one GPU batch) keep memory bounded for any frame size.
+  const uint64_t chunk = std::max<uint64_t>(
+      std::max<uint64_t>(1, (64ull << 20) / (2 * np)), static_cast<uint64_t>(std::max(1, a.batch)));
+  std::vector<uint16_t> buf;
+  Progress progress(in.frames(), !a.quiet);
+
+  // Dark frames.
+  double find_seconds = 0.0;
+  for (uint64_t f = 0; f < a.dark; f += chunk) {
+    const uint64_t n = std::min(chunk, a.dark - f);
+    buf.resize(n * np);
+    in.read(f, n, buf);
+    finder->push_dark(buf);
+    progress.update(f + n, 0);
+  }
+  if (h5) {
+    std::vector<pipeline::FrameRow> rows(a.dark);
+    for (uint64_t f = 0; f < a.dark; ++f) rows[f] = {f, 0, 0, 0, pipeline::kFlagDark};
+    h5->append_empty_frames(rows);
+    h5->write_start_pedestal(finder->pedestal());
+  }
+
+  // Data frames: frame number = index in the dataset.
+  ClusterTable table(a.cluster_size);
+  std::vector<uint64_t> numbers;
+  uint64_t clusters = 0;
+  for (uint64_t f = a.dark; f < in.frames(); f += chunk) {
+    const uint64_t n = std::min(chunk, in.frames() - f);
+    buf.resize(n * np);
+    in.read(f, n, buf);
+    numbers.resize(n);
+    for (uint64_t k = 0; k < n; ++k) numbers[k] = f + k;
+    table.clear();
+    const auto t0 = Clock::now();
+    finder->find(buf, numbers, table);
+    find_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    clusters += table.n_clusters();
+    if (clust) clust->write(table);
+    if (h5) h5->append(table);
+    progress.update(f + n, clusters);
+  }
+  if (clust) clust->close();
+  if (h5) {
+    const PedestalState end = finder->pedestal();
+    h5->close(&end);
+  }
+  progress.finish();
+
+  const uint64_t data = in.frames() - a.dark;
+  const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
+  if (!a.quiet)
+    std::cout << fmt::format(
+        "glint find: {} frames ({} dark, {} data), {} clusters, {:.0f} frames/s ({:.1f} us/frame "
+        "in the finder, {}), {:.2f} s in all\n",
+        in.frames(), a.dark, data, clusters, find_seconds > 0 ? data / find_seconds : 0.0,
+        data ? 1e6 * find_seconds / data : 0.0, backend, total);
+  return 0;
+}
+
+}  // namespace
+
+void add_find_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "find", "find photon clusters in frames stored in an HDF5 file (N x H x W uint16)");
+  auto a = std::make_shared<FindArgs>();
+  cmd->add_option("-i,--input", a->input, "HDF5 file with the frames")->required();
+  cmd->add_option("--dataset", a->dataset, "dataset holding the frames")->capture_default_str();
+  cmd->add_option("--dark", a->dark, "the first DARK frames are dark (pedestal) frames")
+      ->capture_default_str();
+  cmd->add_option("--n-sigma", a->n_sigma, "photon threshold in noise rms")->capture_default_str();
+  cmd->add_option("--cluster-size", a->cluster_size, "cluster size: 3, 5, 7 or 9")
+      ->capture_default_str();
+  cmd->add_option("--backend", a->backend, "cpu, gpu or auto (the GPU when usable)")
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads, 0 = all cores")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "GPU frames per batch")->capture_default_str();
+  cmd->add_option("-o,--output", a->output, "write the run file (HDF5: frames, clusters, pedestal)");
+  cmd->add_option("--clust", a->clust, "write the clusters in aare's .clust format");
+  cmd->add_flag("--overwrite", a->overwrite, "replace existing output files");
+  cmd->add_flag("-q,--quiet", a->quiet, "no progress, no summary line");
+  cmd->callback([a] {
+    try {
+      run_find(*a);
+    } catch (const InputError& e) {
+      fail("glint find", e.what(), kExitUsage);
+    } catch (const std::exception& e) {
+      fail("glint find", e.what(), kExitFailure);
+    }
+  });
+}
+
+}  // namespace glint::tools

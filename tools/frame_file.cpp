@@ -1,0 +1,184 @@
+#include "frame_file.hpp"
+
+#include <hdf5.h>
+
+#include <array>
+#include <system_error>
+
+#include <fmt/format.h>
+
+namespace glint::tools {
+namespace {
+
+/// Owns one HDF5 identifier.
+class Id {
+ public:
+  Id() = default;
+  Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Id(Id&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
+  Id& operator=(Id&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = o.id_;
+      close_ = o.close_;
+      o.id_ = H5I_INVALID_HID;
+    }
+    return *this;
+  }
+  ~Id() { reset(); }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  herr_t reset() {
+    herr_t r = 0;
+    if (id_ >= 0 && close_ != nullptr) r = close_(id_);
+    id_ = H5I_INVALID_HID;
+    return r;
+  }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+std::string describe_type(hid_t type) {
+  switch (H5Tget_class(type)) {
+    case H5T_INTEGER:
+      return fmt::format("{}int{}", H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "",
+                         8 * H5Tget_size(type));
+    case H5T_FLOAT: return fmt::format("float{}", 8 * H5Tget_size(type));
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    default: return "a non-numeric type";
+  }
+}
+
+}  // namespace
+
+struct FrameFileReader::Handles {
+  Id file, dataset;
+};
+
+FrameFileReader::FrameFileReader(const std::filesystem::path& path, const std::string& dataset)
+    : h_(std::make_unique<Handles>()), where_(fmt::format("'{}' in {}", dataset, path.string())) {
+  quiet_hdf5();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw InputError(fmt::format("input file {} does not exist", path.string()));
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    throw InputError(fmt::format("input file {} is not an HDF5 file", path.string()));
+  h_->file = Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!h_->file.valid()) throw InputError(fmt::format("cannot open input file {}", path.string()));
+  if (H5Lexists(h_->file.get(), dataset.c_str(), H5P_DEFAULT) <= 0)
+    throw InputError(fmt::format("input file {} has no dataset '{}'", path.string(), dataset));
+  h_->dataset = Id(H5Dopen2(h_->file.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!h_->dataset.valid())
+    throw InputError(fmt::format("'{}' in {} is not a dataset", dataset, path.string()));
+  const Id type(H5Dget_type(h_->dataset.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 2 ||
+      H5Tget_sign(type.get()) != H5T_SGN_NONE)
+    throw InputError(fmt::format("dataset {} holds {}, expected uint16 frames", where_,
+                                 describe_type(type.get())));
+  const Id space(H5Dget_space(h_->dataset.get()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank != 3)
+    throw InputError(fmt::format("dataset {} has {} dimensions, expected 3 (frames, rows, columns)",
+                                 where_, rank));
+  std::array<hsize_t, 3> dims{};
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  if (dims[1] == 0 || dims[2] == 0 || dims[1] > 65536 || dims[2] > 65536)
+    throw InputError(fmt::format("dataset {} has frames of {} x {} pixels (1 to 65536 each way)",
+                                 where_, dims[1], dims[2]));
+  frames_ = dims[0];
+  shape_ = FrameShape{static_cast<uint32_t>(dims[1]), static_cast<uint32_t>(dims[2])};
+}
+
+FrameFileReader::~FrameFileReader() = default;
+
+void FrameFileReader::read(uint64_t first, uint64_t count, std::span<uint16_t> out) {
+  if (first + count > frames_ || out.size() != count * shape_.pixels())
+    throw std::out_of_range(fmt::format("read of frames {}..{} beyond dataset {}", first,
+                                        first + count, where_));
+  if (count == 0) return;
+  const Id file_space(H5Dget_space(h_->dataset.get()), H5Sclose);
+  const std::array<hsize_t, 3> start{first, 0, 0}, size{count, shape_.rows, shape_.cols};
+  const Id mem_space(H5Screate_simple(3, size.data(), nullptr), H5Sclose);
+  if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, size.data(),
+                          nullptr) < 0 ||
+      H5Dread(h_->dataset.get(), H5T_NATIVE_UINT16, mem_space.get(), file_space.get(),
+              H5P_DEFAULT, out.data()) < 0)
+    throw std::runtime_error(
+        fmt::format("cannot read frames {}..{} of dataset {}", first, first + count, where_));
+}
+
+struct FrameFileWriter::Handles {
+  Id file, dataset;
+};
+
+FrameFileWriter::FrameFileWriter(const std::filesystem::path& path, const std::string& dataset,
+                                 uint64_t frames, FrameShape shape, bool overwrite)
+    : h_(std::make_unique<Handles>()), where_(fmt::format("'{}' in {}", dataset, path.string())),
+      frames_(frames), shape_(shape) {
+  quiet_hdf5();
+  std::error_code ec;
+  if (!overwrite && std::filesystem::exists(path, ec))
+    throw std::runtime_error(
+        fmt::format("{} exists already (use --overwrite to replace it)", path.string()));
+  h_->file = Id(H5Fcreate(path.c_str(), overwrite ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT,
+                          H5P_DEFAULT),
+                H5Fclose);
+  if (!h_->file.valid())
+    throw std::runtime_error(fmt::format("cannot create {} (directory missing or not writable?)",
+                                         path.string()));
+  const std::array<hsize_t, 3> dims{frames, shape.rows, shape.cols};
+  const std::array<hsize_t, 3> chunk{1, shape.rows, shape.cols};
+  const Id space(H5Screate_simple(3, dims.data(), nullptr), H5Sclose);
+  const Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (frames > 0) H5Pset_chunk(dcpl.get(), 3, chunk.data());
+  const Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  h_->dataset = Id(H5Dcreate2(h_->file.get(), dataset.c_str(), H5T_STD_U16LE, space.get(),
+                              lcpl.get(), dcpl.get(), H5P_DEFAULT),
+                   H5Dclose);
+  if (!h_->dataset.valid())
+    throw std::runtime_error(fmt::format("cannot create dataset {}", where_));
+}
+
+FrameFileWriter::~FrameFileWriter() = default;
+
+void FrameFileWriter::write(uint64_t first, uint64_t count, std::span<const uint16_t> frames) {
+  if (!h_->dataset.valid()) throw std::logic_error("FrameFileWriter::write after close");
+  if (first + count > frames_ || frames.size() != count * shape_.pixels())
+    throw std::out_of_range(fmt::format("write of frames {}..{} beyond dataset {}", first,
+                                        first + count, where_));
+  if (count == 0) return;
+  const Id file_space(H5Dget_space(h_->dataset.get()), H5Sclose);
+  const std::array<hsize_t, 3> start{first, 0, 0}, size{count, shape_.rows, shape_.cols};
+  const Id mem_space(H5Screate_simple(3, size.data(), nullptr), H5Sclose);
+  if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, size.data(),
+                          nullptr) < 0 ||
+      H5Dwrite(h_->dataset.get(), H5T_NATIVE_UINT16, mem_space.get(), file_space.get(),
+               H5P_DEFAULT, frames.data()) < 0)
+    throw std::runtime_error(fmt::format("cannot write frames {}..{} of dataset {} (disk full?)",
+                                         first, first + count, where_));
+}
+
+void FrameFileWriter::set_attribute(const std::string& name, uint64_t value) {
+  const Id space(H5Screate(H5S_SCALAR), H5Sclose);
+  const Id attr(H5Acreate2(h_->dataset.get(), name.c_str(), H5T_STD_U64LE, space.get(),
+                           H5P_DEFAULT, H5P_DEFAULT),
+                H5Aclose);
+  if (!attr.valid() || H5Awrite(attr.get(), H5T_NATIVE_UINT64, &value) < 0)
+    throw std::runtime_error(fmt::format("cannot write attribute {} of dataset {}", name, where_));
+}
+
+void FrameFileWriter::close() {
+  if (!h_->file.valid()) return;
+  const bool ok = h_->dataset.reset() >= 0 && H5Fflush(h_->file.get(), H5F_SCOPE_LOCAL) >= 0;
+  const bool closed = h_->file.reset() >= 0;
+  if (!ok || !closed)
+    throw std::runtime_error(fmt::format("cannot finish writing {} (disk full?)", where_));
+}
+
+}  // namespace glint::tools
