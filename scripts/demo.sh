@@ -1,16 +1,48 @@
 #!/usr/bin/env bash
-# The main job end to end: set-up, build, a small synthetic frame file, `glint find` on it.
+# The main job end to end: set-up, build, then a demo acquisition on the default configuration:
+# `glint sim` (an slsReceiver stand-in: 1000 dark + 1000 photon frames of 400 x 400 at 250
+# frames/s) streams over loopback into `glintd` (config/glintd.example.yaml), which finds the
+# photon clusters (GPU when usable, else the exact CPU backend) and writes the run's HDF5 file;
+# the script ends with the run's summary and the file's path (under build/demo/runs/).
 #   bash scripts/demo.sh            (as root on a fresh Debian 12 machine for the set-up step)
-# Writes build/demo/frames.h5 (1000 dark + 1000 photon frames of 128 x 128), then
-# build/demo/run.h5 (frames, clusters, pedestal; see docs) and build/demo/run.clust (aare format).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
-demo=build/demo
-mkdir -p "$demo"
-./build/bin/glint synth --output "$demo/frames.h5" --overwrite \
-  --rows 128 --cols 128 --dark 1000 --frames 1000 --photons 60 --seed 1
-./build/bin/glint find --input "$demo/frames.h5" --dataset /data --dark 1000 --n-sigma 5 \
-  --cluster-size 3 --backend auto --output "$demo/run.h5" --clust "$demo/run.clust" --overwrite
-echo "demo: clusters in $demo/run.h5 (h5ls -r $demo/run.h5) and $demo/run.clust"
+bin=$PWD/build/bin
+config=$PWD/config/glintd.example.yaml
+demo=$PWD/build/demo
+mkdir -p "$demo/runs"
+
+"$bin/glintd" --config "$config" 2> "$demo/glintd.log" &
+glintd_pid=$!
+trap 'kill "$glintd_pid" 2>/dev/null || true' EXIT
+for _ in $(seq 50); do
+  "$bin/glint" ctl --timeout-ms 200 status > /dev/null 2>&1 && break
+  kill -0 "$glintd_pid" 2>/dev/null || { cat "$demo/glintd.log"; exit 1; }
+  sleep 0.1
+done
+echo "demo: glintd is up (control tcp://127.0.0.1:5555, log $demo/glintd.log)"
+
+# The default config writes to /var/lib/glint/runs; the demo keeps its file under build/.
+file=$("$bin/glint" ctl start --json \
+         --overrides "{\"output\": {\"directory\": \"$demo/runs\", \"run_name\": \"demo\"}}" |
+       sed -n 's/.*"file": "\(.*\)".*/\1/p')
+echo "demo: run started, writing $file"
+"$bin/glint" sim --config "$config" --frames 1000 --rate 250 --seed 1
+
+# The run ends on the end-of-acquisition message; wait for the file to be closed.
+for _ in $(seq 300); do
+  "$bin/glint" ctl status --json | grep -q '"last_run"' && break
+  sleep 0.1
+done
+echo
+"$bin/glint" ctl stats
+echo
+"$bin/glint" ctl status
+"$bin/glint" ctl shutdown > /dev/null
+wait "$glintd_pid"
+trap - EXIT
+echo
+echo "demo: run file $file"
+command -v h5ls > /dev/null && h5ls -r "$file" | head -20 || true

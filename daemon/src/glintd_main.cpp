@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <hdf5.h>
 #include <systemd/sd-daemon.h>
 
 #include "glint/config/config.hpp"
@@ -18,6 +19,9 @@ constexpr int kExitFailure = 1;
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Every run file is closed by its run. HDF5 1.10 keeps a file whose close failed (disk full)
+  // in its tables and crashes closing it again in its exit handler: glintd ends without it.
+  H5dont_atexit();
   CLI::App app{"glintd: exact photon cluster finding daemon for slsReceiver streams"};
   app.set_version_flag("--version", std::string("glintd ") + GLINT_VERSION);
   std::string config_path;

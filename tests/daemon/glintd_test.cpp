@@ -52,11 +52,12 @@ struct Rig {
                           << extra;
   }
   std::vector<std::string> glintd() const { return {bin("glintd").string(), "--config", config.string()}; }
+  std::string photons = "10";
   std::vector<std::string> sim(uint64_t frames, double rate, const std::vector<std::string>& more = {}) const {
     std::vector<std::string> a{bin("glint").string(), "sim", "--endpoint", data_ep, "--rows",
                                std::to_string(kRows), "--cols", std::to_string(kCols), "--dark",
                                std::to_string(kDark), "--frames", std::to_string(frames), "--rate",
-                               std::to_string(rate), "--photons", "10", "--seed", "7"};
+                               std::to_string(rate), "--photons", photons, "--seed", "7"};
     a.insert(a.end(), more.begin(), more.end());
     return a;
   }
@@ -278,4 +279,35 @@ TEST(GlintBench, PipelineReportsBothLegsAndAccountsForEveryImage) {
       << p.dump();
   EXPECT_GT(j["ratio_to_floor"].get<double>(), 0.0);
   EXPECT_FALSE(fs::exists(dir / "out")) << "the benchmark's run file is removed";
+}
+
+TEST(Glintd, DiskFullPutsTheRunInErrorAndTheDaemonStaysUp) {
+  // A 512 KiB tmpfs as the output directory (needs root); elsewhere an unwritable directory.
+  Rig rig("diskfull", false);
+  const fs::path runs = rig.dir / "runs";
+  fs::create_directories(runs);
+  const bool mounted =
+      std::system(("mount -t tmpfs -o size=512k tmpfs " + runs.string() + " 2>/dev/null").c_str()) == 0;
+  if (!mounted) {
+    fs::permissions(runs, fs::perms::owner_read | fs::perms::owner_exec);
+  }
+  Process d(rig.glintd(), rig.dir / "glintd.log");
+  ASSERT_EQ(wait_status(rig.control_ep, [](const json&) { return true; }, 10s)["state"], "idle") << d.log();
+  ASSERT_TRUE(control(rig.control_ep, "start")["ok"]);
+  {
+    rig.photons = "40";
+    Process s(rig.sim(3000, 0), rig.dir / "sim.log");
+    s.wait_exit(30s);
+  }
+  const json r = wait_status(rig.control_ep, [](const json& j) { return j["state"] == "error"; }, 20s);
+  const bool root = ::geteuid() == 0;
+  if (mounted || !root) {
+    EXPECT_EQ(r["state"], "error") << r.dump() << d.log();
+    EXPECT_NE(r["error"].get<std::string>().find(rig.file(1).string()), std::string::npos) << r.dump();
+  }
+  // Still answering; SIGTERM ends it cleanly.
+  EXPECT_TRUE(control(rig.control_ep, "stats")["ok"]);
+  d.signal(SIGTERM);
+  EXPECT_EQ(d.wait_exit(20s), 0) << d.log();
+  if (mounted) std::system(("umount " + runs.string()).c_str());
 }
