@@ -31,5 +31,7 @@ void add_bench_find(CLI::App& bench);
 void add_bench_tv(CLI::App& bench);
 /// `glint bench pipeline`, defined in tools/bench_pipeline.cpp (registered when that file exists).
 void add_bench_pipeline(CLI::App& bench);
+/// `glint recon` (tools/recon_command.cpp).
+void add_recon_command(CLI::App& app);
 
 }  // namespace glint::tools

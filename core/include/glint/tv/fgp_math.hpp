@@ -1,0 +1,109 @@
+#pragma once
+// The per-voxel arithmetic of one FGP step and of the FISTA outer loop (tv-solver.md), written once
+// and used by the CPU reference solver and by every GPU kernel variant, so that all of them
+// compute the same bits.
+//
+// Every operation is an explicit IEEE single-precision multiply, add, subtract, divide or square
+// root in the order written here; none is ever fused into a multiply-add. On the GPU the _rn
+// intrinsics guarantee that whatever -fmad says; on the CPU the files that include this header
+// compile with -ffp-contract=off. Contraction would buy nothing: the step is memory-bound.
+//
+// Sign conventions (tv-solver.md): L(r)(j) = sum_a [r_a(j) - r_a(j - e_a)], g_a = z(i) - z(i+e_a).
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define GLINT_TV_HD __host__ __device__ __forceinline__
+#else
+#define GLINT_TV_HD inline
+#endif
+
+namespace glint::tv::math {
+
+GLINT_TV_HD float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+GLINT_TV_HD float add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+GLINT_TV_HD float sub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+GLINT_TV_HD float div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+GLINT_TV_HD float sqrt(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+/// max(v, 0) as a comparison, identical on host and device (also for -0 and NaN).
+GLINT_TV_HD float pos(float v) { return v > 0.0f ? v : 0.0f; }
+
+struct Vec3 {
+  float x, y, z;
+};
+
+/// Operation 1: z(j) = max(b(j) - w L(r)(j), 0), or without the constraint b(j) - w L(r)(j).
+/// r = r(j), rxm = r_x(j - e_x), rym = r_y(j - e_y), rzm = r_z(j - e_z) (0 outside the volume).
+GLINT_TV_HD float primal(float b, Vec3 r, float rxm, float rym, float rzm, float w, bool nonneg) {
+  const float l = add(add(sub(r.x, rxm), sub(r.y, rym)), sub(r.z, rzm));
+  const float v = sub(b, mul(w, l));
+  return nonneg ? pos(v) : v;
+}
+
+/// Operation 2: g_a = z(i) - z(i + e_a), 0 on the last face of axis a.
+GLINT_TV_HD Vec3 gradient(float zc, float zxp, float zyp, float zzp, bool last_x, bool last_y,
+                          bool last_z) {
+  return {last_x ? 0.0f : sub(zc, zxp), last_y ? 0.0f : sub(zc, zyp),
+          last_z ? 0.0f : sub(zc, zzp)};
+}
+
+/// Operation 3: q = r + c g with c = 1 / (12 w); p' = q / max(1, |q|).
+/// Where |q|^2 <= 1, max(1, |q|) = 1 and q is returned as it is; elsewhere q is scaled by the
+/// correctly rounded reciprocal 1 / max(1, |q|) (one division instead of three: within one ulp
+/// of dividing each component, and the same bits on every backend).
+GLINT_TV_HD Vec3 project(Vec3 r, Vec3 g, float c) {
+  const float qx = add(r.x, mul(g.x, c));
+  const float qy = add(r.y, mul(g.y, c));
+  const float qz = add(r.z, mul(g.z, c));
+  const float s = add(add(mul(qx, qx), mul(qy, qy)), mul(qz, qz));
+  if (!(s > 1.0f)) return {qx, qy, qz};
+  const float n = sqrt(s);
+  const float inv = div(1.0f, n > 1.0f ? n : 1.0f);
+  return {mul(qx, inv), mul(qy, inv), mul(qz, inv)};
+}
+
+/// Operation 4: the momentum copy r = p' + m (p' - p).
+GLINT_TV_HD float momentum(float pn, float po, float m) { return add(pn, mul(m, sub(pn, po))); }
+GLINT_TV_HD Vec3 momentum(Vec3 pn, Vec3 po, float m) {
+  return {momentum(pn.x, po.x, m), momentum(pn.y, po.y, m), momentum(pn.z, po.z, m)};
+}
+
+/// FISTA: xbar = x + mom (x - x_prev), the point where the gradient is evaluated.
+GLINT_TV_HD float extrapolate(float x, float x_prev, float mom) {
+  return add(x, mul(mom, sub(x, x_prev)));
+}
+/// FISTA gradient step b = xbar + t A^T (y - A xbar), given the back-projected residual.
+GLINT_TV_HD float gradient_step(float xbar, float residual, float t) {
+  return add(xbar, mul(t, residual));
+}
+
+}  // namespace glint::tv::math

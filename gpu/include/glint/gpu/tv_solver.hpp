@@ -1,0 +1,60 @@
+#pragma once
+// The GPU TV solver behind glint::tv::Reconstructor (cuFFT + the FGP kernel variants). Header free
+// of CUDA; without a CUDA build the constructor throws std::runtime_error.
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "glint/tv/reconstructor.hpp"
+
+namespace glint::gpu {
+
+/// Device memory of one solver, planned before anything is allocated.
+struct TvMemoryPlan {
+  tv::Dims dims;
+  tv::Variant variant = tv::Variant::two_state;
+  bool fft = true;
+  std::size_t volume_bytes = 0;   ///< one padded volume
+  double volumes = 0;             ///< padded volumes (spectra counted in volumes too)
+  std::size_t fft_work_bytes = 0;
+  std::size_t total_bytes = 0;
+  std::size_t free_bytes = 0;     ///< free on the device when planned
+  std::string describe() const;
+};
+
+/// Dual sets (three padded volumes each) a variant keeps: separate 2 (p, r), fused 3 (p, r in,
+/// r out), two-state 3 (rotating p), temporal 4 (two pairs of p).
+int tv_dual_sets(tv::Variant variant);
+
+/// Padded volumes the solver needs for a variant (without the cuFFT work area).
+double tv_volumes_needed(tv::Variant variant, bool fft);
+
+class GpuReconstructor final : public tv::Reconstructor {
+ public:
+  /// Plans and allocates everything for `dims`; throws std::runtime_error naming the sizes when
+  /// the volume does not fit on the device (before allocating anything), CudaError on CUDA
+  /// failures. with_fft = false serves only the identity forward model.
+  GpuReconstructor(const tv::Dims& dims, tv::Variant variant, bool with_fft, int device = 0);
+  ~GpuReconstructor() override;
+  GpuReconstructor(const GpuReconstructor&) = delete;
+  GpuReconstructor& operator=(const GpuReconstructor&) = delete;
+
+  std::string name() const override;
+  tv::Dims dims() const override;
+  const TvMemoryPlan& memory_plan() const;
+  tv::SolveReport solve(std::span<const float> y, const tv::TransferFunction& H,
+                        const tv::SolverOptions& options, std::span<float> x,
+                        const tv::Progress& progress = {}) override;
+  void denoise(std::span<const float> b, float w, int steps, bool nonneg, std::span<float> p,
+               std::span<float> x) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Device-to-device copy bandwidth in GB/s (bytes read + written), median of `reps` copies of
+/// `bytes` with cudaMemcpyAsync timed by events: the floor that TV step figures are quoted against.
+double measure_copy_bandwidth(std::size_t bytes, int reps = 10, int device = 0);
+
+}  // namespace glint::gpu

@@ -1,0 +1,678 @@
+#pragma once
+// The FGP kernel variants and the FISTA element-wise kernels (tv-solver.md). Every variant calls
+// the same per-voxel functions of glint/tv/fgp_math.hpp in the same order, so all of them (and
+// the CPU reference) produce the same bits; they differ only in how data moves.
+//
+// Layout: volumes x-fastest with rows padded to px = 2 (nx/2 + 1) floats (in-place real FFTs);
+// only x < nx is ever read or written by the TV kernels. A dual is three such volumes.
+#include <cuda_runtime.h>
+
+#include "glint/tv/fgp_math.hpp"
+
+namespace glint::gpu::tvk {
+
+namespace m = glint::tv::math;
+using m::Vec3;
+
+struct Geom {
+  int nx, ny, nz;
+  long long px;     // padded row length
+  long long plane;  // px * ny
+};
+
+struct Dual {
+  float* x;
+  float* y;
+  float* z;
+};
+struct CDual {
+  const float* __restrict__ x;
+  const float* __restrict__ y;
+  const float* __restrict__ z;
+};
+inline CDual c(const Dual& d) { return {d.x, d.y, d.z}; }
+
+__device__ __forceinline__ long long at(const Geom& g, int x, int y, int z) {
+  return (static_cast<long long>(z) * g.ny + y) * g.px + x;
+}
+__device__ __forceinline__ float ld(const float* __restrict__ p, long long i) { return __ldg(p + i); }
+
+// ---------------------------------------------------------------------------------------------
+// One voxel per thread: block (32, 8, 1), grid (ceil(nx/32), ceil(ny/8), nz).
+
+/// z = primal(b, r) (also the final x' = primal(b, p)).
+__global__ void primal_kernel(Geom g, const float* __restrict__ b, CDual r, float w, bool nonneg,
+                              float* __restrict__ out) {
+  const int x = blockIdx.x * blockDim.x + threadIdx.x;
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  const int z = blockIdx.z;
+  if (x >= g.nx || y >= g.ny) return;
+  const long long i = at(g, x, y, z);
+  const Vec3 ri{ld(r.x, i), ld(r.y, i), ld(r.z, i)};
+  const float rxm = x > 0 ? ld(r.x, i - 1) : 0.0f;
+  const float rym = y > 0 ? ld(r.y, i - g.px) : 0.0f;
+  const float rzm = z > 0 ? ld(r.z, i - g.plane) : 0.0f;
+  out[i] = m::primal(ld(b, i), ri, rxm, rym, rzm, w, nonneg);
+}
+
+/// Separate variant, second kernel: gradient of z, projection, momentum. p updated in place (own
+/// voxel only), r_out written (r_in is read at the own voxel only, so r_in may equal r_out).
+__global__ void dual_kernel(Geom g, const float* __restrict__ zb, Dual rin, Dual p, Dual rout,
+                            float cst, float mom) {
+  const int x = blockIdx.x * blockDim.x + threadIdx.x;
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  const int z = blockIdx.z;
+  if (x >= g.nx || y >= g.ny) return;
+  const long long i = at(g, x, y, z);
+  const Vec3 ri{rin.x[i], rin.y[i], rin.z[i]};
+  const Vec3 po{p.x[i], p.y[i], p.z[i]};
+  const bool lx = x == g.nx - 1, ly = y == g.ny - 1, lz = z == g.nz - 1;
+  const float zc = ld(zb, i);
+  const float zx = lx ? 0.0f : ld(zb, i + 1);
+  const float zy = ly ? 0.0f : ld(zb, i + g.px);
+  const float zz = lz ? 0.0f : ld(zb, i + g.plane);
+  const Vec3 pn = m::project(ri, m::gradient(zc, zx, zy, zz, lx, ly, lz), cst);
+  const Vec3 rn = m::momentum(pn, po, mom);
+  p.x[i] = pn.x;
+  p.y[i] = pn.y;
+  p.z[i] = pn.z;
+  rout.x[i] = rn.x;
+  rout.y[i] = rn.y;
+  rout.z[i] = rn.z;
+}
+
+/// Where a fused kernel gets r from: a stored buffer (fused) or p_k + m (p_k - p_{k-1}) computed
+/// on the fly from two stored duals (two-state).
+__device__ __forceinline__ float2 ld2(const float* __restrict__ p, long long i) {
+  return __ldg(reinterpret_cast<const float2*>(p + i));
+}
+__device__ __forceinline__ void st2(float* p, long long i, float a, float b) {
+  *reinterpret_cast<float2*>(p + i) = make_float2(a, b);
+}
+
+struct StoredR {
+  CDual r;
+  __device__ __forceinline__ float2 x2(long long i) const { return ld2(r.x, i); }
+  __device__ __forceinline__ float2 y2(long long i) const { return ld2(r.y, i); }
+  __device__ __forceinline__ float2 z2(long long i) const { return ld2(r.z, i); }
+  __device__ __forceinline__ float x(long long i) const { return ld(r.x, i); }
+  __device__ __forceinline__ float y(long long i) const { return ld(r.y, i); }
+  __device__ __forceinline__ float z(long long i) const { return ld(r.z, i); }
+};
+struct TwoStateR {
+  CDual cur, prev;
+  float m;
+  __device__ __forceinline__ float2 mo2(float2 c, float2 p) const {
+    return make_float2(m::momentum(c.x, p.x, m), m::momentum(c.y, p.y, m));
+  }
+  __device__ __forceinline__ float2 x2(long long i) const { return mo2(ld2(cur.x, i), ld2(prev.x, i)); }
+  __device__ __forceinline__ float2 y2(long long i) const { return mo2(ld2(cur.y, i), ld2(prev.y, i)); }
+  __device__ __forceinline__ float2 z2(long long i) const { return mo2(ld2(cur.z, i), ld2(prev.z, i)); }
+  __device__ __forceinline__ float x(long long i) const {
+    return m::momentum(ld(cur.x, i), ld(prev.x, i), m);
+  }
+  __device__ __forceinline__ float y(long long i) const {
+    return m::momentum(ld(cur.y, i), ld(prev.y, i), m);
+  }
+  __device__ __forceinline__ float z(long long i) const {
+    return m::momentum(ld(cur.z, i), ld(prev.z, i), m);
+  }
+};
+
+/// Fused (13 volumes) and two-state (10 volumes) step: z recomputed at the voxel and its three
+/// upper neighbours. Fused: p in place, r_out = momentum(p', p); two-state: p' to p_out only.
+/// A thread walks ZR consecutive planes; the z and r it computed at (i + e_z) are the z and r of
+/// the next plane's voxel (the same values, so the same bits as ZR = 1).
+template <class R, bool kTwoState, int ZR>
+__global__ void __launch_bounds__(256) fused_kernel(Geom g, const float* __restrict__ b, R r,
+                                                    Dual p, Dual out, float w, bool nonneg,
+                                                    float cst, float mom) {
+  const int x = blockIdx.x * blockDim.x + threadIdx.x;
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  const int z0 = blockIdx.z * ZR;
+  if (x >= g.nx || y >= g.ny) return;
+  long long i = at(g, x, y, z0);
+  const bool lx = x == g.nx - 1, ly = y == g.ny - 1;
+  // The voxel's own loads first, before anything that waits on them.
+  Vec3 ri{r.x(i), r.y(i), r.z(i)};
+  float zc = m::primal(ld(b, i), ri, x > 0 ? r.x(i - 1) : 0.0f, y > 0 ? r.y(i - g.px) : 0.0f,
+                       z0 > 0 ? r.z(i - g.plane) : 0.0f, w, nonneg);
+#pragma unroll
+  for (int k = 0; k < ZR; ++k) {
+    const int z = z0 + k;
+    if (z >= g.nz) break;
+    const bool lz = z == g.nz - 1;
+    Vec3 po{0.f, 0.f, 0.f};
+    if constexpr (!kTwoState) po = Vec3{p.x[i], p.y[i], p.z[i]};
+    Vec3 rz{0.f, 0.f, 0.f};
+    float zx = 0.f, zy = 0.f, zz = 0.f;
+    if (!lz) {
+      const long long j = i + g.plane;
+      rz = Vec3{r.x(j), r.y(j), r.z(j)};
+      zz = m::primal(ld(b, j), rz, x > 0 ? r.x(j - 1) : 0.0f, y > 0 ? r.y(j - g.px) : 0.0f,
+                     ri.z, w, nonneg);
+    }
+    if (!lx) {
+      const long long j = i + 1;
+      zx = m::primal(ld(b, j), Vec3{r.x(j), r.y(j), r.z(j)}, ri.x,
+                     y > 0 ? r.y(j - g.px) : 0.0f, z > 0 ? r.z(j - g.plane) : 0.0f, w, nonneg);
+    }
+    if (!ly) {
+      const long long j = i + g.px;
+      zy = m::primal(ld(b, j), Vec3{r.x(j), r.y(j), r.z(j)}, x > 0 ? r.x(j - 1) : 0.0f, ri.y,
+                     z > 0 ? r.z(j - g.plane) : 0.0f, w, nonneg);
+    }
+    const Vec3 pn = m::project(ri, m::gradient(zc, zx, zy, zz, lx, ly, lz), cst);
+    if constexpr (kTwoState) {
+      out.x[i] = pn.x;
+      out.y[i] = pn.y;
+      out.z[i] = pn.z;
+    } else {
+      const Vec3 rn = m::momentum(pn, po, mom);
+      p.x[i] = pn.x;
+      p.y[i] = pn.y;
+      p.z[i] = pn.z;
+      out.x[i] = rn.x;
+      out.y[i] = rn.y;
+      out.z[i] = rn.z;
+    }
+    zc = zz;
+    ri = rz;
+    i += g.plane;
+  }
+}
+
+/// The same step with two x-neighbours per thread (8-byte loads and stores; rows are padded to an
+/// even length, so pairs are aligned). Within the pair, the left voxel's upper-x z is the right
+/// voxel's own z, and the right voxel's lower-x r is the left voxel's own r. Block (32, 8) covers
+/// 64 x 8 voxels; a thread walks ZR planes as above. Same values, so the same bits.
+template <class R, bool kTwoState, int ZR>
+__global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __restrict__ b,
+                                                         R r, Dual p, Dual out, float w,
+                                                         bool nonneg, float cst, float mom) {
+  const int x = 2 * (blockIdx.x * blockDim.x + threadIdx.x);  // left voxel of the pair
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  const int z0 = blockIdx.z * ZR;
+  if (x >= g.nx || y >= g.ny) return;
+  long long i = at(g, x, y, z0);
+  const bool has1 = x + 1 < g.nx;             // the right voxel exists
+  const bool lx0 = !has1, lx1 = x + 2 >= g.nx;  // last face in x
+  const bool ly = y == g.ny - 1;
+  float2 rx = r.x2(i), ry = r.y2(i), rz = r.z2(i);
+  float2 zc;
+  {
+    const float2 bb = ld2(b, i);
+    const float rxm = x > 0 ? r.x(i - 1) : 0.0f;
+    const float2 rym = y > 0 ? r.y2(i - g.px) : make_float2(0.f, 0.f);
+    const float2 rzm = z0 > 0 ? r.z2(i - g.plane) : make_float2(0.f, 0.f);
+    zc.x = m::primal(bb.x, Vec3{rx.x, ry.x, rz.x}, rxm, rym.x, rzm.x, w, nonneg);
+    zc.y = m::primal(bb.y, Vec3{rx.y, ry.y, rz.y}, rx.x, rym.y, rzm.y, w, nonneg);
+  }
+#pragma unroll
+  for (int k = 0; k < ZR; ++k) {
+    const int z = z0 + k;
+    if (z >= g.nz) break;
+    const bool lz = z == g.nz - 1;
+    float2 pox = make_float2(0.f, 0.f), poy = pox, poz = pox;
+    if constexpr (!kTwoState) {
+      pox = ld2(p.x, i);
+      poy = ld2(p.y, i);
+      poz = ld2(p.z, i);
+    }
+    // z at the plane above (becomes the next plane's own z).
+    float2 ux = make_float2(0.f, 0.f), uy = ux, uz = ux, zz = ux;
+    if (!lz) {
+      const long long j = i + g.plane;
+      ux = r.x2(j);
+      uy = r.y2(j);
+      uz = r.z2(j);
+      const float2 bb = ld2(b, j);
+      const float rxm = x > 0 ? r.x(j - 1) : 0.0f;
+      const float2 rym = y > 0 ? r.y2(j - g.px) : make_float2(0.f, 0.f);
+      zz.x = m::primal(bb.x, Vec3{ux.x, uy.x, uz.x}, rxm, rym.x, rz.x, w, nonneg);
+      zz.y = m::primal(bb.y, Vec3{ux.y, uy.y, uz.y}, ux.x, rym.y, rz.y, w, nonneg);
+    }
+    // z at the row above.
+    float2 zy = make_float2(0.f, 0.f);
+    if (!ly) {
+      const long long j = i + g.px;
+      const float2 bb = ld2(b, j), vx = r.x2(j), vy = r.y2(j), vz = r.z2(j);
+      const float rxm = x > 0 ? r.x(j - 1) : 0.0f;
+      const float2 rzm = z > 0 ? r.z2(j - g.plane) : make_float2(0.f, 0.f);
+      zy.x = m::primal(bb.x, Vec3{vx.x, vy.x, vz.x}, rxm, ry.x, rzm.x, w, nonneg);
+      zy.y = m::primal(bb.y, Vec3{vx.y, vy.y, vz.y}, vx.x, ry.y, rzm.y, w, nonneg);
+    }
+    // z right of the pair.
+    float zx1 = 0.f;
+    if (!lx1) {
+      const long long j = i + 2;
+      zx1 = m::primal(ld(b, j), Vec3{r.x(j), r.y(j), r.z(j)}, rx.y,
+                      y > 0 ? r.y(j - g.px) : 0.0f, z > 0 ? r.z(j - g.plane) : 0.0f, w, nonneg);
+    }
+    const Vec3 p0 = m::project(Vec3{rx.x, ry.x, rz.x},
+                               m::gradient(zc.x, zc.y, zy.x, zz.x, lx0, ly, lz), cst);
+    Vec3 p1{0.f, 0.f, 0.f};
+    if (has1)
+      p1 = m::project(Vec3{rx.y, ry.y, rz.y}, m::gradient(zc.y, zx1, zy.y, zz.y, lx1, ly, lz),
+                      cst);
+    if constexpr (kTwoState) {
+      st2(out.x, i, p0.x, p1.x);
+      st2(out.y, i, p0.y, p1.y);
+      st2(out.z, i, p0.z, p1.z);
+    } else {
+      st2(p.x, i, p0.x, p1.x);
+      st2(p.y, i, p0.y, p1.y);
+      st2(p.z, i, p0.z, p1.z);
+      st2(out.x, i, m::momentum(p0.x, pox.x, mom), m::momentum(p1.x, pox.y, mom));
+      st2(out.y, i, m::momentum(p0.y, poy.x, mom), m::momentum(p1.y, poy.y, mom));
+      st2(out.z, i, m::momentum(p0.z, poz.x, mom), m::momentum(p1.z, poz.y, mom));
+    }
+    zc = zz;
+    rx = ux;
+    ry = uy;
+    rz = uz;
+    i += g.plane;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fused with 16x8x4 shared-memory cube tiles: r over the tile plus one voxel below and above on
+// every axis, z over the tile plus one above; 512 threads, one per voxel of the tile.
+constexpr int kCX = 16, kCY = 8, kCZ = 4;
+
+__global__ void __launch_bounds__(kCX* kCY* kCZ)
+    fused_cube_kernel(Geom g, const float* __restrict__ b, CDual r, Dual p, Dual rout, float w,
+                      bool nonneg, float cst, float mom) {
+  constexpr int RX = kCX + 2, RY = kCY + 2, RZ = kCZ + 2;  // r tile: origin (-1,-1,-1)
+  constexpr int ZX = kCX + 1, ZY = kCY + 1, ZZ = kCZ + 1;  // z tile: origin (0,0,0)
+  __shared__ float rs[3][RZ * RY * RX];
+  __shared__ float zs[ZZ * ZY * ZX];
+  const int x0 = blockIdx.x * kCX, y0 = blockIdx.y * kCY, z0 = blockIdx.z * kCZ;
+  const int tid = threadIdx.x + kCX * (threadIdx.y + kCY * threadIdx.z);
+  constexpr int nthreads = kCX * kCY * kCZ;
+  for (int s = tid; s < RX * RY * RZ; s += nthreads) {
+    const int lx = s % RX, ly = (s / RX) % RY, lz = s / (RX * RY);
+    const int x = x0 - 1 + lx, y = y0 - 1 + ly, z = z0 - 1 + lz;
+    float vx = 0.f, vy = 0.f, vz = 0.f;
+    if (x >= 0 && x < g.nx && y >= 0 && y < g.ny && z >= 0 && z < g.nz) {
+      const long long i = at(g, x, y, z);
+      vx = ld(r.x, i);
+      vy = ld(r.y, i);
+      vz = ld(r.z, i);
+    }
+    rs[0][s] = vx;
+    rs[1][s] = vy;
+    rs[2][s] = vz;
+  }
+  __syncthreads();
+  for (int s = tid; s < ZX * ZY * ZZ; s += nthreads) {
+    const int lx = s % ZX, ly = (s / ZX) % ZY, lz = s / (ZX * ZY);
+    const int x = x0 + lx, y = y0 + ly, z = z0 + lz;
+    float v = 0.f;
+    if (x < g.nx && y < g.ny && z < g.nz) {
+      const int t = (lx + 1) + RX * ((ly + 1) + RY * (lz + 1));
+      v = m::primal(ld(b, at(g, x, y, z)), Vec3{rs[0][t], rs[1][t], rs[2][t]}, rs[0][t - 1],
+                    rs[1][t - RX], rs[2][t - RX * RY], w, nonneg);
+    }
+    zs[s] = v;
+  }
+  __syncthreads();
+  const int x = x0 + threadIdx.x, y = y0 + threadIdx.y, z = z0 + threadIdx.z;
+  if (x >= g.nx || y >= g.ny || z >= g.nz) return;
+  const long long i = at(g, x, y, z);
+  const Vec3 po{p.x[i], p.y[i], p.z[i]};
+  const bool lx = x == g.nx - 1, ly = y == g.ny - 1, lz = z == g.nz - 1;
+  const int s = threadIdx.x + ZX * (threadIdx.y + ZY * threadIdx.z);
+  const int t = (threadIdx.x + 1) + RX * ((threadIdx.y + 1) + RY * (threadIdx.z + 1));
+  const Vec3 ri{rs[0][t], rs[1][t], rs[2][t]};
+  const Vec3 gr = m::gradient(zs[s], zs[s + 1], zs[s + ZX], zs[s + ZX * ZY], lx, ly, lz);
+  const Vec3 pn = m::project(ri, gr, cst);
+  const Vec3 rn = m::momentum(pn, po, mom);
+  p.x[i] = pn.x;
+  p.y[i] = pn.y;
+  p.z[i] = pn.z;
+  rout.x[i] = rn.x;
+  rout.y[i] = rn.y;
+  rout.z[i] = rn.z;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Marching kernels: a block owns a 32x8 x-y tile and marches along z over a chunk of planes,
+// keeping the planes it needs in shared-memory rings. Every plane array uses one layout: the tile
+// plus a margin of two voxels on each side, so that local (lx, ly) = (x - x0 + 2, y - y0 + 2).
+constexpr int kTX = 32, kTY = 8;
+constexpr int kMW = kTX + 4, kMH = kTY + 4, kMP = kMW * kMH;  // 36 x 12 plane
+
+struct PlaneRegion {
+  int lx0, ly0, w, h;  // local origin and size
+};
+
+/// Calls f(lx, ly, s) for every point of the region, spread over the block's 256 threads.
+template <class F>
+__device__ __forceinline__ void for_region(PlaneRegion r, F&& f) {
+  const int tid = threadIdx.x + kTX * threadIdx.y;
+  const int n = r.w * r.h;
+  for (int k = tid; k < n; k += kTX * kTY) {
+    const int lx = r.lx0 + k % r.w, ly = r.ly0 + k / r.w;
+    f(lx, ly, ly * kMW + lx);
+  }
+}
+
+/// Fused step, 32x8 tiles marching along z (13 volumes): r of plane q over the tile +-1 in x,y,
+/// z of plane q over the tile and its upper margin; the update of plane q-1 follows.
+__global__ void __launch_bounds__(kTX* kTY)
+    fused_march_kernel(Geom g, const float* __restrict__ b, CDual r, Dual p, Dual rout, float w,
+                       bool nonneg, float cst, float mom, int chunk) {
+  __shared__ float rs[2][3][kMP];
+  __shared__ float zs[2][kMP];
+  const int x0 = blockIdx.x * kTX, y0 = blockIdx.y * kTY, z0 = blockIdx.z * chunk;
+  const int zend = min(z0 + chunk, g.nz);
+  const PlaneRegion R1{1, 1, kTX + 2, kTY + 2}, U1{2, 2, kTX + 1, kTY + 1};
+  for (int q = z0 - 1; q <= zend; ++q) {
+    const int cq = q & 1, pq = (q - 1) & 1;
+    if (q >= 0 && q < g.nz) {
+      for_region(R1, [&](int lx, int ly, int s) {
+        const int x = x0 - 2 + lx, y = y0 - 2 + ly;
+        float vx = 0.f, vy = 0.f, vz = 0.f;
+        if (x >= 0 && x < g.nx && y >= 0 && y < g.ny) {
+          const long long i = at(g, x, y, q);
+          vx = ld(r.x, i);
+          vy = ld(r.y, i);
+          vz = ld(r.z, i);
+        }
+        rs[cq][0][s] = vx;
+        rs[cq][1][s] = vy;
+        rs[cq][2][s] = vz;
+      });
+    }
+    __syncthreads();
+    if (q >= z0 && q < g.nz) {
+      for_region(U1, [&](int lx, int ly, int s) {
+        const int x = x0 - 2 + lx, y = y0 - 2 + ly;
+        float v = 0.f;
+        if (x < g.nx && y < g.ny) {
+          v = m::primal(ld(b, at(g, x, y, q)), Vec3{rs[cq][0][s], rs[cq][1][s], rs[cq][2][s]},
+                        rs[cq][0][s - 1], rs[cq][1][s - kMW], q > 0 ? rs[pq][2][s] : 0.0f, w,
+                        nonneg);
+        }
+        zs[cq][s] = v;
+      });
+    }
+    __syncthreads();
+    const int u = q - 1;  // the plane updated now
+    if (u >= z0 && u < zend) {
+      const int x = x0 + threadIdx.x, y = y0 + threadIdx.y;
+      if (x < g.nx && y < g.ny) {
+        const long long i = at(g, x, y, u);
+        const int s = (threadIdx.y + 2) * kMW + threadIdx.x + 2;
+        const int cu = u & 1;
+        const Vec3 po{p.x[i], p.y[i], p.z[i]};
+        const bool lx = x == g.nx - 1, ly = y == g.ny - 1, lz = u == g.nz - 1;
+        const Vec3 gr = m::gradient(zs[cu][s], zs[cu][s + 1], zs[cu][s + kMW],
+                                    lz ? 0.0f : zs[cq][s], lx, ly, lz);
+        const Vec3 pn = m::project(Vec3{rs[cu][0][s], rs[cu][1][s], rs[cu][2][s]}, gr, cst);
+        const Vec3 rn = m::momentum(pn, po, mom);
+        p.x[i] = pn.x;
+        p.y[i] = pn.y;
+        p.z[i] = pn.z;
+        rout.x[i] = rn.x;
+        rout.y[i] = rn.y;
+        rout.z[i] = rn.z;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+/// Temporally blocked two-state: two FGP steps per pass. Reads p_k (cur) and p_{k-1} (prev),
+/// writes p_{k+1} (n1) and p_{k+2} (n2); r_{k+1} = cur + ma (cur - prev), r_{k+2} = n1 + mb
+/// (n1 - cur). Per plane q: (1) r_{k+1} at q over the tile +-2; (2) z_{k+1} at q over tile -1..+2;
+/// (3) p_{k+1} at q-1 over tile +-1 (written for the tile), r_{k+2} kept; (4) z_{k+2} at q-1 over
+/// the tile and its upper margin; (5) p_{k+2} at q-2 on the tile. b and p_k are loaded once per
+/// plane and kept in shared memory for their second use. Addresses are a per-plane base plus a
+/// 32-bit in-plane offset.
+__global__ void __launch_bounds__(kTX* kTY, 4)
+    temporal_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1, Dual n2,
+                    float w, bool nonneg, float cst, float ma, float mb, int chunk) {
+  __shared__ float ra[2][3][kMP];  // r_{k+1}
+  __shared__ float za[2][kMP];     // z_{k+1}
+  __shared__ float rb[2][3][kMP];  // r_{k+2}
+  __shared__ float zb[2][kMP];     // z_{k+2}
+  __shared__ float bs[2][kMP];     // b, loaded by (2), used again by (4)
+  __shared__ float cs[2][3][kMP];  // p_k, loaded by (1), used again by (3)
+  const int x0 = blockIdx.x * kTX, y0 = blockIdx.y * kTY, z0 = blockIdx.z * chunk;
+  const int zend = min(z0 + chunk, g.nz);
+  const int px = static_cast<int>(g.px);
+  const int tid = threadIdx.x + kTX * threadIdx.y;
+  const PlaneRegion R2{0, 0, kMW, kMH}, U2{1, 1, kTX + 3, kTY + 3}, R1{1, 1, kTX + 2, kTY + 2},
+      U1{2, 2, kTX + 1, kTY + 1};
+  // In-plane offset of local (lx, ly), or -1 outside the volume.
+  auto offset = [&](int lx, int ly) {
+    const int x = x0 - 2 + lx, y = y0 - 2 + ly;
+    return (x >= 0 && x < g.nx && y >= 0 && y < g.ny) ? y * px + x : -1;
+  };
+  // The (at most two) points of stages (1) and (2) of this thread: fixed for every plane, and
+  // their global loads for the next plane are issued early (prefetched into registers) so that
+  // their latency hides behind the rest of the plane's work.
+  int s1[2], o1[2], s2[2], o2[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int k = tid + j * kTX * kTY;
+    s1[j] = -1;
+    o1[j] = -1;
+    s2[j] = -1;
+    o2[j] = -1;
+    if (k < R2.w * R2.h) {
+      const int lx = R2.lx0 + k % R2.w, ly = R2.ly0 + k / R2.w;
+      s1[j] = ly * kMW + lx;
+      o1[j] = offset(lx, ly);
+    }
+    if (k < U2.w * U2.h) {
+      const int lx = U2.lx0 + k % U2.w, ly = U2.ly0 + k / U2.w;
+      s2[j] = ly * kMW + lx;
+      o2[j] = offset(lx, ly);
+    }
+  }
+  float fc[2][3], fp[2][3], fb[2];
+  auto load1 = [&](int q) {
+    const bool ok = q >= 0 && q < g.nz;
+    const long long qb = static_cast<long long>(q) * g.plane;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      fc[j][0] = fc[j][1] = fc[j][2] = fp[j][0] = fp[j][1] = fp[j][2] = 0.f;
+      if (ok && o1[j] >= 0) {
+        const long long i = qb + o1[j];
+        fc[j][0] = __ldg(cur.x + i);
+        fc[j][1] = __ldg(cur.y + i);
+        fc[j][2] = __ldg(cur.z + i);
+        fp[j][0] = __ldg(prev.x + i);
+        fp[j][1] = __ldg(prev.y + i);
+        fp[j][2] = __ldg(prev.z + i);
+      }
+    }
+  };
+  auto load2 = [&](int q) {
+    const bool ok = q >= 0 && q < g.nz;
+    const long long qb = static_cast<long long>(q) * g.plane;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) fb[j] = (ok && o2[j] >= 0) ? __ldg(b + qb + o2[j]) : 0.f;
+  };
+  // (1) r_{k+1} at plane q, from the prefetched p_k and p_{k-1}; then the next plane's loads.
+  auto stage1 = [&](int q) {
+    const int cq = q & 1;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int s = s1[j];
+      if (s < 0) continue;
+      cs[cq][0][s] = fc[j][0];
+      cs[cq][1][s] = fc[j][1];
+      cs[cq][2][s] = fc[j][2];
+      ra[cq][0][s] = m::momentum(fc[j][0], fp[j][0], ma);
+      ra[cq][1][s] = m::momentum(fc[j][1], fp[j][1], ma);
+      ra[cq][2][s] = m::momentum(fc[j][2], fp[j][2], ma);
+    }
+    if (q + 1 < g.nz) load1(q + 1);
+  };
+  load1(z0 - 2);
+  load2(z0 - 1);
+  stage1(z0 - 2);
+  __syncthreads();
+  // Four barriers per plane: (1) of the next plane shares the interval of (5), which touches
+  // neither its inputs nor its outputs.
+  for (int q = z0 - 2; q <= zend + 1; ++q) {
+    const long long qb = static_cast<long long>(q) * g.plane;
+    // (2) z_{k+1} at plane q.
+    if (q >= z0 - 1 && q < g.nz) {
+      const int cq = q & 1, pq = (q - 1) & 1;
+      const bool valid = q >= 0, below = q > 0;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int s = s2[j];
+        if (s < 0) continue;
+        float v = 0.f;
+        if (valid && o2[j] >= 0)
+          v = m::primal(fb[j], Vec3{ra[cq][0][s], ra[cq][1][s], ra[cq][2][s]}, ra[cq][0][s - 1],
+                        ra[cq][1][s - kMW], below ? ra[pq][2][s] : 0.0f, w, nonneg);
+        bs[cq][s] = fb[j];
+        za[cq][s] = v;
+      }
+      if (q + 1 < g.nz) load2(q + 1);
+    }
+    __syncthreads();
+    // (3) p_{k+1} and r_{k+2} at plane u = q - 1.
+    const int u = q - 1;
+    if (u >= z0 - 1 && u < g.nz) {
+      const int cu = u & 1, cq = q & 1;
+      const bool valid = u >= 0, lzf = u == g.nz - 1, store = u >= z0 && u < zend;
+      const long long ub = qb - g.plane;
+      float *ox = n1.x + ub, *oy = n1.y + ub, *oz = n1.z + ub;
+      for_region(R1, [&](int lx, int ly, int s) {
+        const int o = offset(lx, ly);
+        float vx = 0.f, vy = 0.f, vz = 0.f;
+        if (valid && o >= 0) {
+          const bool lxf = x0 - 2 + lx == g.nx - 1, lyf = y0 - 2 + ly == g.ny - 1;
+          const Vec3 gr = m::gradient(za[cu][s], za[cu][s + 1], za[cu][s + kMW],
+                                      lzf ? 0.0f : za[cq][s], lxf, lyf, lzf);
+          const Vec3 pn =
+              m::project(Vec3{ra[cu][0][s], ra[cu][1][s], ra[cu][2][s]}, gr, cst);
+          if (store && lx >= 2 && lx < kTX + 2 && ly >= 2 && ly < kTY + 2) {
+            ox[o] = pn.x;
+            oy[o] = pn.y;
+            oz[o] = pn.z;
+          }
+          vx = m::momentum(pn.x, cs[cu][0][s], mb);
+          vy = m::momentum(pn.y, cs[cu][1][s], mb);
+          vz = m::momentum(pn.z, cs[cu][2][s], mb);
+        }
+        rb[cu][0][s] = vx;
+        rb[cu][1][s] = vy;
+        rb[cu][2][s] = vz;
+      });
+    }
+    __syncthreads();
+    // (4) z_{k+2} at plane u.
+    if (u >= z0 && u < g.nz) {
+      const int cu = u & 1, pu = (u - 1) & 1;
+      const bool below = u > 0;
+      for_region(U1, [&](int lx, int ly, int s) {
+        float v = 0.f;
+        if (offset(lx, ly) >= 0) {
+          v = m::primal(bs[cu][s], Vec3{rb[cu][0][s], rb[cu][1][s], rb[cu][2][s]},
+                        rb[cu][0][s - 1], rb[cu][1][s - kMW], below ? rb[pu][2][s] : 0.0f, w,
+                        nonneg);
+        }
+        zb[cu][s] = v;
+      });
+    }
+    __syncthreads();
+    // (5) p_{k+2} at plane v = q - 2.
+    const int v = q - 2;
+    if (v >= z0 && v < zend) {
+      const int x = x0 + threadIdx.x, y = y0 + threadIdx.y;
+      if (x < g.nx && y < g.ny) {
+        const int cv = v & 1, cu = (v + 1) & 1;
+        const int s = (threadIdx.y + 2) * kMW + threadIdx.x + 2;
+        const bool lxf = x == g.nx - 1, lyf = y == g.ny - 1, lzf = v == g.nz - 1;
+        const Vec3 gr = m::gradient(zb[cv][s], zb[cv][s + 1], zb[cv][s + kMW],
+                                    lzf ? 0.0f : zb[cu][s], lxf, lyf, lzf);
+        const Vec3 pn = m::project(Vec3{rb[cv][0][s], rb[cv][1][s], rb[cv][2][s]}, gr, cst);
+        const long long i = qb - 2 * g.plane + y * px + x;
+        n2.x[i] = pn.x;
+        n2.y[i] = pn.y;
+        n2.z[i] = pn.z;
+      }
+    }
+    if (q + 1 <= zend + 1 && q + 1 < g.nz) stage1(q + 1);
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// FISTA element-wise kernels (x < nx only; padding is left alone).
+
+__global__ void init_kernel(Geom g, const float* __restrict__ y, bool nonneg, float* __restrict__ x,
+                            float* __restrict__ xprev) {
+  const int ix = blockIdx.x * blockDim.x + threadIdx.x;
+  const int iy = blockIdx.y * blockDim.y + threadIdx.y;
+  if (ix >= g.nx || iy >= g.ny) return;
+  const long long i = at(g, ix, iy, blockIdx.z);
+  const float v = nonneg ? m::pos(y[i]) : y[i];
+  x[i] = v;
+  xprev[i] = v;
+}
+
+/// out = xbar = x + mom (x - xprev), zero in the padding (the FFT input).
+__global__ void extrapolate_kernel(Geom g, const float* __restrict__ x,
+                                   const float* __restrict__ xprev, float mom,
+                                   float* __restrict__ out) {
+  const int ix = blockIdx.x * blockDim.x + threadIdx.x;
+  const int iy = blockIdx.y * blockDim.y + threadIdx.y;
+  if (ix >= g.px || iy >= g.ny) return;
+  const long long i = at(g, ix, iy, blockIdx.z);
+  out[i] = ix < g.nx ? m::extrapolate(x[i], xprev[i], mom) : 0.0f;
+}
+
+/// In the Fourier domain: S = HY/N - (H^2/N) S, the back-projected residual's spectrum.
+__global__ void spectrum_kernel(long long n, const float2* __restrict__ hy,
+                                const float* __restrict__ h2n, float2* __restrict__ s) {
+  const long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const float2 v = s[k], a = hy[k];
+  const float h = h2n[k];
+  s[k] = make_float2(m::sub(a.x, m::mul(h, v.x)), m::sub(a.y, m::mul(h, v.y)));
+}
+
+/// Set-up: hy = Y * (H / N) from the transform Y of y; then h2n = H^2 / N in place of H.
+__global__ void setup_spectrum_kernel(long long n, float inv_n, float2* __restrict__ y_hat,
+                                      float* __restrict__ h) {
+  const long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+  if (k >= n) return;
+  const float hv = h[k];
+  const float hn = m::mul(hv, inv_n);
+  const float2 v = y_hat[k];
+  y_hat[k] = make_float2(m::mul(v.x, hn), m::mul(v.y, hn));
+  h[k] = m::mul(m::mul(hv, hv), inv_n);
+}
+
+/// b = xbar + t * residual, xbar recomputed from x and xprev; in place on the residual.
+/// For the identity the residual is y - xbar (y given), else it is already in `res`.
+__global__ void gradient_step_kernel(Geom g, const float* __restrict__ x,
+                                     const float* __restrict__ xprev, float mom, float t,
+                                     const float* __restrict__ y, float* __restrict__ res) {
+  const int ix = blockIdx.x * blockDim.x + threadIdx.x;
+  const int iy = blockIdx.y * blockDim.y + threadIdx.y;
+  if (ix >= g.nx || iy >= g.ny) return;
+  const long long i = at(g, ix, iy, blockIdx.z);
+  const float xb = m::extrapolate(x[i], xprev[i], mom);
+  const float r = y ? m::sub(y[i], xb) : res[i];
+  res[i] = m::gradient_step(xb, r, t);
+}
+
+/// A plain float4 device copy, for the bandwidth floor measured in the same run.
+__global__ void copy_kernel(long long n4, const float4* __restrict__ in, float4* __restrict__ out) {
+  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < n4;
+       k += static_cast<long long>(gridDim.x) * blockDim.x)
+    out[k] = in[k];
+}
+
+}  // namespace glint::gpu::tvk

@@ -1,0 +1,536 @@
+// The GPU TV solver: FISTA outer loop with cuFFT in-place real transforms, FGP inner steps by the
+// selected kernel variant (tv_kernels.cuh). All work goes to one explicit stream; memory is planned
+// and checked against the device's free memory before anything is allocated.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "check.cuh"
+#include "glint/gpu/tv_solver.hpp"
+#include "tv_kernels.cuh"
+
+namespace glint::gpu {
+
+namespace {
+
+using tv::Dims;
+using tv::Variant;
+
+// ---- move-only owners -----------------------------------------------------------------------
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t floats) : n_(floats) {
+    if (n_) GLINT_CUDA_CHECK(cudaMalloc(&p_, n_ * sizeof(float)));
+  }
+  ~DeviceBuffer() {
+    if (p_) GLINT_CUDA_LOG(cudaFree(p_));
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  float* get() const { return p_; }
+
+ private:
+  float* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+class Stream {
+ public:
+  Stream() { GLINT_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() {
+    if (s_) GLINT_CUDA_LOG(cudaStreamDestroy(s_));
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class Event {
+ public:
+  Event() { GLINT_CUDA_CHECK(cudaEventCreate(&e_)); }
+  ~Event() {
+    if (e_) GLINT_CUDA_LOG(cudaEventDestroy(e_));
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+/// A cuFFT plan whose work area is supplied by the owner of several plans (one shared area).
+class FftPlan {
+ public:
+  FftPlan() = default;
+  FftPlan(const Dims& d, cufftType type) {
+    GLINT_CUFFT_CHECK(cufftCreate(&h_));
+    GLINT_CUFFT_CHECK(cufftSetAutoAllocation(h_, 0));
+    GLINT_CUFFT_CHECK(cufftMakePlan3d(h_, d.nz, d.ny, d.nx, type, &work_));
+  }
+  ~FftPlan() {
+    if (h_) {
+      const cufftResult r = cufftDestroy(h_);
+      if (r != CUFFT_SUCCESS)
+        glint::log::write(glint::log::Level::error,
+                          "cufftDestroy failed: cuFFT error " + std::to_string(int(r)));
+    }
+  }
+  FftPlan(FftPlan&& o) noexcept : h_(std::exchange(o.h_, 0)), work_(o.work_) {}
+  FftPlan& operator=(FftPlan&& o) noexcept {
+    std::swap(h_, o.h_);
+    std::swap(work_, o.work_);
+    return *this;
+  }
+  cufftHandle get() const { return h_; }
+  std::size_t work_bytes() const { return work_; }
+
+ private:
+  cufftHandle h_ = 0;
+  std::size_t work_ = 0;
+};
+
+int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
+
+/// Planes per block of the marching kernels: about four waves of resident blocks over the
+/// device (fewer, longer chunks pay less warm-up; more, shorter ones leave a smaller last wave),
+/// at least 8 planes so that each chunk's two planes of warm-up stay small.
+template <class K>
+int march_chunk(const Dims& d, K kernel, int sms) {
+  int per_sm = 1;
+  GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+                                                                 tvk::kTX * tvk::kTY, 0));
+  const long long tiles = static_cast<long long>(ceil_div(d.nx, tvk::kTX)) * ceil_div(d.ny, tvk::kTY);
+  const long long chunks =
+      std::max<long long>(1, (4LL * std::max(1, per_sm) * sms + tiles - 1) / tiles);
+  const int chunk = ceil_div(d.nz, chunks);
+  return std::clamp(chunk, std::min(8, d.nz), std::max(1, d.nz));
+}
+
+/// Planes per thread of the one-voxel kernels (fused, two-state): GLINT_TV_ZRUN = 1, 2, 4 or 8
+/// overrides the default (a tuning knob for benchmarks).
+/// Defaults measured on the H200 (docs/performance.md): fused 1 plane, two-state 4 planes.
+int zrun_from_env(Variant v) {
+  const int fallback = v == Variant::fused ? 1 : 4;
+  const char* e = std::getenv("GLINT_TV_ZRUN");
+  if (!e) return fallback;
+  const int z = std::atoi(e);
+  return (z == 1 || z == 2 || z == 4 || z == 8) ? z : fallback;
+}
+
+}  // namespace
+
+struct GpuReconstructor::Impl {
+  Dims d;
+  Variant variant;
+  bool fft;
+  int device;
+  std::string device_name;
+  TvMemoryPlan plan;
+  tvk::Geom g{};
+  std::size_t V = 0;  // floats per padded volume
+
+  std::unique_ptr<Stream> stream;
+  std::unique_ptr<Event> e0, e1;
+  FftPlan r2c, c2r;
+  DeviceBuffer work, x, xprev, buf, yv, hy, h2n, zb;
+  std::vector<DeviceBuffer> sets;
+  int cur = 0, prev = 0, rcur = 1;
+  int chunk = 8, chunk_march = 8, zrun = 2;
+  bool pairs = true;  // fused and two-state: two x-neighbours per thread
+
+  cudaStream_t s() const { return stream->get(); }
+  tvk::Dual dual(int k) const {
+    float* p = sets[k].get();
+    return {p, p + V, p + 2 * V};
+  }
+  dim3 block() const { return dim3(tvk::kTX, tvk::kTY, 1); }
+  dim3 grid(long long width) const {
+    return dim3(ceil_div(width, tvk::kTX), ceil_div(d.ny, tvk::kTY), d.nz);
+  }
+
+  void upload(float* dst, const float* src) {
+    GLINT_CUDA_CHECK(cudaMemcpy2DAsync(dst, d.padded_x() * sizeof(float), src,
+                                       d.nx * sizeof(float), d.nx * sizeof(float),
+                                       std::size_t(d.ny) * d.nz, cudaMemcpyHostToDevice, s()));
+  }
+  void download(float* dst, const float* src) {
+    GLINT_CUDA_CHECK(cudaMemcpy2DAsync(dst, d.nx * sizeof(float), src,
+                                       d.padded_x() * sizeof(float), d.nx * sizeof(float),
+                                       std::size_t(d.ny) * d.nz, cudaMemcpyDeviceToHost, s()));
+  }
+  void zero(int set) {
+    GLINT_CUDA_CHECK(cudaMemsetAsync(sets[set].get(), 0, 3 * V * sizeof(float), s()));
+  }
+  void copy_set(int dst, int src) {
+    GLINT_CUDA_CHECK(cudaMemcpyAsync(sets[dst].get(), sets[src].get(), 3 * V * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, s()));
+  }
+
+  /// Resets the dual to zero (cold start, or the start of a solve).
+  void reset_dual() {
+    for (std::size_t k = 0; k < sets.size(); ++k) zero(int(k));
+    cur = prev = 0;
+    rcur = 1;
+  }
+
+  /// After the dual p was placed in set 0: make r_1 = p_0 for the variant.
+  void dual_from_set0() {
+    cur = prev = 0;
+    rcur = 1;
+    if (variant == Variant::separate || variant == Variant::fused ||
+        variant == Variant::fused_cube || variant == Variant::fused_march)
+      copy_set(1, 0);
+  }
+
+  int free_set(int a, int b, int avoid = -1) const {
+    for (int k = 0; k < int(sets.size()); ++k)
+      if (k != a && k != b && k != avoid) return k;
+    return -1;
+  }
+
+  template <class R, bool kTwoState>
+  void launch_fused(const float* b, R r, tvk::Dual p, tvk::Dual out, float w, bool nonneg,
+                    float cst, float mom) {
+    const int xw = pairs ? 2 * tvk::kTX : tvk::kTX;
+    auto go = [&](auto kernel, int zr) {
+      const dim3 gr(ceil_div(d.nx, xw), ceil_div(d.ny, tvk::kTY), ceil_div(d.nz, zr));
+      kernel<<<gr, block(), 0, s()>>>(g, b, r, p, out, w, nonneg, cst, mom);
+    };
+    if (pairs) {
+      switch (zrun) {
+        case 1: go(tvk::fused_pair_kernel<R, kTwoState, 1>, 1); break;
+        case 4: go(tvk::fused_pair_kernel<R, kTwoState, 4>, 4); break;
+        case 8: go(tvk::fused_pair_kernel<R, kTwoState, 8>, 8); break;
+        default: go(tvk::fused_pair_kernel<R, kTwoState, 2>, 2); break;
+      }
+    } else {
+      switch (zrun) {
+        case 1: go(tvk::fused_kernel<R, kTwoState, 1>, 1); break;
+        case 4: go(tvk::fused_kernel<R, kTwoState, 4>, 4); break;
+        case 8: go(tvk::fused_kernel<R, kTwoState, 8>, 8); break;
+        default: go(tvk::fused_kernel<R, kTwoState, 2>, 2); break;
+      }
+    }
+  }
+
+  void two_state_step(const float* b, float w, bool nonneg, float cst, float mi) {
+    const int out = free_set(cur, prev);
+    tvk::TwoStateR r{tvk::c(dual(cur)), tvk::c(dual(prev)), mi};
+    launch_fused<tvk::TwoStateR, true>(b, r, dual(cur), dual(out), w, nonneg, cst, 0.f);
+    GLINT_CUDA_CHECK_LAUNCH();
+    prev = cur;
+    cur = out;
+  }
+
+  /// The proximal step: `steps` FGP steps on b with weight w from the current dual; x' to out.
+  void prox(const float* b, float w, int steps, bool nonneg, float* out) {
+    const float cst = tv::dual_step(w);
+    const std::vector<float> M = tv::fgp_momenta(std::max(steps, 1));
+    auto m_out = [&](int k) { return k == steps ? 0.0f : M[k - 1]; };  // r_{k+1} after step k
+    auto m_in = [&](int k) { return k == 1 ? 0.0f : M[k - 2]; };       // r_k before step k
+    int pset = 0;
+    switch (variant) {
+      case Variant::separate:
+        for (int k = 1; k <= steps; ++k) {
+          tvk::primal_kernel<<<grid(d.nx), block(), 0, s()>>>(g, b, tvk::c(dual(1)), w, nonneg,
+                                                              zb.get());
+          GLINT_CUDA_CHECK_LAUNCH();
+          tvk::dual_kernel<<<grid(d.nx), block(), 0, s()>>>(g, zb.get(), dual(1), dual(0),
+                                                            dual(1), cst, m_out(k));
+          GLINT_CUDA_CHECK_LAUNCH();
+        }
+        break;
+      case Variant::fused:
+      case Variant::fused_cube:
+      case Variant::fused_march:
+        for (int k = 1; k <= steps; ++k) {
+          const int rout = 3 - rcur;
+          if (variant == Variant::fused) {
+            launch_fused<tvk::StoredR, false>(b, tvk::StoredR{tvk::c(dual(rcur))}, dual(0),
+                                              dual(rout), w, nonneg, cst, m_out(k));
+          } else if (variant == Variant::fused_cube) {
+            const dim3 cb(tvk::kCX, tvk::kCY, tvk::kCZ);
+            const dim3 cg(ceil_div(d.nx, tvk::kCX), ceil_div(d.ny, tvk::kCY),
+                          ceil_div(d.nz, tvk::kCZ));
+            tvk::fused_cube_kernel<<<cg, cb, 0, s()>>>(g, b, tvk::c(dual(rcur)), dual(0),
+                                                       dual(rout), w, nonneg, cst, m_out(k));
+          } else {
+            const dim3 mg(ceil_div(d.nx, tvk::kTX), ceil_div(d.ny, tvk::kTY),
+                          ceil_div(d.nz, chunk_march));
+            tvk::fused_march_kernel<<<mg, block(), 0, s()>>>(g, b, tvk::c(dual(rcur)), dual(0),
+                                                             dual(rout), w, nonneg, cst,
+                                                             m_out(k), chunk_march);
+          }
+          GLINT_CUDA_CHECK_LAUNCH();
+          rcur = rout;
+        }
+        break;
+      case Variant::two_state:
+        prev = cur;
+        for (int k = 1; k <= steps; ++k) two_state_step(b, w, nonneg, cst, m_in(k));
+        pset = cur;
+        break;
+      case Variant::temporal: {
+        prev = cur;
+        int k = 0;  // steps done
+        const dim3 mg(ceil_div(d.nx, tvk::kTX), ceil_div(d.ny, tvk::kTY), ceil_div(d.nz, chunk));
+        while (k + 2 <= steps) {
+          const int n1 = free_set(cur, prev), n2 = free_set(cur, prev, n1);
+          tvk::temporal_kernel<<<mg, block(), 0, s()>>>(g, b, tvk::c(dual(cur)),
+                                                        tvk::c(dual(prev)), dual(n1), dual(n2),
+                                                        w, nonneg, cst, m_in(k + 1),
+                                                        m_in(k + 2), chunk);
+          GLINT_CUDA_CHECK_LAUNCH();
+          prev = n1;
+          cur = n2;
+          k += 2;
+        }
+        if (k < steps) two_state_step(b, w, nonneg, cst, m_in(k + 1));
+        pset = cur;
+        break;
+      }
+    }
+    tvk::primal_kernel<<<grid(d.nx), block(), 0, s()>>>(g, b, tvk::c(dual(pset)), w, nonneg, out);
+    GLINT_CUDA_CHECK_LAUNCH();
+    // The next proximal step starts from this dual (r_1 = p_0): the fused variants' r already
+    // holds p (the last step wrote r with m = 0); the two-state ones restart with prev = cur.
+    prev = cur;
+  }
+};
+
+GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_fft, int device)
+    : impl_(std::make_unique<Impl>()) {
+  if (dims.nx < 2 || dims.ny < 2 || dims.nz < 2)
+    throw std::invalid_argument("TV solver: volume " + std::to_string(dims.nx) + "x" +
+                                std::to_string(dims.ny) + "x" + std::to_string(dims.nz) +
+                                " is too small (at least 2 voxels per axis)");
+  auto& m = *impl_;
+  m.d = dims;
+  m.variant = variant;
+  m.fft = with_fft;
+  m.device = device;
+  GLINT_CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  GLINT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  m.device_name = prop.name;
+  m.V = dims.padded_voxels();
+  m.g = tvk::Geom{dims.nx, dims.ny, dims.nz, (long long)dims.padded_x(),
+                  (long long)dims.padded_x() * dims.ny};
+  m.chunk = march_chunk(dims, tvk::temporal_kernel, prop.multiProcessorCount);
+  m.chunk_march = march_chunk(dims, tvk::fused_march_kernel, prop.multiProcessorCount);
+  if (const char* e = std::getenv("GLINT_TV_CHUNK"); e && std::atoi(e) > 0)
+    m.chunk = m.chunk_march = std::atoi(e);  // tuning override: planes per marching block
+  m.zrun = zrun_from_env(variant);
+  if (const char* e = std::getenv("GLINT_TV_PAIRS")) m.pairs = std::atoi(e) != 0;
+  m.stream = std::make_unique<Stream>();
+  m.e0 = std::make_unique<Event>();
+  m.e1 = std::make_unique<Event>();
+
+  // Plan first: cuFFT tells its work size without allocating it.
+  auto& p = m.plan;
+  p.dims = dims;
+  p.variant = variant;
+  p.fft = with_fft;
+  p.volume_bytes = m.V * sizeof(float);
+  p.volumes = tv_volumes_needed(variant, with_fft);
+  if (with_fft) {
+    m.r2c = FftPlan(dims, CUFFT_R2C);
+    m.c2r = FftPlan(dims, CUFFT_C2R);
+    p.fft_work_bytes = std::max(m.r2c.work_bytes(), m.c2r.work_bytes());
+  }
+  p.total_bytes = std::size_t(std::ceil(p.volumes * double(p.volume_bytes))) + p.fft_work_bytes;
+  std::size_t free_b = 0, total_b = 0;
+  GLINT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  p.free_bytes = free_b;
+  const std::size_t margin = 256ull << 20;  // context, kernels, fragmentation
+  if (p.total_bytes + margin > free_b)
+    throw std::runtime_error("TV solver: the volume does not fit on GPU " +
+                             std::to_string(device) + " (" + m.device_name + "): " +
+                             p.describe() + "; use a smaller volume or --backend cpu");
+  glint::log::write(glint::log::Level::info, "TV solver on GPU " + std::to_string(device) + " (" +
+                                                 m.device_name + "): " + p.describe());
+
+  const std::size_t V = m.V;
+  m.x = DeviceBuffer(V);
+  m.xprev = DeviceBuffer(V);
+  m.buf = DeviceBuffer(V);
+  if (with_fft) {
+    m.hy = DeviceBuffer(V);  // (nx/2+1) complex per row = px floats
+    m.h2n = DeviceBuffer(dims.spectrum_size());
+    m.work = DeviceBuffer((p.fft_work_bytes + sizeof(float) - 1) / sizeof(float));
+    GLINT_CUFFT_CHECK(cufftSetWorkArea(m.r2c.get(), m.work.get()));
+    GLINT_CUFFT_CHECK(cufftSetWorkArea(m.c2r.get(), m.work.get()));
+    GLINT_CUFFT_CHECK(cufftSetStream(m.r2c.get(), m.s()));
+    GLINT_CUFFT_CHECK(cufftSetStream(m.c2r.get(), m.s()));
+  } else {
+    m.yv = DeviceBuffer(V);
+  }
+  if (variant == Variant::separate) m.zb = DeviceBuffer(V);
+  for (int k = 0; k < tv_dual_sets(variant); ++k) m.sets.emplace_back(3 * V);
+  // Padding columns are never written by the TV kernels: give them defined contents once.
+  GLINT_CUDA_CHECK(cudaMemsetAsync(m.x.get(), 0, V * sizeof(float), m.s()));
+  GLINT_CUDA_CHECK(cudaMemsetAsync(m.xprev.get(), 0, V * sizeof(float), m.s()));
+  GLINT_CUDA_CHECK(cudaMemsetAsync(m.buf.get(), 0, V * sizeof(float), m.s()));
+  if (!with_fft) GLINT_CUDA_CHECK(cudaMemsetAsync(m.yv.get(), 0, V * sizeof(float), m.s()));
+  if (m.zb.get()) GLINT_CUDA_CHECK(cudaMemsetAsync(m.zb.get(), 0, V * sizeof(float), m.s()));
+  m.reset_dual();
+  GLINT_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+}
+
+GpuReconstructor::~GpuReconstructor() = default;
+
+std::string GpuReconstructor::name() const { return "gpu (" + impl_->device_name + ")"; }
+tv::Dims GpuReconstructor::dims() const { return impl_->d; }
+const TvMemoryPlan& GpuReconstructor::memory_plan() const { return impl_->plan; }
+
+tv::SolveReport GpuReconstructor::solve(std::span<const float> y, const tv::TransferFunction& H,
+                                        const tv::SolverOptions& o, std::span<float> xout,
+                                        const tv::Progress& progress) {
+  auto& m = *impl_;
+  const Dims& d = m.d;
+  if (y.size() != d.voxels() || xout.size() != d.voxels())
+    throw std::invalid_argument("TV solver: volume sizes do not match the planned " +
+                                std::to_string(d.nx) + "x" + std::to_string(d.ny) + "x" +
+                                std::to_string(d.nz));
+  if (o.variant != m.variant)
+    throw std::invalid_argument("TV solver: planned for variant " +
+                                std::string(tv::variant_name(m.variant)) + ", asked for " +
+                                std::string(tv::variant_name(o.variant)));
+  if (!H.identity() && !m.fft)
+    throw std::invalid_argument("TV solver: planned for the identity forward model only");
+  if (!H.identity() && H.h.size() != d.spectrum_size())
+    throw std::invalid_argument("TV solver: transfer function has " + std::to_string(H.h.size()) +
+                                " values, expected " + std::to_string(d.spectrum_size()));
+  if (o.outer < 1 || o.tv_inner < 0)
+    throw std::invalid_argument("TV solver: outer must be >= 1 and tv_inner >= 0");
+  GLINT_CUDA_CHECK(cudaSetDevice(m.device));
+  const float t = tv::fista_step(H);
+  const float w = tv::prox_weight(t, o.lambda);
+  const std::vector<float> F = tv::fista_momenta(o.outer);
+
+  // Inputs: y into buf (identity: into y), H into h2n; everything after this is timed.
+  const bool identity = H.identity();
+  m.upload(identity ? m.yv.get() : m.buf.get(), y.data());
+  if (!identity)
+    GLINT_CUDA_CHECK(cudaMemcpyAsync(m.h2n.get(), H.h.data(), H.h.size() * sizeof(float),
+                                     cudaMemcpyHostToDevice, m.s()));
+  GLINT_CUDA_CHECK(cudaEventRecord(m.e0->get(), m.s()));
+  const dim3 blk = m.block();
+  const long long S = static_cast<long long>(d.spectrum_size());
+  const int sblocks = ceil_div(S, 256);
+  if (!identity) {
+    // x_0 from y, then H Y / N and H^2 / N.
+    tvk::init_kernel<<<m.grid(d.nx), blk, 0, m.s()>>>(m.g, m.buf.get(), o.nonneg, m.x.get(),
+                                                      m.xprev.get());
+    GLINT_CUDA_CHECK_LAUNCH();
+    GLINT_CUDA_CHECK(cudaMemcpyAsync(m.hy.get(), m.buf.get(), m.V * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, m.s()));
+    GLINT_CUFFT_CHECK(cufftExecR2C(m.r2c.get(), m.hy.get(),
+                                   reinterpret_cast<cufftComplex*>(m.hy.get())));
+    tvk::setup_spectrum_kernel<<<sblocks, 256, 0, m.s()>>>(
+        S, tv::inverse_size(d), reinterpret_cast<float2*>(m.hy.get()), m.h2n.get());
+    GLINT_CUDA_CHECK_LAUNCH();
+  } else {
+    tvk::init_kernel<<<m.grid(d.nx), blk, 0, m.s()>>>(m.g, m.yv.get(), o.nonneg, m.x.get(),
+                                                      m.xprev.get());
+    GLINT_CUDA_CHECK_LAUNCH();
+  }
+  m.reset_dual();
+
+  for (int it = 1; it <= o.outer; ++it) {
+    const float mom = it >= 2 ? F[it - 2] : 0.0f;
+    if (!identity) {
+      tvk::extrapolate_kernel<<<m.grid(m.g.px), blk, 0, m.s()>>>(m.g, m.x.get(), m.xprev.get(),
+                                                                 mom, m.buf.get());
+      GLINT_CUDA_CHECK_LAUNCH();
+      GLINT_CUFFT_CHECK(cufftExecR2C(m.r2c.get(), m.buf.get(),
+                                     reinterpret_cast<cufftComplex*>(m.buf.get())));
+      tvk::spectrum_kernel<<<sblocks, 256, 0, m.s()>>>(
+          S, reinterpret_cast<const float2*>(m.hy.get()), m.h2n.get(),
+          reinterpret_cast<float2*>(m.buf.get()));
+      GLINT_CUDA_CHECK_LAUNCH();
+      GLINT_CUFFT_CHECK(cufftExecC2R(m.c2r.get(), reinterpret_cast<cufftComplex*>(m.buf.get()),
+                                     m.buf.get()));
+    }
+    tvk::gradient_step_kernel<<<m.grid(d.nx), blk, 0, m.s()>>>(
+        m.g, m.x.get(), m.xprev.get(), mom, t, identity ? m.yv.get() : nullptr, m.buf.get());
+    GLINT_CUDA_CHECK_LAUNCH();
+    if (!o.warm_start && it > 1) m.reset_dual();
+    m.prox(m.buf.get(), w, o.tv_inner, o.nonneg, m.xprev.get());
+    std::swap(m.x, m.xprev);
+    if (progress) {
+      GLINT_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+      progress(it, o.outer);
+    }
+  }
+  GLINT_CUDA_CHECK(cudaEventRecord(m.e1->get(), m.s()));
+  m.download(xout.data(), m.x.get());
+  GLINT_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+  float ms = 0;
+  GLINT_CUDA_CHECK(cudaEventElapsedTime(&ms, m.e0->get(), m.e1->get()));
+  return tv::SolveReport{ms / 1000.0, o.outer, o.tv_inner};
+}
+
+void GpuReconstructor::denoise(std::span<const float> b, float w, int steps, bool nonneg,
+                               std::span<float> p, std::span<float> x) {
+  auto& m = *impl_;
+  const Dims& d = m.d;
+  const std::size_t n = d.voxels();
+  if (b.size() != n || x.size() != n || p.size() != 3 * n)
+    throw std::invalid_argument("TV denoise: sizes do not match the planned volume");
+  GLINT_CUDA_CHECK(cudaSetDevice(m.device));
+  m.upload(m.buf.get(), b.data());
+  const tvk::Dual p0 = m.dual(0);
+  m.upload(p0.x, p.data());
+  m.upload(p0.y, p.data() + n);
+  m.upload(p0.z, p.data() + 2 * n);
+  m.dual_from_set0();
+  m.prox(m.buf.get(), w, steps, nonneg, m.xprev.get());
+  const int ps = (m.variant == Variant::two_state || m.variant == Variant::temporal) ? m.cur : 0;
+  const tvk::Dual pf = m.dual(ps);
+  m.download(p.data(), pf.x);
+  m.download(p.data() + n, pf.y);
+  m.download(p.data() + 2 * n, pf.z);
+  m.download(x.data(), m.xprev.get());
+  GLINT_CUDA_CHECK(cudaStreamSynchronize(m.s()));
+}
+
+double measure_copy_bandwidth(std::size_t bytes, int reps, int device) {
+  GLINT_CUDA_CHECK(cudaSetDevice(device));
+  const std::size_t n = bytes / sizeof(float);
+  DeviceBuffer a(n), b(n);
+  Stream st;
+  Event e0, e1;
+  GLINT_CUDA_CHECK(cudaMemsetAsync(a.get(), 1, n * sizeof(float), st.get()));
+  std::vector<float> ms;
+  for (int r = 0; r < reps + 2; ++r) {
+    GLINT_CUDA_CHECK(cudaEventRecord(e0.get(), st.get()));
+    GLINT_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, st.get()));
+    GLINT_CUDA_CHECK(cudaEventRecord(e1.get(), st.get()));
+    GLINT_CUDA_CHECK(cudaEventSynchronize(e1.get()));
+    float t = 0;
+    GLINT_CUDA_CHECK(cudaEventElapsedTime(&t, e0.get(), e1.get()));
+    if (r >= 2) ms.push_back(t);  // the first two warm up
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  return 2.0 * double(n * sizeof(float)) / (med * 1e-3) / 1e9;
+}
+
+}  // namespace glint::gpu

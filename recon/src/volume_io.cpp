@@ -1,0 +1,122 @@
+#include "glint/recon/volume_io.hpp"
+
+#include <hdf5.h>
+
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace glint::recon {
+
+namespace {
+
+/// Closes an HDF5 identifier with the matching H5?close.
+class Hid {
+ public:
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Hid() {
+    if (id_ >= 0) close_(id_);
+  }
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+struct Opened {
+  Hid file, dset;
+};
+
+Volume read3(const std::string& file, const std::string& dataset, bool floats_only) {
+  quiet();
+  if (!std::filesystem::exists(file))
+    throw std::runtime_error(fmt::format("{}: no such file", file));
+  Hid f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!f.ok()) throw std::runtime_error(fmt::format("{}: not an HDF5 file", file));
+  if (H5Lexists(f.get(), dataset.c_str(), H5P_DEFAULT) <= 0)
+    throw std::runtime_error(fmt::format("{}: no dataset {}", file, dataset));
+  Hid ds(H5Dopen2(f.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.ok()) throw std::runtime_error(fmt::format("{}: {} is not a dataset", file, dataset));
+  Hid type(H5Dget_type(ds.get()), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const std::size_t size = H5Tget_size(type.get());
+  if (floats_only && !(cls == H5T_FLOAT && (size == 4 || size == 8)))
+    throw std::runtime_error(
+        fmt::format("{}:{}: expected float32 or float64 values", file, dataset));
+  if (!floats_only && cls != H5T_FLOAT && cls != H5T_INTEGER)
+    throw std::runtime_error(fmt::format("{}:{}: expected numbers", file, dataset));
+  Hid space(H5Dget_space(ds.get()), H5Sclose);
+  if (H5Sget_simple_extent_ndims(space.get()) != 3)
+    throw std::runtime_error(fmt::format("{}:{}: expected a 3D (Z, Y, X) dataset, rank is {}",
+                                         file, dataset, H5Sget_simple_extent_ndims(space.get())));
+  hsize_t dims[3];
+  H5Sget_simple_extent_dims(space.get(), dims, nullptr);
+  if (dims[0] > (1u << 20) || dims[1] > (1u << 20) || dims[2] > (1u << 20))
+    throw std::runtime_error(fmt::format("{}:{}: dimensions too large", file, dataset));
+  Volume v;
+  v.dims = tv::Dims{int(dims[2]), int(dims[1]), int(dims[0])};
+  v.data.resize(v.dims.voxels());
+  if (H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data.data()) < 0)
+    throw std::runtime_error(fmt::format("{}:{}: read failed", file, dataset));
+  return v;
+}
+
+void attribute(hid_t obj, const std::string& name, const Attribute& a) {
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  if (const double* d = std::get_if<double>(&a)) {
+    Hid at(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+           H5Aclose);
+    H5Awrite(at.get(), H5T_NATIVE_DOUBLE, d);
+  } else if (const long long* i = std::get_if<long long>(&a)) {
+    Hid at(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+           H5Aclose);
+    H5Awrite(at.get(), H5T_NATIVE_LLONG, i);
+  } else {
+    const std::string& s = std::get<std::string>(a);
+    Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(type.get(), s.empty() ? 1 : s.size());
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    Hid at(H5Acreate2(obj, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+           H5Aclose);
+    H5Awrite(at.get(), type.get(), s.empty() ? "" : s.c_str());
+  }
+}
+
+}  // namespace
+
+Volume read_volume(const std::string& file, const std::string& dataset) {
+  return read3(file, dataset, true);
+}
+Volume read_array3(const std::string& file, const std::string& dataset) {
+  return read3(file, dataset, false);
+}
+
+void write_volumes(const std::string& file, const std::vector<DatasetOut>& datasets) {
+  quiet();
+  Hid f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!f.ok()) throw std::runtime_error(fmt::format("{}: cannot create the file", file));
+  for (const auto& d : datasets) {
+    const tv::Dims& v = d.volume->dims;
+    const hsize_t dims[3] = {hsize_t(v.nz), hsize_t(v.ny), hsize_t(v.nx)};
+    Hid space(H5Screate_simple(3, dims, nullptr), H5Sclose);
+    Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    Hid ds(H5Dcreate2(f.get(), d.name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(),
+                      H5P_DEFAULT, H5P_DEFAULT),
+           H5Dclose);
+    if (!ds.ok()) throw std::runtime_error(fmt::format("{}: cannot create {}", file, d.name));
+    if (H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                 d.volume->data.data()) < 0)
+      throw std::runtime_error(fmt::format("{}: writing {} failed", file, d.name));
+    for (const auto& [k, a] : d.attributes) attribute(ds.get(), k, a);
+  }
+}
+
+}  // namespace glint::recon

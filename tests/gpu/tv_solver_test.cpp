@@ -1,0 +1,164 @@
+// The GPU TV solver against the CPU reference and its variants against each other.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "glint/gpu/tv_solver.hpp"
+#include "glint/recon/cpu_solver.hpp"
+#include "glint/recon/forward_model.hpp"
+#include "glint/recon/phantom.hpp"
+#include "gpu_test.hpp"
+
+using glint::tv::Dims;
+using glint::tv::Variant;
+
+namespace {
+
+std::vector<float> random_volume(std::size_t n, unsigned seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& f : v) f = u(rng);
+  return v;
+}
+
+/// Number of elements whose bits differ (so -0 == +0 counts as equal only if bits match).
+std::size_t bit_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// Odd sizes: partial tiles on every axis, and more z planes than one marching chunk.
+const Dims kOdd{37, 19, 21};
+const Dims kChunked{70, 41, 35};
+
+}  // namespace
+
+// The FGP step: every variant and the CPU reference, same input, bit for bit (p and x), for one
+// step, an odd number (temporal blocking's two-state tail) and ten, with and without x >= 0.
+TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
+  GLINT_REQUIRE_GPU();
+  for (const Dims& d : {kOdd, kChunked}) {
+    const std::size_t n = d.voxels();
+    const auto b = random_volume(n, 1, -0.5f, 1.5f);
+    const auto p0 = random_volume(3 * n, 2, -0.5f, 0.5f);
+    glint::recon::CpuReconstructor cpu(d, 2);
+    for (bool nonneg : {true, false})
+      for (int steps : {1, 7, 10}) {
+        std::vector<float> pc(p0), xc(n);
+        cpu.denoise(b, 0.08f, steps, nonneg, pc, xc);
+        for (Variant v : glint::tv::kAllVariants) {
+          glint::gpu::GpuReconstructor gpu(d, v, false);
+          std::vector<float> pg(p0), xg(n, std::numeric_limits<float>::quiet_NaN());
+          gpu.denoise(b, 0.08f, steps, nonneg, pg, xg);
+          EXPECT_EQ(bit_mismatches(pg, pc), 0u)
+              << glint::tv::variant_name(v) << " steps " << steps << " nonneg " << nonneg;
+          EXPECT_EQ(bit_mismatches(xg, xc), 0u)
+              << glint::tv::variant_name(v) << " steps " << steps << " nonneg " << nonneg;
+        }
+      }
+  }
+}
+
+// Denoising (identity, no FFT): the whole solve is the shared arithmetic only, so CPU and every
+// GPU variant agree bit for bit, warm and cold.
+TEST(TvGpu, IdentitySolveIsBitIdenticalToTheCpu) {
+  GLINT_REQUIRE_GPU();
+  const Dims d = kChunked;
+  const auto y = random_volume(d.voxels(), 4, -0.2f, 1.2f);
+  glint::tv::TransferFunction id;
+  glint::recon::CpuReconstructor cpu(d, 2);
+  for (bool warm : {true, false}) {
+    glint::tv::SolverOptions o;
+    o.lambda = 0.1f;
+    o.outer = 5;
+    o.tv_inner = 7;
+    o.warm_start = warm;
+    std::vector<float> xc(d.voxels());
+    cpu.solve(y, id, o, xc);
+    for (Variant v : glint::tv::kAllVariants) {
+      o.variant = v;
+      glint::gpu::GpuReconstructor gpu(d, v, false);
+      std::vector<float> xg(d.voxels());
+      gpu.solve(y, id, o, xg);
+      EXPECT_EQ(bit_mismatches(xg, xc), 0u) << glint::tv::variant_name(v) << " warm " << warm;
+    }
+  }
+}
+
+// Deconvolution (cuFFT vs FFTW): every GPU variant bit-identical to the GPU separate variant;
+// GPU vs CPU within the float32 FFT error. A pair of float32 3D transforms has a relative error
+// of about eps * log2(N) (eps = 2^-24) each; 20 outer iterations of a non-expansive map (FISTA's
+// momentum adds at most a factor ~2) and two transforms each give tol = 2 * 2 * 20 * eps *
+// log2(N), times a safety factor of 4.
+TEST(TvGpu, DeconvolutionMatchesTheCpuWithinFftError) {
+  GLINT_REQUIRE_GPU();
+  const int n = 40;
+  const Dims d{n, n, n};
+  const auto truth = glint::recon::make_phantom(n);
+  const auto fm = glint::recon::make_forward_model("gaussian:1.2,1.2,1.2", d);
+  auto y = glint::recon::apply_forward(fm.H, d, truth, 2);
+  glint::recon::add_noise(y, 0.05, 9);
+  glint::tv::SolverOptions o;
+  o.lambda = 0.02f;
+  glint::recon::CpuReconstructor cpu(d, 2);
+  std::vector<float> xc(d.voxels());
+  cpu.solve(y, fm.H, o, xc);
+  std::vector<float> xs;
+  for (Variant v : glint::tv::kAllVariants) {
+    o.variant = v;
+    glint::gpu::GpuReconstructor gpu(d, v, true);
+    std::vector<float> xg(d.voxels());
+    gpu.solve(y, fm.H, o, xg);
+    if (v == Variant::separate) {
+      xs = xg;
+      const double eps = std::ldexp(1.0, -24), tol = 4 * 2 * 2 * 20 * eps * std::log2(d.voxels());
+      const double err = rel_l2(xg, xc);
+      std::printf("GPU vs CPU, 20x10 deconvolution 40^3: relative L2 difference %.3g (tol %.3g)\n",
+                  err, tol);
+      EXPECT_LT(err, tol);
+      EXPECT_LT(glint::recon::rmse(xg, truth), glint::recon::rmse(y, truth));
+    } else {
+      EXPECT_EQ(bit_mismatches(xg, xs), 0u) << glint::tv::variant_name(v);
+    }
+  }
+}
+
+TEST(TvGpu, TooLargeVolumeIsRefusedBeforeAnythingRuns) {
+  GLINT_REQUIRE_GPU();
+  try {
+    glint::gpu::GpuReconstructor gpu(Dims{4096, 4096, 2048}, Variant::temporal, true);
+    ADD_FAILURE() << "a 4096x4096x2048 volume was accepted";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("does not fit"), std::string::npos) << what;
+    EXPECT_NE(what.find("4096x4096x2048"), std::string::npos) << what;
+  }
+}
+
+TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {
+  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::separate, true), 3 + 1.5 + 6 + 1);
+  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::two_state, false), 3 + 1 + 9);
+  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::temporal, true), 3 + 1.5 + 12);
+  GLINT_REQUIRE_GPU();
+  glint::gpu::GpuReconstructor gpu(Dims{64, 32, 16}, Variant::fused, true);
+  const auto& plan = gpu.memory_plan();
+  EXPECT_EQ(plan.volume_bytes, 66u * 32 * 16 * 4);
+  EXPECT_GE(plan.total_bytes, std::size_t(plan.volumes * plan.volume_bytes));
+  EXPECT_NE(plan.describe().find("64x32x16"), std::string::npos);
+}
