@@ -1,0 +1,114 @@
+// glint recon end to end: the phantom, an HDF5 input, attributes, exit statuses.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "glint/recon/forward_model.hpp"
+#include "glint/recon/phantom.hpp"
+#include "glint/recon/volume_io.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string output;
+};
+
+Result run_glint(const std::string& args) {
+  const std::string cmd = std::string(GLINT_BINARY_DIR) + "/bin/glint " + args + " 2>&1";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p) != nullptr) r.output += buf.data();
+  const int s = ::pclose(p);
+  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+  return r;
+}
+
+double double_attribute(const std::string& file, const char* name) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "/volume", H5P_DEFAULT);
+  hid_t a = H5Aopen(d, name, H5P_DEFAULT);
+  double v = -1;
+  H5Aread(a, H5T_NATIVE_DOUBLE, &v);
+  H5Aclose(a);
+  H5Dclose(d);
+  H5Fclose(f);
+  return v;
+}
+
+class GlintRecon : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("glint_recon_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(GlintRecon, PhantomIsReconstructedCloserThanTheMeasurement) {
+  const std::string out = path("ph.h5");
+  const Result r = run_glint("recon --phantom 20 --forward gaussian:1,1,1 --noise 0.05 --lambda 0.02 "
+                             "--backend cpu --threads 2 --output " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("RMSE vs phantom"), std::string::npos) << r.output;
+  const auto x = glint::recon::read_volume(out, "/volume");
+  const auto truth = glint::recon::read_volume(out, "/phantom");
+  const auto y = glint::recon::read_volume(out, "/measured");
+  EXPECT_EQ(x.dims, (glint::tv::Dims{20, 20, 20}));
+  EXPECT_EQ(truth.data, glint::recon::make_phantom(20));
+  const double err = glint::recon::rmse(x.data, truth.data);
+  EXPECT_LT(err, glint::recon::rmse(y.data, truth.data));
+  EXPECT_NEAR(double_attribute(out, "rmse"), err, 1e-9);
+  EXPECT_FLOAT_EQ(float(double_attribute(out, "lambda")), 0.02f);
+  for (float v : x.data) ASSERT_GE(v, 0.0f);  // non-negativity on by default
+}
+
+TEST_F(GlintRecon, InputFileWithMaskForwardModel) {
+  const glint::tv::Dims d{12, 10, 8};
+  glint::recon::Volume in{d, glint::recon::make_phantom(12)};
+  in.data.resize(d.voxels());
+  glint::recon::Volume mask{glint::tv::Dims{d.nx / 2 + 1, d.ny, d.nz}, {}};
+  mask.data.assign(mask.dims.voxels(), 1.0f);
+  for (std::size_t i = 0; i < mask.data.size(); i += 3) mask.data[i] = 0.0f;
+  mask.data[0] = 1.0f;
+  glint::recon::write_volumes(path("in.h5"), {{"/data", &in, {}}});
+  glint::recon::write_volumes(path("mask.h5"), {{"/m", &mask, {}}});
+  const Result r = run_glint("recon --input " + path("in.h5") + " --dataset /data --lambda 0.01 "
+                             "--forward mask:" + path("mask.h5") + ":/m --no-nonneg --cold-start "
+                             "--outer 5 --tv-inner 4 --backend cpu --threads 1 --output " +
+                             path("out.h5"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto x = glint::recon::read_volume(path("out.h5"), "/volume");
+  EXPECT_EQ(x.dims, d);
+  EXPECT_NE(r.output.find("5 outer x 4 TV steps"), std::string::npos) << r.output;
+}
+
+TEST_F(GlintRecon, BadInputGetsAClearErrorAndStatus2) {
+  Result r = run_glint("recon --input " + path("none.h5") + " --output " + path("o.h5"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("none.h5"), std::string::npos) << r.output;
+  r = run_glint("recon --phantom 8 --forward gaussian:1,2 --output " + path("o.h5"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("gaussian:1,2"), std::string::npos) << r.output;
+  r = run_glint("recon --phantom 8 --variant quick --output " + path("o.h5"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("quick"), std::string::npos) << r.output;
+  r = run_glint("recon --phantom 8 --backend tpu --output " + path("o.h5"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("tpu"), std::string::npos) << r.output;
+}
