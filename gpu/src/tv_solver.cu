@@ -47,7 +47,13 @@ class DeviceBuffer {
 
 class Stream {
  public:
-  Stream() { GLINT_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  /// low_priority: the device's lowest stream priority, so that other work (cluster finding)
+  /// on the same GPU is scheduled first.
+  explicit Stream(bool low_priority = false) {
+    int least = 0, greatest = 0;
+    if (low_priority) GLINT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    GLINT_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, least));
+  }
   ~Stream() {
     if (s_) GLINT_CUDA_LOG(cudaStreamDestroy(s_));
   }
@@ -239,6 +245,7 @@ struct GpuReconstructor::Impl {
 
   /// The proximal step: `steps` FGP steps on b with weight w from the current dual; x' to out.
   void prox(const float* b, float w, int steps, bool nonneg, float* out) {
+    if (!(w > 0)) steps = 0;  // no TV term: the proximal step is the projection max(b, 0)
     const float cst = tv::dual_step(w);
     const std::vector<float> M = tv::fgp_momenta(std::max(steps, 1));
     auto m_out = [&](int k) { return k == steps ? 0.0f : M[k - 1]; };  // r_{k+1} after step k
@@ -313,7 +320,8 @@ struct GpuReconstructor::Impl {
   }
 };
 
-GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_fft, int device)
+GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_fft, int device,
+                                   bool low_priority)
     : impl_(std::make_unique<Impl>()) {
   if (dims.nx < 2 || dims.ny < 2 || dims.nz < 2)
     throw std::invalid_argument("TV solver: volume " + std::to_string(dims.nx) + "x" +
@@ -337,7 +345,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     m.chunk = m.chunk_march = std::atoi(e);  // tuning override: planes per marching block
   m.zrun = zrun_from_env(variant);
   if (const char* e = std::getenv("GLINT_TV_PAIRS")) m.pairs = std::atoi(e) != 0;
-  m.stream = std::make_unique<Stream>();
+  m.stream = std::make_unique<Stream>(low_priority);
   m.e0 = std::make_unique<Event>();
   m.e1 = std::make_unique<Event>();
 

@@ -7,7 +7,7 @@ namespace glint::gpu {
 
 struct GpuReconstructor::Impl {};
 
-GpuReconstructor::GpuReconstructor(const tv::Dims&, tv::Variant, bool, int) {
+GpuReconstructor::GpuReconstructor(const tv::Dims&, tv::Variant, bool, int, bool) {
   throw std::runtime_error("the GPU TV solver is not built into this glint (built without CUDA)");
 }
 GpuReconstructor::~GpuReconstructor() = default;

@@ -108,6 +108,7 @@ struct CpuReconstructor::Impl {
 
   /// `steps` FGP steps on b from the dual in p (r holds r_1 = p_0); x' into out.
   void prox(const float* b, float w, int steps, bool nonneg, float* out) {
+    if (!(w > 0)) steps = 0;  // no TV term: the proximal step is the projection max(b, 0)
     const float cst = tv::dual_step(w);
     const std::vector<float> M = tv::fgp_momenta(std::max(steps, 1));
     for (int k = 1; k <= steps; ++k) {

@@ -23,11 +23,13 @@ std::unique_ptr<tv::Reconstructor> make_reconstructor(const tv::Dims& dims,
   if (o.backend == Backend::gpu) {
     const std::string why = gpu::unavailable_reason();
     if (!why.empty()) throw std::runtime_error("--backend gpu: " + why);
-    return std::make_unique<gpu::GpuReconstructor>(dims, o.variant, o.with_fft, o.device);
+    return std::make_unique<gpu::GpuReconstructor>(dims, o.variant, o.with_fft, o.device,
+                                                    o.low_priority);
   }
   if (gpu::device_count() > 0) {
     try {
-      return std::make_unique<gpu::GpuReconstructor>(dims, o.variant, o.with_fft, o.device);
+      return std::make_unique<gpu::GpuReconstructor>(dims, o.variant, o.with_fft, o.device,
+                                                    o.low_priority);
     } catch (const std::exception& e) {
       log::warn("TV solver: GPU not usable ({}); using the CPU", e.what());
     }

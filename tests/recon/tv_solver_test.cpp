@@ -169,3 +169,17 @@ TEST(CpuSolver, WarmAndColdStartsAgreeOnTheMinimiser) {
   EXPECT_LT(fw - fr, 1e-4 * fr);
   EXPECT_LE(fw - fr, fc - fr + 1e-7 * fr);
 }
+
+// lambda = 0: no TV term; the solve is the non-negative least-squares fit, finite everywhere.
+TEST(CpuSolver, ZeroLambdaIsTheProjectionOfTheFit) {
+  const Dims d{9, 8, 7};
+  const auto y = random_volume(d, 31, -0.5f, 1.0f);
+  glint::tv::TransferFunction id;
+  CpuReconstructor cpu(d, 1);
+  glint::tv::SolverOptions o;
+  o.lambda = 0.0f;
+  o.outer = 3;
+  std::vector<float> x(d.voxels());
+  cpu.solve(y, id, o, x);
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], std::max(y[i], 0.0f), 1e-6f);
+}

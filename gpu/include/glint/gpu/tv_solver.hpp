@@ -33,8 +33,10 @@ class GpuReconstructor final : public tv::Reconstructor {
  public:
   /// Plans and allocates everything for `dims`; throws std::runtime_error naming the sizes when
   /// the volume does not fit on the device (before allocating anything), CudaError on CUDA
-  /// failures. with_fft = false serves only the identity forward model.
-  GpuReconstructor(const tv::Dims& dims, tv::Variant variant, bool with_fft, int device = 0);
+  /// failures. with_fft = false serves only the identity forward model. low_priority: all work
+  /// goes to a stream of the device's lowest priority (reconstruction beside cluster finding).
+  GpuReconstructor(const tv::Dims& dims, tv::Variant variant, bool with_fft, int device = 0,
+                   bool low_priority = false);
   ~GpuReconstructor() override;
   GpuReconstructor(const GpuReconstructor&) = delete;
   GpuReconstructor& operator=(const GpuReconstructor&) = delete;

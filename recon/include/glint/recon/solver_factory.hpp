@@ -20,6 +20,7 @@ struct BackendOptions {
   bool with_fft = true;  ///< false: the identity forward model only (no FFT buffers)
   int threads = 0;       ///< CPU threads (0: all)
   int device = 0;
+  bool low_priority = false;  ///< GPU: the lowest stream priority (beside cluster finding)
 };
 
 std::unique_ptr<tv::Reconstructor> make_reconstructor(const tv::Dims& dims,
