@@ -47,8 +47,8 @@ class DeviceBuffer {
 
 class Stream {
  public:
-  /// low_priority: the device's lowest stream priority, so that other work (cluster finding)
-  /// on the same GPU is scheduled first.
+  /// low_priority: the device's lowest stream priority (CUDA's default, 0, is the lowest), so
+  /// that work on streams of higher priority -- cluster finding -- is scheduled first.
   explicit Stream(bool low_priority = false) {
     int least = 0, greatest = 0;
     if (low_priority) GLINT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
