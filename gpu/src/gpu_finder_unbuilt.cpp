@@ -1,12 +1,13 @@
-// Until the GPU engine is compiled in, asking for it says so.
+// Built without CUDA: asking for the GPU engine says so.
 #include <stdexcept>
 
 #include "glint/gpu/gpu_finder.hpp"
 
 namespace glint::gpu {
 
-std::unique_ptr<ClusterFinder> make_gpu_finder(const FinderParams&, const GpuFinderOptions&) {
-  throw std::runtime_error("the GPU cluster finder is not built into this glint");
+std::unique_ptr<GpuClusterFinder> make_gpu_finder(const FinderParams&, const GpuFinderOptions&) {
+  throw std::runtime_error("the GPU cluster finder is not built into this glint (built without "
+                           "CUDA)");
 }
 
 }  // namespace glint::gpu

@@ -1,6 +1,12 @@
 #pragma once
 // The GPU cluster-finding engine behind the ClusterFinder interface. Header free of CUDA.
+//
+// Exact: clusters, pedestal sums and counts are byte-identical to the CPU reference for every
+// batch size, stream count and GPU count (docs/performance.md, GPU section, describes how).
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "glint/cluster_finder.hpp"
@@ -11,11 +17,55 @@ struct GpuFinderOptions {
   int batch_frames = 256;     ///< frames per batch (one H2D copy, one graph replay)
   int streams = 2;            ///< stream slots per GPU (batches in flight)
   std::vector<int> devices{0};
+  /// Clusters per frame the output buffers hold on average; 0 = pixels/16. A batch that finds
+  /// more is never truncated: it is re-run exactly from its start-of-batch pedestal snapshot into
+  /// exactly sized buffers (counted in GpuFinderStats::overflow_reruns) and the capacity grows.
+  int cluster_capacity = 0;
+};
+
+/// One batch's results, valid during the sink call: counts[i] clusters for frame_numbers[i],
+/// clusters packed in frame order, raster order within a frame.
+struct GpuBatchView {
+  std::span<const uint64_t> frame_numbers;
+  std::span<const uint32_t> counts;
+  std::span<const uint16_t> x;
+  std::span<const uint16_t> y;
+  std::span<const int32_t> data;  ///< S*S values per cluster
+};
+
+struct GpuFinderStats {
+  uint64_t batches = 0;
+  uint64_t frames = 0;
+  uint64_t clusters = 0;
+  uint64_t graph_launches = 0;   ///< captured-graph replays (one per full batch and GPU)
+  uint64_t direct_launches = 0;  ///< kernels launched outside a graph (partial batches, dark)
+  uint64_t host_syncs = 0;       ///< host waits on a batch's completion event (one per batch)
+  uint64_t overflow_reruns = 0;  ///< batches re-run because their clusters did not fit
+  double kernel_ms = 0.0;        ///< device time of the find work (events), summed over batches
+};
+
+class GpuClusterFinder : public ClusterFinder {
+ public:
+  using Sink = std::function<void(const GpuBatchView&)>;
+
+  virtual int batch_frames() const = 0;
+  /// Streaming use without a host copy: the engine's pinned staging for the next batch, room for
+  /// batch_frames() whole frames. May first wait for the batch that last used this slot; its
+  /// results go to the sink.
+  virtual std::span<uint16_t> staging() = 0;
+  /// Submits the first frame_numbers.size() frames written into staging() (at most
+  /// batch_frames()). Returns at once; results reach the sink in frame order.
+  virtual void submit(std::span<const uint64_t> frame_numbers) = 0;
+  /// Waits for every submitted batch and hands its results to the sink.
+  virtual void flush() = 0;
+  /// Where streamed batches' results go (find() uses its own table meanwhile).
+  virtual void set_sink(Sink sink) = 0;
+  virtual GpuFinderStats stats() const = 0;
 };
 
 /// Throws glint::gpu::CudaError (or std::runtime_error where the engine is not built) when the
-/// GPU backend cannot run; see unavailable_reason().
-std::unique_ptr<ClusterFinder> make_gpu_finder(const FinderParams& params,
-                                               const GpuFinderOptions& options);
+/// GPU backend cannot run, std::invalid_argument for unusable options.
+std::unique_ptr<GpuClusterFinder> make_gpu_finder(const FinderParams& params,
+                                                  const GpuFinderOptions& options);
 
 }  // namespace glint::gpu

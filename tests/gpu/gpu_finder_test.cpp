@@ -1,0 +1,361 @@
+// The GPU engine against the CPU reference: byte-identical clusters and pedestal state for every
+// batch size, stream count and GPU count, crowded frames, n_sigma 3, all cluster sizes, overflow.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "glint/cluster_finder.hpp"
+#include "glint/gpu/gpu_finder.hpp"
+#include "glint/synthetic.hpp"
+#include "gpu_test.hpp"
+#include "synthetic_frames.hpp"
+
+namespace {
+
+using glint::ClusterTable;
+using glint::FinderParams;
+using glint::PedestalState;
+
+struct Scenario {
+  uint32_t rows, cols;
+  int size;
+  double n_sigma;
+  std::size_t frames, photons;
+  uint64_t seed;
+  auto key() const { return std::tie(rows, cols, size, n_sigma, frames, photons, seed); }
+  bool operator<(const Scenario& o) const { return key() < o.key(); }
+  friend void PrintTo(const Scenario& s, std::ostream* os) {
+    *os << s.rows << "x" << s.cols << " S" << s.size << " n" << s.n_sigma << " " << s.frames
+        << "f " << s.photons << "ph";
+  }
+};
+
+struct Data {
+  FinderParams params;
+  std::vector<uint16_t> dark, frames;
+  std::vector<uint64_t> numbers;
+  ClusterTable expected{3};
+  PedestalState expected_pedestal;
+  PedestalState mid_pedestal;  // after the first half of the frames
+};
+
+const Data& data(const Scenario& s) {
+  static std::map<Scenario, Data> cache;
+  auto it = cache.find(s);
+  if (it != cache.end()) return it->second;
+  Data d;
+  d.params.shape = {s.rows, s.cols};
+  d.params.cluster_size = s.size;
+  d.params.n_sigma = s.n_sigma;
+  glint::test::FrameSource src(d.params.shape, s.seed);
+  d.dark = src.frames(1000, 0);
+  d.frames = src.frames(s.frames, s.photons);
+  d.numbers.resize(s.frames);
+  std::iota(d.numbers.begin(), d.numbers.end(), 5000);
+  auto ref = glint::make_reference_finder(d.params);
+  ref->push_dark(d.dark);
+  d.expected = ClusterTable(s.size);
+  const std::size_t np = d.params.shape.pixels();
+  const std::size_t half = s.frames / 2;
+  ref->find(std::span(d.frames).first(half * np), std::span(d.numbers).first(half), d.expected);
+  d.mid_pedestal = ref->pedestal();
+  ref->find(std::span(d.frames).subspan(half * np), std::span(d.numbers).subspan(half),
+            d.expected);
+  d.expected_pedestal = ref->pedestal();
+  return cache.emplace(s, std::move(d)).first->second;
+}
+
+void expect_same(const ClusterTable& got, const ClusterTable& want) {
+  ASSERT_EQ(got.n_frames(), want.n_frames());
+  ASSERT_EQ(got.n_clusters(), want.n_clusters());
+  for (std::size_t i = 0; i < want.n_frames(); ++i)
+    ASSERT_EQ(got.frames()[i], want.frames()[i]) << "frame record " << i;
+  for (std::size_t i = 0; i < want.n_clusters(); ++i) {
+    ASSERT_EQ(got.x()[i], want.x()[i]) << "cluster " << i;
+    ASSERT_EQ(got.y()[i], want.y()[i]) << "cluster " << i;
+  }
+  ASSERT_TRUE(std::equal(got.data().begin(), got.data().end(), want.data().begin()));
+}
+
+void expect_same_bits(const PedestalState& got, const PedestalState& want) {
+  ASSERT_EQ(got.count, want.count);
+  ASSERT_EQ(0, std::memcmp(got.sum.data(), want.sum.data(), want.sum.size() * sizeof(double)));
+  ASSERT_EQ(0, std::memcmp(got.sum2.data(), want.sum2.data(), want.sum2.size() * sizeof(double)));
+  const auto gm = got.means(), wm = want.means(), gn = got.noises(), wn = want.noises();
+  ASSERT_EQ(0, std::memcmp(gm.data(), wm.data(), wm.size() * sizeof(double)));
+  ASSERT_EQ(0, std::memcmp(gn.data(), wn.data(), wn.size() * sizeof(double)));
+}
+
+glint::gpu::GpuFinderStats run_gpu(const Scenario& s, glint::gpu::GpuFinderOptions o,
+                                   ClusterTable& out, PedestalState* pedestal = nullptr) {
+  const Data& d = data(s);
+  auto f = glint::gpu::make_gpu_finder(d.params, o);
+  f->push_dark(d.dark);
+  f->find(d.frames, d.numbers, out);
+  if (pedestal) *pedestal = f->pedestal();
+  return f->stats();
+}
+
+const Scenario kSmall{96, 128, 3, 5.0, 300, 40, 11};
+
+TEST(GpuFinder, WithoutGpuSaysWhy) {
+  if (glint::gpu::device_count() > 0) GTEST_SKIP() << "a GPU is present";
+  FinderParams p;
+  p.shape = {16, 16};
+  EXPECT_THROW(glint::gpu::make_gpu_finder(p, {}), std::runtime_error);
+}
+
+TEST(GpuFinder, RejectsBadOptions) {
+  GLINT_REQUIRE_GPU();
+  FinderParams p;
+  p.shape = {64, 64};
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 0;
+  EXPECT_THROW(glint::gpu::make_gpu_finder(p, o), std::invalid_argument);
+  o = {};
+  o.streams = 0;
+  EXPECT_THROW(glint::gpu::make_gpu_finder(p, o), std::invalid_argument);
+  o = {};
+  o.devices = {glint::gpu::device_count()};
+  EXPECT_THROW(glint::gpu::make_gpu_finder(p, o), std::invalid_argument);
+}
+
+TEST(GpuFinder, DarkFramesGiveTheReferencePedestal) {
+  GLINT_REQUIRE_GPU();
+  const Data& d = data(kSmall);
+  auto f = glint::gpu::make_gpu_finder(d.params, {});
+  auto ref = glint::make_reference_finder(d.params);
+  // Uneven pushes: 37 frames, then the rest (window filling and running update).
+  const std::size_t np = d.params.shape.pixels();
+  f->push_dark(std::span(d.dark).first(37 * np));
+  ref->push_dark(std::span(d.dark).first(37 * np));
+  expect_same_bits(f->pedestal(), ref->pedestal());
+  f->push_dark(std::span(d.dark).subspan(37 * np));
+  ref->push_dark(std::span(d.dark).subspan(37 * np));
+  f->push_dark(std::span(d.dark).first(120 * np));  // past the window: running update
+  ref->push_dark(std::span(d.dark).first(120 * np));
+  expect_same_bits(f->pedestal(), ref->pedestal());
+}
+
+class BatchesAndStreams : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(BatchesAndStreams, IdenticalToReference) {
+  GLINT_REQUIRE_GPU();
+  const auto [batch, streams] = GetParam();
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = batch;
+  o.streams = streams;
+  ClusterTable out(3);
+  PedestalState ped;
+  const auto st = run_gpu(kSmall, o, out, &ped);
+  const Data& d = data(kSmall);
+  ASSERT_GT(d.expected.n_clusters(), 1000u);  // the data really has photons
+  expect_same(out, d.expected);
+  expect_same_bits(ped, d.expected_pedestal);
+  EXPECT_EQ(st.frames, kSmall.frames);
+  EXPECT_EQ(st.host_syncs, st.batches);  // one completion wait per batch, none per frame
+  EXPECT_EQ(st.overflow_reruns, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(GpuFinder, BatchesAndStreams,
+                         ::testing::Combine(::testing::Values(1, 7, 64, 256),
+                                            ::testing::Values(1, 2, 4)));
+
+class Shapes : public ::testing::TestWithParam<Scenario> {};
+
+TEST_P(Shapes, IdenticalToReference) {
+  GLINT_REQUIRE_GPU();
+  const Scenario s = GetParam();
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 32;
+  o.streams = 2;
+  ClusterTable out(s.size);
+  PedestalState ped;
+  run_gpu(s, o, out, &ped);
+  const Data& d = data(s);
+  ASSERT_GT(d.expected.n_clusters(), 0u);
+  expect_same(out, d.expected);
+  expect_same_bits(ped, d.expected_pedestal);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    GpuFinder, Shapes,
+    ::testing::Values(Scenario{96, 128, 5, 5.0, 120, 40, 21},     // 5x5
+                      Scenario{64, 80, 7, 5.0, 60, 20, 22},       // 7x7
+                      Scenario{64, 80, 9, 5.0, 60, 20, 23},       // 9x9
+                      Scenario{96, 128, 3, 3.0, 150, 40, 24},     // n_sigma 3
+                      Scenario{96, 128, 5, 3.0, 100, 40, 25},     // 5x5, n_sigma 3
+                      Scenario{96, 128, 3, 5.0, 100, 1500, 26},   // crowded
+                      Scenario{96, 128, 5, 3.0, 60, 1500, 27},    // crowded 5x5 n_sigma 3
+                      Scenario{400, 400, 3, 5.0, 40, 500, 28},    // the detector size
+                      Scenario{37, 53, 3, 5.0, 80, 30, 29}));     // odd sizes, few bands
+
+TEST(GpuFinder, OverflowIsRerunExactlyAndCounted) {
+  GLINT_REQUIRE_GPU();
+  const Scenario s{96, 128, 3, 5.0, 100, 300, 31};
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 16;
+  o.streams = 2;
+  o.cluster_capacity = 1;
+  ClusterTable out(3);
+  PedestalState ped;
+  const auto st = run_gpu(s, o, out, &ped);
+  const Data& d = data(s);
+  expect_same(out, d.expected);
+  expect_same_bits(ped, d.expected_pedestal);
+  EXPECT_GE(st.overflow_reruns, 1u);
+}
+
+TEST(GpuFinder, StreamingAndPedestalReadBackMidRun) {
+  GLINT_REQUIRE_GPU();
+  const Scenario s = kSmall;
+  const Data& d = data(s);
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 25;
+  o.streams = 3;
+  auto f = glint::gpu::make_gpu_finder(d.params, o);
+  f->push_dark(d.dark);
+  ClusterTable out(3);
+  f->set_sink([&](const glint::gpu::GpuBatchView& v) {
+    uint64_t c = 0;
+    for (std::size_t i = 0; i < v.frame_numbers.size(); ++i) {
+      out.begin_frame(v.frame_numbers[i]);
+      for (uint32_t k = 0; k < v.counts[i]; ++k, ++c)
+        out.add_cluster(v.x[c], v.y[c], v.data.subspan(c * 9, 9));
+    }
+    EXPECT_EQ(c, v.x.size());
+  });
+  const std::size_t np = d.params.shape.pixels();
+  const std::size_t half = s.frames / 2;  // 150 frames: 6 batches of 25
+  for (std::size_t f0 = 0; f0 < half; f0 += 25) {
+    auto st = f->staging();
+    std::memcpy(st.data(), d.frames.data() + f0 * np, 25 * np * sizeof(uint16_t));
+    f->submit(std::span(d.numbers).subspan(f0, 25));
+  }
+  // Batches are still in flight: the read-back is ordered after them, nothing is drained.
+  expect_same_bits(f->pedestal(), d.mid_pedestal);
+  for (std::size_t f0 = half; f0 < s.frames; f0 += 25) {
+    auto st = f->staging();
+    std::memcpy(st.data(), d.frames.data() + f0 * np, 25 * np * sizeof(uint16_t));
+    f->submit(std::span(d.numbers).subspan(f0, 25));
+  }
+  f->flush();
+  expect_same(out, d.expected);
+  expect_same_bits(f->pedestal(), d.expected_pedestal);
+}
+
+TEST(GpuFinder, LoadPedestalContinuesExactly) {
+  GLINT_REQUIRE_GPU();
+  const Data& d = data(kSmall);
+  const std::size_t np = d.params.shape.pixels();
+  const std::size_t half = kSmall.frames / 2;
+  auto f = glint::gpu::make_gpu_finder(d.params, {});
+  f->load_pedestal(d.mid_pedestal);
+  ClusterTable out(3);
+  f->find(std::span(d.frames).subspan(half * np), std::span(d.numbers).subspan(half), out);
+  expect_same_bits(f->pedestal(), d.expected_pedestal);
+  // The second half of the reference table.
+  const auto first = d.expected.frames()[half].first_cluster;
+  ASSERT_EQ(out.n_clusters(), d.expected.n_clusters() - first);
+  for (std::size_t i = 0; i < out.n_clusters(); ++i) {
+    ASSERT_EQ(out.x()[i], d.expected.x()[first + i]);
+    ASSERT_EQ(out.y()[i], d.expected.y()[first + i]);
+  }
+}
+
+TEST(GpuFinder, FewerDarkFramesThanTheWindow) {
+  // count < N: the cached mean is sum/count, not sum/N; the pass-0 bounds take the exact path.
+  GLINT_REQUIRE_GPU();
+  FinderParams p;
+  p.shape = {64, 96};
+  glint::test::FrameSource src(p.shape, 41);
+  const auto dark = src.frames(250, 0);
+  const auto frames = src.frames(60, 30);
+  std::vector<uint64_t> numbers(60);
+  std::iota(numbers.begin(), numbers.end(), 0);
+  auto ref = glint::make_reference_finder(p);
+  ref->push_dark(dark);
+  ClusterTable want(3);
+  ref->find(frames, numbers, want);
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 16;
+  auto f = glint::gpu::make_gpu_finder(p, o);
+  f->push_dark(dark);
+  ClusterTable got(3);
+  f->find(frames, numbers, got);
+  expect_same(got, want);
+  expect_same_bits(f->pedestal(), ref->pedestal());
+}
+
+// glint::synth's detector: defects (hot, noisy, stuck pixels with NaN noise, undershoots),
+// drift, exact ties on twin pixels, crowded frames.
+TEST(GpuFinder, SyntheticDetectorDataIdenticalToReference) {
+  GLINT_REQUIRE_GPU();
+  for (const double n_sigma : {5.0, 3.0}) {
+    glint::synth::Config c;
+    c.shape = {128, 160};
+    c.seed = 77;
+    c.photons = 120;
+    c.crowded_every = 8;
+    const glint::synth::Generator gen(c);
+    const std::size_t np = c.shape.pixels();
+    std::vector<uint16_t> dark(c.dark_frames * np), data(96 * np);
+    gen.fill_many(0, c.dark_frames, dark);
+    gen.fill_many(c.dark_frames, 96, data);
+    std::vector<uint64_t> numbers(96);
+    std::iota(numbers.begin(), numbers.end(), c.dark_frames);
+    FinderParams p;
+    p.shape = c.shape;
+    p.n_sigma = n_sigma;
+    auto ref = glint::make_reference_finder(p);
+    ref->push_dark(dark);
+    ClusterTable want(3);
+    ref->find(data, numbers, want);
+    glint::gpu::GpuFinderOptions o;
+    o.batch_frames = 24;
+    o.streams = 2;
+    auto f = glint::gpu::make_gpu_finder(p, o);
+    f->push_dark(dark);
+    ClusterTable got(3);
+    f->find(data, numbers, got);
+    ASSERT_GT(want.n_clusters(), 0u);
+    expect_same(got, want);
+    expect_same_bits(f->pedestal(), ref->pedestal());
+  }
+}
+
+TEST(GpuFinder, TwoGpusIdenticalToReference) {
+  GLINT_REQUIRE_GPU();
+  if (glint::gpu::device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  for (const Scenario& s : {kSmall, Scenario{400, 400, 3, 5.0, 40, 500, 28},
+                            Scenario{96, 128, 5, 3.0, 60, 1500, 27}}) {
+    for (int batch : {7, 64}) {
+      glint::gpu::GpuFinderOptions o;
+      o.batch_frames = batch;
+      o.streams = 2;
+      o.devices = {0, 1};
+      ClusterTable out(s.size);
+      PedestalState ped;
+      run_gpu(s, o, out, &ped);
+      expect_same(out, data(s).expected);
+      expect_same_bits(ped, data(s).expected_pedestal);
+    }
+  }
+  // Overflow with two GPUs.
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 16;
+  o.devices = {0, 1};
+  o.cluster_capacity = 1;
+  ClusterTable out(3);
+  const auto st = run_gpu(kSmall, o, out);
+  expect_same(out, data(kSmall).expected);
+  EXPECT_GE(st.overflow_reruns, 1u);
+}
+
+}  // namespace
