@@ -57,6 +57,7 @@ void add_sim_command(CLI::App& app) {
   cmd->add_flag("--no-end", a->no_end, "do not send the end-of-acquisition message");
   cmd->add_option("--end-repeat", a->o.end_repeat, "send the end message this many times")->capture_default_str();
   cmd->add_option("--sndhwm", a->o.send_hwm, "ZMQ_SNDHWM, 0 = unlimited")->capture_default_str();
+  cmd->add_flag("--no-drop", a->o.block_at_hwm, "wait at the high-water mark instead of dropping");
   cmd->add_option("--wait-ms", a->o.wait_subscribers_ms, "wait this long for a subscriber on every port")
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", a->quiet, "no summary line");

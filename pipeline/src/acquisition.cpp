@@ -353,7 +353,7 @@ void Acquisition::run(std::stop_token) {
         const auto kind = dark_remaining > 0 ? Worker::Kind::dark : Worker::Kind::data;
         if (w.kind != kind) flush_batch();
         w.kind = kind;
-        std::memcpy(w.batch.data() + w.numbers.size() * w.pixels, f->pixels.data(), w.pixels * 2);
+        f->write_to(cfg.detector, std::span<uint16_t>(w.batch.data() + w.numbers.size() * w.pixels, w.pixels));
         w.numbers.push_back(fn);
         w.timestamps.push_back(f->timestamp);
         w.flags.push_back(0);

@@ -14,8 +14,7 @@ FrameAssembler::FrameAssembler(const config::DetectorConfig& detector,
   free_.reserve(ingest.queue_frames);
   for (uint32_t i = 0; i < ingest.queue_frames; ++i) {
     auto f = std::make_unique<AssembledFrame>();
-    f->pixels.resize(std::size_t{det_.rows} * det_.cols);
-    f->have_part.resize(n_parts_);
+    f->part.resize(n_parts_);
     free_.push_back(std::move(f));
   }
   c_.pool = free_.size();
@@ -27,7 +26,20 @@ void FrameAssembler::remember_dropped_locked(uint64_t fn) {
   while (dropped_recent_.size() > 4096) dropped_recent_.erase(dropped_recent_.begin());
 }
 
-void FrameAssembler::add_part(const SlsHeader& h, std::span<const std::byte> payload) {
+void AssembledFrame::write_to(const config::DetectorConfig& det, std::span<uint16_t> out) const {
+  const uint32_t prow = det.port_rows(), pcol = det.port_cols();
+  for (uint32_t p = 0; p < part.size(); ++p) {
+    const std::size_t y0 = std::size_t{p / det.ports_x} * prow, x0 = std::size_t{p % det.ports_x} * pcol;
+    const PartPayload& pp = part[p];
+    for (uint32_t r = 0; r < prow; ++r) {
+      uint16_t* dst = out.data() + (y0 + r) * det.cols + x0;
+      if (pp.bytes.empty()) std::fill_n(dst, pcol, uint16_t{0});
+      else decode_row(pp.bitmode, pp.bytes.data(), std::size_t{r} * pcol, pcol, dst);
+    }
+  }
+}
+
+void FrameAssembler::add_part(const SlsHeader& h, PartPayload payload) {
   const auto now = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   const uint64_t fn = h.frame_number;
@@ -49,22 +61,17 @@ void FrameAssembler::add_part(const SlsHeader& h, std::span<const std::byte> pay
     f->timestamp = h.timestamp;
     f->incomplete = false;
     f->parts = 0;
-    std::fill(f->have_part.begin(), f->have_part.end(), false);
     f->first_part_at = now;
     it = pending_.emplace(fn, std::move(f)).first;
   }
   AssembledFrame& f = *it->second;
   const uint32_t part = h.row * det_.ports_x + h.column;
-  if (f.have_part[part]) {  // a repeated part: keep the first
+  if (!f.part[part].bytes.empty()) {  // a repeated part: keep the first
     ++c_.late_parts;
     return;
   }
-  const uint32_t prow = det_.port_rows(), pcol = det_.port_cols();
-  const std::size_t y0 = std::size_t{h.row} * prow, x0 = std::size_t{h.column} * pcol;
-  for (uint32_t r = 0; r < prow; ++r)
-    decode_row(h.bitmode, payload.data(), std::size_t{r} * pcol, pcol,
-               f.pixels.data() + (y0 + r) * det_.cols + x0);
-  f.have_part[part] = true;
+  f.part[part] = std::move(payload);
+  f.part[part].bitmode = h.bitmode;
   ++f.parts;
   if (h.complete_image == 0) f.incomplete = true;
   ++c_.parts;
@@ -112,6 +119,7 @@ FramePtr FrameAssembler::pop(std::chrono::milliseconds timeout) {
 
 void FrameAssembler::release(FramePtr frame) {
   if (!frame) return;
+  for (auto& p : frame->part) p = PartPayload{};  // gives the messages back, outside the lock
   std::lock_guard lock(mu_);
   free_.push_back(std::move(frame));
 }

@@ -93,7 +93,6 @@ void Ingest::run(std::stop_token st, std::size_t index) {
   }
   log::info("ingest: subscribed to {}", ep);
   std::vector<zmq::message_t> msgs;
-  std::vector<std::pair<const std::byte*, std::size_t>> parts;
   while (!st.stop_requested()) {
     msgs.clear();
     try {
@@ -112,24 +111,19 @@ void Ingest::run(std::stop_token st, std::size_t index) {
       log::error("ingest {}: receive failed: {}", ep, e.what());
       continue;
     }
-    parts.clear();
     uint64_t bytes = 0;
-    for (auto& m : msgs) {
-      parts.emplace_back(static_cast<const std::byte*>(m.data()), m.size());
-      bytes += m.size();
-    }
+    for (auto& m : msgs) bytes += m.size();
     messages_.fetch_add(1, std::memory_order_relaxed);
     bytes_.fetch_add(bytes, std::memory_order_relaxed);
-    handle(index, parts);
+    handle(index, msgs);
   }
 }
 
-void Ingest::handle(std::size_t index,
-                    std::vector<std::pair<const std::byte*, std::size_t>>& parts) {
+void Ingest::handle(std::size_t index, std::vector<zmq::message_t>& parts) {
   const std::string& ep = cfg_.ingest.endpoints[index];
   const auto& det = cfg_.detector;
-  const auto* first = reinterpret_cast<const char*>(parts[0].first);
-  const std::size_t first_size = parts[0].second;
+  const auto* first = static_cast<const char*>(parts[0].data());
+  const std::size_t first_size = parts[0].size();
   // A header is JSON text; a part that does not start like one is pixels without a header.
   std::size_t skip = 0;
   while (skip < first_size && (first[skip] == ' ' || first[skip] == '\n' || first[skip] == '\r' || first[skip] == '\t')) ++skip;
@@ -171,7 +165,7 @@ void Ingest::handle(std::size_t index,
     return;
   }
   const std::size_t expected = payload_bytes(h.bitmode, std::size_t{h.shape[0]} * h.shape[1]);
-  const std::size_t got = parts.size() >= 2 ? parts[1].second : 0;
+  const std::size_t got = parts.size() >= 2 ? parts[1].size() : 0;
   if (parts.size() != 2 || h.size != expected || got != expected) {
     bad_.record(BadInput::size_mismatch, ep,
                 fmt::format("frame {}: {} part(s), header size {}, payload {} bytes, expected {} "
@@ -191,7 +185,10 @@ void Ingest::handle(std::size_t index,
     }
     last = h.frame_number;
   }
-  assembler_.add_part(h, std::span<const std::byte>(parts[1].first, parts[1].second));
+  // The pixels stay in their message until the finder's staging takes them: no copy here.
+  auto message = std::make_shared<zmq::message_t>(std::move(parts[1]));
+  const std::span<const std::byte> bytes(static_cast<const std::byte*>(message->data()), message->size());
+  assembler_.add_part(h, PartPayload{std::move(message), bytes, h.bitmode});
 }
 
 }  // namespace glint::pipeline

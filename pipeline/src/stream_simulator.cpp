@@ -82,11 +82,14 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
   if (o.image.cols % o.ports_x != 0 || o.image.rows % o.ports_y != 0)
     throw std::invalid_argument(fmt::format("ports [{}, {}] do not divide the {}x{} image", o.ports_x,
                                             o.ports_y, o.image.rows, o.image.cols));
+  // Pool images are sent without a copy: they must outlive the context (declared before it).
+  std::vector<std::vector<uint16_t>> pool_dark, pool_data;
   zmq::context_t ctx(1);
   std::vector<zmq::socket_t> socks;
   for (const auto& ep : o.endpoints) {
     zmq::socket_t s(ctx, zmq::socket_type::xpub);  // a PUB that also sees subscriptions
     s.set(zmq::sockopt::sndhwm, o.send_hwm);
+    if (o.block_at_hwm) s.set(zmq::sockopt::xpub_nodrop, 1);
     s.set(zmq::sockopt::linger, 10000);
     try {
       s.bind(ep);
@@ -140,7 +143,6 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
 
   const uint64_t total = o.dark_frames + o.frames;
   const SimImageSource source(o.image, o.dark_frames);
-  std::vector<std::vector<uint16_t>> pool_dark, pool_data;
   for (uint32_t k = 0; k < o.image_pool; ++k) {
     pool_dark.emplace_back(image.size());
     pool_data.emplace_back(image.size());
@@ -189,6 +191,19 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       h.mod_id = pi;
       h.complete_image = (pi == 0 && has_fault(SimFault::incomplete, i)) ? 0 : 1;
       if (pi == n_parts - 1 && has_fault(SimFault::drop_part, i)) continue;
+      // 16-bit parts of full-width ports are contiguous rows of a pool image: sent in place.
+      if (o.image_pool > 0 && o.bitmode == 16 && o.ports_x == 1 && !has_fault(SimFault::malformed, i) &&
+          !has_fault(SimFault::data_without_header, i)) {
+        const uint16_t* src = img->data() + std::size_t{h.row} * prow * o.image.cols;
+        const std::string header = format_sls_header(h);
+        auto& sk = socks[pi % socks.size()];
+        sk.send(zmq::buffer(header), zmq::send_flags::sndmore);
+        zmq::message_t body(const_cast<uint16_t*>(src), part_bytes, [](void*, void*) {}, nullptr);
+        sk.send(body, zmq::send_flags::none);
+        ++rep.messages;
+        rep.bytes += header.size() + part_bytes;
+        continue;
+      }
       for (uint32_t r = 0; r < prow; ++r)
         std::copy_n(img->data() + (std::size_t{h.row} * prow + r) * o.image.cols + std::size_t{h.column} * pcol,
                     pcol, part.data() + std::size_t{r} * pcol);

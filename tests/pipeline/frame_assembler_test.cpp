@@ -39,9 +39,10 @@ void add(FrameAssembler& a, uint64_t fn, uint32_t row, uint32_t col, uint16_t va
   h.row = row;
   h.column = col;
   h.complete_image = complete;
-  std::vector<uint16_t> px(6);
-  for (int i = 0; i < 6; ++i) px[i] = static_cast<uint16_t>(value + i);
-  a.add_part(h, std::as_bytes(std::span<const uint16_t>(px)));
+  auto px = std::make_shared<std::vector<uint16_t>>(6);
+  for (int i = 0; i < 6; ++i) (*px)[i] = static_cast<uint16_t>(value + i);
+  const auto bytes = std::as_bytes(std::span<const uint16_t>(*px));
+  a.add_part(h, PartPayload{px, bytes, 16});
 }
 
 }  // namespace
@@ -63,7 +64,9 @@ TEST(FrameAssembler, PlacesPartsByRowAndColumnInAnyOrder) {
                                      103, 104, 105, 203, 204, 205,  //
                                      300, 301, 302, 400, 401, 402,  //
                                      303, 304, 305, 403, 404, 405};
-  EXPECT_EQ(f->pixels, expect);
+  std::vector<uint16_t> image(24, 0xFFFF);
+  f->write_to(det_2x2(), image);
+  EXPECT_EQ(image, expect);
   a.release(std::move(f));
   EXPECT_EQ(a.counters().free, 4u);
   EXPECT_EQ(a.counters().frames_complete, 1u);
@@ -93,6 +96,12 @@ TEST(FrameAssembler, MissingPartBecomesIncompleteAfterReorderWindow) {
   EXPECT_EQ(f->frame_number, 1u);
   EXPECT_TRUE(f->incomplete);
   EXPECT_EQ(f->parts, 1u);
+  // The part that arrived is in place, the missing ones are zeros.
+  std::vector<uint16_t> image(24, 0xFFFF);
+  f->write_to(det_2x2(), image);
+  EXPECT_EQ(image[0], 1);
+  EXPECT_EQ(image[4], 0);
+  EXPECT_EQ(image[23], 0);
   // A late part of frame 1 is counted, not assembled.
   add(a, 1, 1, 1, 9);
   EXPECT_EQ(a.counters().late_parts, 1u);

@@ -1,6 +1,7 @@
 #pragma once
 // Assembles port parts into whole images by frame number and (row, column), in frame-number
-// order, into a fixed pool of image buffers allocated at run start. When the pool is exhausted
+// order, in a fixed pool of image slots allocated at run start (the pixels themselves stay in
+// the received messages until the consumer copies them into the finder's staging). When the pool is exhausted
 // (the finder cannot keep up) new frames are dropped here, counted and remembered so that the
 // run file gets a flagged row for each; the sockets are never blocked.
 #include <chrono>
@@ -20,15 +21,28 @@
 
 namespace glint::pipeline {
 
-/// One assembled image, owned by the assembler's pool; hand it back with FrameAssembler::release.
+/// One port's pixels as received: they stay in the message that carried them (no copy at the
+/// ingest); `owner` keeps that message alive.
+struct PartPayload {
+  std::shared_ptr<const void> owner;
+  std::span<const std::byte> bytes;
+  uint32_t bitmode = 16;
+};
+
+/// One assembled image: a slot of the assembler's pool, holding its parts until the consumer
+/// has copied them out (write_to); hand it back with FrameAssembler::release.
 struct AssembledFrame {
   uint64_t frame_number = 0;
   uint64_t timestamp = 0;
   bool incomplete = false;                 ///< a part never arrived or completeImage was 0
   uint32_t parts = 0;                      ///< parts received
-  std::vector<uint16_t> pixels;            ///< rows x cols, row-major
-  std::vector<bool> have_part;
+  std::vector<PartPayload> part;           ///< by row * ports_x + column; empty = not arrived
   std::chrono::steady_clock::time_point first_part_at{};
+
+  /// Writes the whole image (rows x cols, row-major uint16) into `out`: every part decoded from
+  /// its bitmode into its (row, column) block, parts that never arrived as zeros. This is the
+  /// one copy of the pixels between the socket and the finder's staging.
+  void write_to(const config::DetectorConfig& det, std::span<uint16_t> out) const;
 };
 using FramePtr = std::unique_ptr<AssembledFrame>;
 
@@ -48,8 +62,9 @@ class FrameAssembler {
  public:
   FrameAssembler(const config::DetectorConfig& detector, const config::IngestConfig& ingest);
 
-  /// Adds one validated data part (header checked against the detector by the caller).
-  void add_part(const SlsHeader& h, std::span<const std::byte> payload);
+  /// Adds one validated data part (header checked against the detector by the caller, payload
+  /// size included). Keeps the payload, copies nothing.
+  void add_part(const SlsHeader& h, PartPayload payload);
 
   /// Waits up to `timeout` for the next image in frame-number order; flags and emits images
   /// whose parts are overdue. Returns nullptr on timeout.
@@ -70,7 +85,7 @@ class FrameAssembler {
   void emit_ready_locked(std::chrono::steady_clock::time_point now, bool flush_all);
   void remember_dropped_locked(uint64_t fn);
 
-  config::DetectorConfig det_;
+  const config::DetectorConfig det_;
   uint32_t reorder_frames_;
   std::chrono::milliseconds part_timeout_;
   uint32_t n_parts_;

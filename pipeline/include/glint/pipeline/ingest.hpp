@@ -18,6 +18,7 @@
 
 namespace zmq {
 class context_t;
+class message_t;
 }
 
 namespace glint::pipeline {
@@ -67,8 +68,7 @@ class Ingest {
 
  private:
   void run(std::stop_token st, std::size_t index);
-  void handle(std::size_t index,
-              std::vector<std::pair<const std::byte*, std::size_t>>& parts);
+  void handle(std::size_t index, std::vector<zmq::message_t>& msgs);
 
   const config::Config cfg_;
   FrameAssembler& assembler_;

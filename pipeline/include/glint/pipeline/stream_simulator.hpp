@@ -71,6 +71,8 @@ struct SimOptions {
   bool send_end = true;
   uint32_t end_repeat = 1;
   int send_hwm = 0;                    ///< ZMQ_SNDHWM, 0 = unlimited (nothing dropped here)
+  bool block_at_hwm = false;           ///< wait at the high-water mark instead of dropping, as
+                                       ///< slsReceiver's PUB does (ZMQ_XPUB_NODROP)
   int wait_subscribers_ms = 5000;      ///< wait for a subscriber on every endpoint first; 0: don't
   std::vector<std::pair<SimFault, uint64_t>> faults;  ///< (fault, every Nth image)
   uint64_t skip_images = 0;            ///< start at this image index (a sender restarted mid-run)
