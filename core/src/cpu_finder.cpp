@@ -180,10 +180,9 @@ void prepare_row(int cols, const uint16_t* __restrict f, const double* __restric
 }
 
 /// The same when every pixel holds a full window (count == N): the cached mean is then sum / N,
-/// computed here instead of loaded.
+/// computed here instead of loaded. The fast push's sum and mean are kept for the commit (sum1,
+/// mean1), which then needs two divisions per pixel instead of four.
 GLINT_VECTOR_CLONES
-/// The fast push's sum and mean are kept for the commit (sum1, mean1), which then needs two
-/// divisions per pixel instead of four.
 void prepare_row_steady(int cols, const uint16_t* __restrict f, const double* __restrict sum,
                         double n, double* __restrict d0, double* __restrict d1,
                         double* __restrict sum1, double* __restrict mean1) {
