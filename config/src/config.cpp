@@ -278,12 +278,53 @@ void read_logging(Section s, LoggingConfig& c) {
   s.reject_unknown();
 }
 
+/// identity | gaussian:SX,SY,SZ (sigmas > 0) | mask:FILE.h5:/dataset; the mask file itself is
+/// read when a run starts.
+bool valid_forward(const std::string& f) {
+  if (f == "identity") return true;
+  if (f.rfind("gaussian:", 0) == 0) {
+    std::stringstream ss(f.substr(9));
+    std::string part;
+    int n = 0;
+    while (std::getline(ss, part, ',')) {
+      std::size_t used = 0;
+      double v = 0;
+      try {
+        v = std::stod(part, &used);
+      } catch (const std::exception&) {
+        return false;
+      }
+      if (used != part.size() || !std::isfinite(v) || v <= 0) return false;
+      ++n;
+    }
+    return n == 3 && f.back() != ',';
+  }
+  if (f.rfind("mask:", 0) == 0) {
+    const std::string rest = f.substr(5);
+    const auto colon = rest.rfind(':');
+    return colon != std::string::npos && colon > 0 && colon + 1 < rest.size() &&
+           rest[colon + 1] == '/';
+  }
+  return false;
+}
+
 void read_reconstruction(Section s, ReconstructionConfig& c) {
   s.read_bool("enabled", c.enabled);
   s.read_integer("frames_per_slice", c.frames_per_slice, 1, 100000000);
-  s.read_integer("slices", c.slices, 0, 100000);
+  s.read_integer("slices", c.slices, 2, 4096);
+  s.read_string("weight", c.weight, {"centres", "signal"});
+  s.read_nonempty_string("forward", c.forward);
+  if (!valid_forward(c.forward))
+    s.fail_key("forward", fmt::format("'{}' is not allowed (allowed: identity, gaussian:SX,SY,SZ with "
+                                      "sigmas > 0, mask:FILE.h5:/dataset)",
+                                      c.forward));
   s.read_double("lambda", c.lambda, 0.0, 1e6, false);
-  s.read_integer("iterations", c.iterations, 1, 1000000);
+  s.read_integer("outer", c.outer, 1, 100000);
+  s.read_integer("tv_inner", c.tv_inner, 1, 100000);
+  s.read_bool("cold_start", c.cold_start);
+  s.read_bool("nonneg", c.nonneg);
+  s.read_string("variant", c.variant,
+                {"separate", "fused", "fused-cube", "fused-march", "two-state", "temporal"});
   s.read_string("backend", c.backend, {"cpu", "gpu", "auto"});
   s.reject_unknown();
 }
@@ -401,11 +442,18 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "level" << YAML::Value << c.logging.level;
   e << YAML::EndMap;
   e << YAML::Key << "reconstruction" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "enabled" << YAML::Value << c.reconstruction.enabled;
-  e << YAML::Key << "frames_per_slice" << YAML::Value << c.reconstruction.frames_per_slice;
-  e << YAML::Key << "slices" << YAML::Value << c.reconstruction.slices;
-  e << YAML::Key << "lambda" << YAML::Value << c.reconstruction.lambda;
-  e << YAML::Key << "iterations" << YAML::Value << c.reconstruction.iterations;
+  const auto& r = c.reconstruction;
+  e << YAML::Key << "enabled" << YAML::Value << r.enabled;
+  e << YAML::Key << "frames_per_slice" << YAML::Value << r.frames_per_slice;
+  e << YAML::Key << "slices" << YAML::Value << r.slices;
+  e << YAML::Key << "weight" << YAML::Value << r.weight;
+  e << YAML::Key << "forward" << YAML::Value << r.forward;
+  e << YAML::Key << "lambda" << YAML::Value << r.lambda;
+  e << YAML::Key << "outer" << YAML::Value << r.outer;
+  e << YAML::Key << "tv_inner" << YAML::Value << r.tv_inner;
+  e << YAML::Key << "cold_start" << YAML::Value << r.cold_start;
+  e << YAML::Key << "nonneg" << YAML::Value << r.nonneg;
+  e << YAML::Key << "variant" << YAML::Value << r.variant;
   e << YAML::Key << "backend" << YAML::Value << c.reconstruction.backend;
   e << YAML::EndMap;
   e << YAML::EndMap;

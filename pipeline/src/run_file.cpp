@@ -6,8 +6,10 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <limits>
+#include <mutex>
 #include <utility>
 
 #include "glint/log.hpp"
@@ -226,6 +228,24 @@ struct RunFileWriter::Impl {
   uint64_t clusters = 0;
   bool closed = false;
 
+  // Reconstruction results: volumes spilled to a side file until close() (may be added from the
+  // reconstruction thread, hence the mutex; HDF5 is not touched there).
+  std::mutex recon_mu;
+  std::filesystem::path spill_path;
+  std::FILE* spill = nullptr;
+  std::vector<ReconstructionVolume> recon_volumes;  ///< metadata only; data in the spill file
+  std::optional<ReconstructionSummary> recon_summary;
+  bool recon_closed = false;
+
+  void drop_spill() {
+    if (spill) std::fclose(spill);
+    spill = nullptr;
+    if (!spill_path.empty()) {
+      std::error_code ec;
+      std::filesystem::remove(spill_path, ec);
+    }
+  }
+
   std::array<hsize_t, 2> cluster_dims() const {
     return {static_cast<hsize_t>(finder.cluster_size), static_cast<hsize_t>(finder.cluster_size)};
   }
@@ -339,12 +359,16 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
 }
 
 RunFileWriter::~RunFileWriter() {
-  if (!impl_ || impl_->closed) return;
-  try {
-    close(nullptr);
-  } catch (const std::exception& e) {
-    log::error("closing {}: {}", impl_->path.string(), e.what());
+  if (!impl_) return;
+  if (!impl_->closed) {
+    try {
+      close(nullptr);
+    } catch (const std::exception& e) {
+      log::error("closing {}: {}", impl_->path.string(), e.what());
+    }
   }
+  std::lock_guard lock(impl_->recon_mu);
+  impl_->drop_spill();
 }
 
 RunFileWriter::RunFileWriter(RunFileWriter&&) noexcept = default;
@@ -401,6 +425,96 @@ void RunFileWriter::append_empty_frames(std::span<const FrameRow> rows) {
   m.append_frame_columns(fixed);
 }
 
+void RunFileWriter::add_reconstruction(const ReconstructionVolume& v) {
+  Impl& m = *impl_;
+  const std::size_t n = std::size_t(v.nx) * v.ny * v.nz;
+  if (n == 0 || v.input.size() != n || v.output.size() != n)
+    throw std::invalid_argument("RunFileWriter::add_reconstruction: input and output must hold nx*ny*nz values");
+  std::lock_guard lock(m.recon_mu);
+  if (m.recon_closed) throw OutputError(m.path.string() + ": reconstruction handed over after close");
+  if (!m.spill) {
+    m.spill_path = m.path;
+    m.spill_path += ".recon.tmp";
+    m.spill = std::fopen(m.spill_path.c_str(), "w+b");
+    if (!m.spill)
+      throw OutputError(m.spill_path.string() + ": cannot create the reconstruction side file");
+  }
+  if (std::fwrite(v.input.data(), sizeof(float), n, m.spill) != n ||
+      std::fwrite(v.output.data(), sizeof(float), n, m.spill) != n)
+    throw OutputError(m.spill_path.string() + ": writing a reconstructed volume failed (disk full?)");
+  ReconstructionVolume meta = v;
+  meta.input.clear();
+  meta.input.shrink_to_fit();
+  meta.output.clear();
+  meta.output.shrink_to_fit();
+  m.recon_volumes.push_back(std::move(meta));
+}
+
+void RunFileWriter::set_reconstruction_summary(const ReconstructionSummary& summary) {
+  std::lock_guard lock(impl_->recon_mu);
+  impl_->recon_summary = summary;
+}
+
+namespace {
+
+/// A float32 (Z, Y, X) dataset written at once.
+void write_volume(const Context& c, hid_t group, const char* name, const ReconstructionVolume& v,
+                  const float* data) {
+  const std::array<hsize_t, 3> dims{v.nz, v.ny, v.nx};
+  Hid space(c.id(H5Screate_simple(3, dims.data(), nullptr), "dataspace"), H5Sclose);
+  Hid ds(c.id(H5Dcreate2(group, name, H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                         H5P_DEFAULT),
+              std::string("dataset ") + name),
+         H5Dclose);
+  c.check(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+          std::string("writing ") + name + " (disk full?)");
+}
+
+/// /entry/reconstruction from the side file, in the file reopened in normal mode.
+void write_reconstruction(const Context& c, hid_t entry, const std::filesystem::path& spill_path,
+                          std::FILE* spill, const std::vector<ReconstructionVolume>& volumes,
+                          const ReconstructionSummary& sum) {
+  Hid g = make_group(c, entry, "reconstruction", "NXprocess");
+  write_string_attr(c, g.get(), "program", "glint TV reconstruction (FISTA + FGP)");
+  write_string_attr(c, g.get(), "weight", sum.weight);
+  write_numeric_attr<uint32_t>(c, g.get(), "frames_per_slice", sum.frames_per_slice);
+  write_numeric_attr<uint32_t>(c, g.get(), "slices", sum.slices);
+  write_numeric_attr<uint64_t>(c, g.get(), "frames", sum.frames);
+  write_numeric_attr<uint64_t>(c, g.get(), "volumes_done", sum.volumes_done);
+  write_numeric_attr<uint64_t>(c, g.get(), "volumes_dropped", sum.volumes_dropped);
+  write_numeric_attr<uint64_t>(c, g.get(), "volumes_failed", sum.volumes_failed);
+  write_numeric_attr<uint64_t>(c, g.get(), "volumes_written", volumes.size());
+  if (spill && std::fseek(spill, 0, SEEK_SET) != 0)
+    throw OutputError(spill_path.string() + ": cannot rewind the reconstruction side file");
+  std::vector<float> buf;
+  for (std::size_t i = 0; i < volumes.size(); ++i) {
+    const auto& v = volumes[i];
+    const std::size_t n = std::size_t(v.nx) * v.ny * v.nz;
+    buf.resize(2 * n);
+    if (std::fread(buf.data(), sizeof(float), 2 * n, spill) != 2 * n)
+      throw OutputError(spill_path.string() + ": the reconstruction side file is short");
+    char name[32];
+    std::snprintf(name, sizeof name, "volume_%06zu", i);
+    Hid vg = make_group(c, g.get(), name, "NXcollection");
+    write_volume(c, vg.get(), "input", v, buf.data());
+    write_volume(c, vg.get(), "output", v, buf.data() + n);
+    write_numeric_attr<uint64_t>(c, vg.get(), "first_frame", v.first_frame);
+    write_numeric_attr<uint64_t>(c, vg.get(), "last_frame", v.last_frame);
+    write_numeric_attr<double>(c, vg.get(), "lambda", v.lambda);
+    write_numeric_attr<uint32_t>(c, vg.get(), "outer", v.outer);
+    write_numeric_attr<uint32_t>(c, vg.get(), "tv_inner", v.tv_inner);
+    write_numeric_attr<uint32_t>(c, vg.get(), "iterations", v.outer * v.tv_inner);
+    write_numeric_attr<uint8_t>(c, vg.get(), "warm_start", v.warm_start ? 1 : 0);
+    write_numeric_attr<uint8_t>(c, vg.get(), "nonneg", v.nonneg ? 1 : 0);
+    write_string_attr(c, vg.get(), "forward", v.forward);
+    write_string_attr(c, vg.get(), "variant", v.variant);
+    write_string_attr(c, vg.get(), "backend", v.backend);
+    write_numeric_attr<double>(c, vg.get(), "solve_seconds", v.solve_seconds);
+  }
+}
+
+}  // namespace
+
 void RunFileWriter::flush() {
   Impl& m = *impl_;
   if (m.closed) return;
@@ -430,12 +544,26 @@ void RunFileWriter::close(const PedestalState* end) {
   m.close_all();
   if (!m.file.reset() && failure.empty())
     failure = m.path.string() + ": closing: " + hdf5_message();
+  // No more volumes from here on; the side file goes away whatever happens below.
+  std::unique_lock recon_lock(m.recon_mu);
+  m.recon_closed = true;
+  struct DropSpill {
+    Impl& m;
+    ~DropSpill() { m.drop_spill(); }
+  } drop_spill{m};
   if (!failure.empty()) throw OutputError(failure);
-  // SWMR forbids new attributes; the end time is added once the file is closed.
+  // SWMR forbids new objects and attributes; the end time and the reconstruction are added once
+  // the file is closed.
   Hid fapl = make_fapl();
   Hid file(m.ctx.id(H5Fopen(m.path.c_str(), H5F_ACC_RDWR, fapl.get()), "reopening"),
            H5Fclose);
   Hid entry(m.ctx.id(H5Gopen2(file.get(), "entry", H5P_DEFAULT), "group entry"), H5Gclose);
+  if (m.recon_summary || !m.recon_volumes.empty()) {
+    if (m.spill && std::fflush(m.spill) != 0)
+      throw OutputError(m.spill_path.string() + ": writing the reconstruction side file failed");
+    write_reconstruction(m.ctx, entry.get(), m.spill_path, m.spill, m.recon_volumes,
+                         m.recon_summary.value_or(ReconstructionSummary{}));
+  }
   write_string_attr(m.ctx, entry.get(), "end_time", iso8601_now());
   entry.reset();
   if (!file.reset()) m.ctx.fail("closing");
@@ -553,6 +681,52 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
   out.end_noise = read_all<double>(c, f, "entry/pedestal/end_noise");
   auto end_sum = read_all<double>(c, f, "entry/pedestal/end_sum");
   auto end_count = read_all<uint32_t>(c, f, "entry/pedestal/end_count");
+  if (H5Lexists(f, "entry/reconstruction", H5P_DEFAULT) > 0) {
+    Hid g(c.id(H5Gopen2(f, "entry/reconstruction", H5P_DEFAULT), "group /entry/reconstruction"),
+          H5Gclose);
+    ReconstructionSummary sum;
+    sum.weight = read_string_attr(c, g.get(), "weight");
+    sum.frames_per_slice = read_numeric_attr<uint32_t>(c, g.get(), "frames_per_slice").at(0);
+    sum.slices = read_numeric_attr<uint32_t>(c, g.get(), "slices").at(0);
+    sum.frames = read_numeric_attr<uint64_t>(c, g.get(), "frames").at(0);
+    sum.volumes_done = read_numeric_attr<uint64_t>(c, g.get(), "volumes_done").at(0);
+    sum.volumes_dropped = read_numeric_attr<uint64_t>(c, g.get(), "volumes_dropped").at(0);
+    sum.volumes_failed = read_numeric_attr<uint64_t>(c, g.get(), "volumes_failed").at(0);
+    const uint64_t n = read_numeric_attr<uint64_t>(c, g.get(), "volumes_written").at(0);
+    out.reconstruction_summary = sum;
+    for (uint64_t i = 0; i < n; ++i) {
+      char name[32];
+      std::snprintf(name, sizeof name, "volume_%06llu", static_cast<unsigned long long>(i));
+      Hid vg(c.id(H5Gopen2(g.get(), name, H5P_DEFAULT), std::string("group ") + name), H5Gclose);
+      ReconstructionVolume v;
+      v.first_frame = read_numeric_attr<uint64_t>(c, vg.get(), "first_frame").at(0);
+      v.last_frame = read_numeric_attr<uint64_t>(c, vg.get(), "last_frame").at(0);
+      v.lambda = read_numeric_attr<double>(c, vg.get(), "lambda").at(0);
+      v.outer = read_numeric_attr<uint32_t>(c, vg.get(), "outer").at(0);
+      v.tv_inner = read_numeric_attr<uint32_t>(c, vg.get(), "tv_inner").at(0);
+      v.warm_start = read_numeric_attr<uint8_t>(c, vg.get(), "warm_start").at(0) != 0;
+      v.nonneg = read_numeric_attr<uint8_t>(c, vg.get(), "nonneg").at(0) != 0;
+      v.forward = read_string_attr(c, vg.get(), "forward");
+      v.variant = read_string_attr(c, vg.get(), "variant");
+      v.backend = read_string_attr(c, vg.get(), "backend");
+      v.solve_seconds = read_numeric_attr<double>(c, vg.get(), "solve_seconds").at(0);
+      {
+        Hid ds(c.id(H5Dopen2(vg.get(), "input", H5P_DEFAULT), std::string(name) + "/input"), H5Dclose);
+        Hid space(H5Dget_space(ds.get()), H5Sclose);
+        std::array<hsize_t, 3> dims{};
+        if (H5Sget_simple_extent_ndims(space.get()) != 3) c.fail(std::string(name) + "/input is not 3D");
+        H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+        v.nz = static_cast<uint32_t>(dims[0]);
+        v.ny = static_cast<uint32_t>(dims[1]);
+        v.nx = static_cast<uint32_t>(dims[2]);
+      }
+      const std::string base = std::string("entry/reconstruction/") + name;
+      v.input = read_all<float>(c, f, (base + "/input").c_str());
+      v.output = read_all<float>(c, f, (base + "/output").c_str());
+      if (v.output.size() != v.input.size()) c.fail(base + ": input and output differ in size");
+      out.reconstruction.push_back(std::move(v));
+    }
+  }
   if (!end_sum.empty() && !std::isnan(end_sum[0])) {
     PedestalState s(out.shape, out.pedestal_window);
     s.sum = std::move(end_sum);

@@ -54,6 +54,16 @@ TEST(Config, ExampleEqualsDefaults) {
   EXPECT_EQ(ex.logging.level, def.logging.level);
   EXPECT_EQ(ex.reconstruction.enabled, def.reconstruction.enabled);
   EXPECT_EQ(ex.reconstruction.lambda, def.reconstruction.lambda);
+  EXPECT_EQ(ex.reconstruction.frames_per_slice, def.reconstruction.frames_per_slice);
+  EXPECT_EQ(ex.reconstruction.slices, def.reconstruction.slices);
+  EXPECT_EQ(ex.reconstruction.weight, def.reconstruction.weight);
+  EXPECT_EQ(ex.reconstruction.forward, def.reconstruction.forward);
+  EXPECT_EQ(ex.reconstruction.outer, def.reconstruction.outer);
+  EXPECT_EQ(ex.reconstruction.tv_inner, def.reconstruction.tv_inner);
+  EXPECT_EQ(ex.reconstruction.cold_start, def.reconstruction.cold_start);
+  EXPECT_EQ(ex.reconstruction.nonneg, def.reconstruction.nonneg);
+  EXPECT_EQ(ex.reconstruction.variant, def.reconstruction.variant);
+  EXPECT_EQ(ex.reconstruction.backend, def.reconstruction.backend);
   EXPECT_EQ(ex.source, kExample.string());
   EXPECT_NE(ex.yaml.find("detector:"), std::string::npos);
 }
@@ -70,7 +80,9 @@ output: {directory: /tmp/x, run_name: scan, flush_interval_ms: 200}
 run: {auto_start: true, max_frames: 100, max_seconds: 2.5}
 control: {endpoint: "tcp://127.0.0.1:6000"}
 logging: {level: debug}
-reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5}
+reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5, weight: signal,
+                 forward: "gaussian:1.5,1,2", outer: 5, tv_inner: 4, cold_start: true,
+                 nonneg: false, variant: fused-march, backend: cpu}
 )");
   EXPECT_EQ(c.detector.type, "jungfrau");
   EXPECT_EQ(c.detector.rows, 512u);
@@ -100,6 +112,25 @@ reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5}
   EXPECT_TRUE(c.reconstruction.enabled);
   EXPECT_EQ(c.reconstruction.frames_per_slice, 7u);
   EXPECT_EQ(c.reconstruction.slices, 3u);
+  EXPECT_DOUBLE_EQ(c.reconstruction.lambda, 0.5);
+  EXPECT_EQ(c.reconstruction.weight, "signal");
+  EXPECT_EQ(c.reconstruction.forward, "gaussian:1.5,1,2");
+  EXPECT_EQ(c.reconstruction.outer, 5u);
+  EXPECT_EQ(c.reconstruction.tv_inner, 4u);
+  EXPECT_TRUE(c.reconstruction.cold_start);
+  EXPECT_FALSE(c.reconstruction.nonneg);
+  EXPECT_EQ(c.reconstruction.variant, "fused-march");
+  EXPECT_EQ(c.reconstruction.backend, "cpu");
+  // The effective YAML carries every reconstruction key.
+  const auto again = gc::parse(gc::to_yaml(c));
+  EXPECT_EQ(again.reconstruction.forward, "gaussian:1.5,1,2");
+  EXPECT_EQ(again.reconstruction.variant, "fused-march");
+  EXPECT_EQ(again.reconstruction.weight, "signal");
+  EXPECT_EQ(again.reconstruction.tv_inner, 4u);
+  EXPECT_TRUE(again.reconstruction.cold_start);
+  EXPECT_FALSE(again.reconstruction.nonneg);
+  EXPECT_EQ(gc::parse("reconstruction: {forward: \"mask:/data/m.h5:/mask\"}\n").reconstruction.forward,
+            "mask:/data/m.h5:/mask");
 }
 
 TEST(Config, UnknownKeyNamesKeyLineAndAllowed) {
@@ -142,6 +173,20 @@ TEST(Config, BadValuesNameKeyLineAndAllowed) {
       {"logging:\n  level: loud\n", "logging.level", 2, "trace, debug"},
       {"control:\n  endpoint: localhost\n", "control.endpoint", 2, "tcp://"},
       {"reconstruction:\n  lambda: -1\n", "reconstruction.lambda", 2, "[0"},
+      {"reconstruction:\n  slices: 1\n", "reconstruction.slices", 2, "2 to 4096"},
+      {"reconstruction:\n  frames_per_slice: 0\n", "reconstruction.frames_per_slice", 2, "1 to"},
+      {"reconstruction:\n  weight: photons\n", "reconstruction.weight", 2, "centres, signal"},
+      {"reconstruction:\n  forward: blur\n", "reconstruction.forward", 2, "gaussian:SX,SY,SZ"},
+      {"reconstruction:\n  forward: \"gaussian:1,2\"\n", "reconstruction.forward", 2, "identity"},
+      {"reconstruction:\n  forward: \"gaussian:1,0,2\"\n", "reconstruction.forward", 2, "sigmas > 0"},
+      {"reconstruction:\n  forward: \"mask:m.h5\"\n", "reconstruction.forward", 2, "mask:FILE.h5:/dataset"},
+      {"reconstruction:\n  outer: 0\n", "reconstruction.outer", 2, "1 to"},
+      {"reconstruction:\n  tv_inner: x\n", "reconstruction.tv_inner", 2, "not an integer"},
+      {"reconstruction:\n  cold_start: warm\n", "reconstruction.cold_start", 2, "true, false"},
+      {"reconstruction:\n  nonneg: 2\n", "reconstruction.nonneg", 2, "true, false"},
+      {"reconstruction:\n  variant: fastest\n", "reconstruction.variant", 2, "two-state"},
+      {"reconstruction:\n  backend: tpu\n", "reconstruction.backend", 2, "cpu, gpu, auto"},
+      {"reconstruction:\n  iterations: 100\n", "reconstruction.iterations", 2, "tv_inner"},
       {"run:\n  max_seconds: -1\n", "run.max_seconds", 2, "[0"},
       {"detector: 5\n", "detector", 1, "mapping"},
   };

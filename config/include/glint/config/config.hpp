@@ -85,13 +85,23 @@ struct LoggingConfig {
   std::string level = "info";
 };
 
+/// The reconstruction stage beside cluster finding (tv-solver.md): hit images of every
+/// `frames_per_slice` data frames are stacked into volumes of `slices` slices; each full volume
+/// (and the partial one at the end of the run) is reconstructed and written to
+/// /entry/reconstruction of the run file.
 struct ReconstructionConfig {
   bool enabled = false;
   uint32_t frames_per_slice = 100;
-  uint32_t slices = 0;           ///< 0 = as many as the run provides
-  double lambda = 0.01;          ///< TV regularisation weight
-  uint32_t iterations = 100;
-  std::string backend = "auto";  ///< cpu | gpu | auto
+  uint32_t slices = 16;              ///< volume depth, >= 2
+  std::string weight = "centres";    ///< centres (count cluster centres) | signal (summed ADU)
+  std::string forward = "identity";  ///< identity | gaussian:SX,SY,SZ | mask:FILE.h5:/dataset
+  double lambda = 0.05;              ///< TV regularisation weight, >= 0
+  uint32_t outer = 20;               ///< FISTA iterations
+  uint32_t tv_inner = 10;            ///< FGP steps per outer iteration
+  bool cold_start = false;           ///< restart the FGP dual from 0 every outer iteration
+  bool nonneg = true;                ///< x >= 0
+  std::string variant = "two-state"; ///< GPU kernel variant (see `glint bench tv`)
+  std::string backend = "auto";      ///< cpu | gpu | auto
 };
 
 struct Config {

@@ -14,6 +14,11 @@
 //   /entry/pedestal             start_mean, start_noise, end_mean, end_noise (H x W float64,
 //                               NaN until written) and the end state (end_sum, end_sum2,
 //                               end_count) from which a later run can resume exactly
+//   /entry/reconstruction       NXprocess, when the reconstruction stage ran: weight,
+//                               frames_per_slice, slices, frames, volumes_done/_dropped/_failed
+//     volume_NNNNNN             one per reconstructed volume: input and output (Z, Y, X) float32,
+//                               first_frame, last_frame, lambda, outer, tv_inner, iterations,
+//                               warm_start, nonneg, forward, variant, backend, solve_seconds
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -57,6 +62,25 @@ struct RunMetadata {
   std::string backend;              ///< e.g. "cpu (16 threads)", "gpu (NVIDIA H200)"
 };
 
+/// One reconstructed volume of the run (/entry/reconstruction/volume_NNNNNN).
+struct ReconstructionVolume {
+  uint64_t first_frame = 0, last_frame = 0;  ///< the data frames the volume was built from
+  uint32_t nx = 0, ny = 0, nz = 0;           ///< extent; input and output are (nz, ny, nx)
+  std::vector<float> input, output;          ///< x fastest
+  double lambda = 0;
+  uint32_t outer = 0, tv_inner = 0;
+  bool warm_start = true, nonneg = true;
+  std::string forward, variant, backend;
+  double solve_seconds = 0;
+};
+
+/// What the reconstruction stage did over the whole run (attributes of /entry/reconstruction).
+struct ReconstructionSummary {
+  std::string weight;  ///< centres | signal
+  uint32_t frames_per_slice = 0, slices = 0;
+  uint64_t frames = 0, volumes_done = 0, volumes_dropped = 0, volumes_failed = 0;
+};
+
 /// A failure to create or write an output file: names the file and what failed.
 class OutputError : public std::runtime_error {
  public:
@@ -86,10 +110,19 @@ class RunFileWriter {
   /// writer sets cluster_offset and n_clusters.
   void append_empty_frames(std::span<const FrameRow> rows);
 
+  /// Hands over a reconstructed volume; it is written to /entry/reconstruction at close() (SWMR
+  /// cannot create objects), meanwhile kept in `<path>.recon.tmp` beside the run file, not in
+  /// memory. Safe to call from another thread than the rest; throws OutputError (e.g. disk full,
+  /// or after close).
+  void add_reconstruction(const ReconstructionVolume& volume);
+  /// Records the stage's totals; with it (or any volume) close() writes /entry/reconstruction.
+  void set_reconstruction_summary(const ReconstructionSummary& summary);
+
   /// Makes everything written so far visible to readers and durable against a crash.
   void flush();
 
-  /// Writes the end pedestal (when given) and end_time, and closes. Idempotent.
+  /// Writes the end pedestal (when given), end_time and the reconstruction, and closes.
+  /// Idempotent.
   void close(const PedestalState* end_pedestal);
 
   bool is_open() const;
@@ -120,6 +153,8 @@ struct RunFileContents {
   std::string backend;
   std::vector<double> start_mean, start_noise, end_mean, end_noise;
   std::optional<PedestalState> end_state;  ///< present when the end pedestal was written
+  std::optional<ReconstructionSummary> reconstruction_summary;  ///< when the stage ran
+  std::vector<ReconstructionVolume> reconstruction;             ///< in the order reconstructed
 };
 
 /// Reads a run file (also one still being written, through SWMR). Throws OutputError.
