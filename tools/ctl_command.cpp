@@ -67,6 +67,12 @@ void print_human(const std::string& cmd, const json& r) {
                              rt.value("clusters_per_s", 0.0));
     std::cout << fmt::format("queues     pending {}  queued {}  staging {}/{}\n", num(q, "pending_images"),
                              num(q, "queued_images"), num(q, "staging_used"), num(q, "staging_total"));
+    if (r.contains("reconstruction") && r["reconstruction"].value("enabled", false)) {
+      const auto& rc = r["reconstruction"];
+      std::cout << fmt::format("recon      volumes done {}  dropped {}  failed {}  ({} frames)\n",
+                               num(rc, "volumes_done"), num(rc, "volumes_dropped"),
+                               num(rc, "volumes_failed"), num(rc, "frames"));
+    }
     std::cout << fmt::format("uptime     {:.0f} s\n", r.value("uptime_s", 0.0));
     if (!r.value("error", std::string()).empty()) std::cout << "error      " << r["error"].get<std::string>() << "\n";
     return;

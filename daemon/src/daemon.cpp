@@ -255,6 +255,11 @@ json Daemon::stats_json() const {
   j["rates"] = {{"window_s", 5}, {"frames_per_s", fps}, {"bytes_per_s", bps}, {"clusters_per_s", cps}};
   j["queues"] = {{"pending_images", s.pending_images}, {"queued_images", s.queued_images},
                  {"staging_used", s.staging_used}, {"staging_total", s.staging_total}};
+  j["reconstruction"] = {{"enabled", s.recon_enabled},
+                         {"frames", s.recon_frames},
+                         {"volumes_done", s.recon_volumes_done},
+                         {"volumes_dropped", s.recon_volumes_dropped},
+                         {"volumes_failed", s.recon_volumes_failed}};
   return j;
 }
 

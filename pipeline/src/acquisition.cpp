@@ -11,6 +11,8 @@
 #include "glint/pipeline/frame_assembler.hpp"
 #include "glint/pipeline/ingest.hpp"
 #include "glint/pipeline/run_file.hpp"
+#include "glint/recon/forward_model.hpp"
+#include "glint/recon/reconstruction_stage.hpp"
 
 namespace glint::pipeline {
 
@@ -50,6 +52,27 @@ FinderOptions finder_options(const config::Config& c) {
   return o;
 }
 
+recon::StageOptions stage_options(const config::Config& c) {
+  const auto& r = c.reconstruction;
+  recon::StageOptions o;
+  o.width = static_cast<int>(c.detector.cols);
+  o.height = static_cast<int>(c.detector.rows);
+  o.frames_per_slice = r.frames_per_slice;
+  o.slices = r.slices;
+  o.weight = recon::parse_hit_weight(r.weight);
+  o.forward = r.forward;
+  o.solver.lambda = static_cast<float>(r.lambda);
+  o.solver.outer = static_cast<int>(r.outer);
+  o.solver.tv_inner = static_cast<int>(r.tv_inner);
+  o.solver.warm_start = !r.cold_start;
+  o.solver.nonneg = r.nonneg;
+  o.solver.variant = tv::parse_variant(r.variant);
+  o.backend.backend = recon::parse_backend(r.backend);
+  o.backend.variant = o.solver.variant;
+  if (!c.finder.gpu_ids.empty()) o.backend.device = c.finder.gpu_ids.front();
+  return o;
+}
+
 }  // namespace
 
 struct Acquisition::Worker {
@@ -60,6 +83,9 @@ struct Acquisition::Worker {
   std::atomic<Ingest*> ingest{nullptr};
   std::unique_ptr<ClusterFinder> finder;
   std::optional<RunFileWriter> writer;
+  // After the writer: destroyed (waiting for its worker) before the writer its results go to.
+  std::unique_ptr<recon::ReconstructionStage> stage_owner;
+  std::atomic<recon::ReconstructionStage*> stage{nullptr};
 
   // The batch handed to the finder: either dark frames or data frames, consecutive.
   enum class Kind { none, dark, data } kind = Kind::none;
@@ -180,7 +206,72 @@ RunStats Acquisition::stats() const {
   s.missing = missing_.load();
   s.clusters = clusters_.load();
   s.rows_written = rows_written_.load();
+  s.recon_enabled = cfg_.reconstruction.enabled;
+  if (recon::ReconstructionStage* st = w_->stage.load()) {
+    const auto rs = st->stats();
+    s.recon_frames = rs.frames;
+    s.recon_volumes_done = rs.volumes_done;
+    s.recon_volumes_dropped = rs.volumes_dropped;
+    s.recon_volumes_failed = rs.volumes_failed;
+  }
   return s;
+}
+
+void Acquisition::start_reconstruction() {
+  Worker& w = *w_;
+  const auto& r = cfg_.reconstruction;
+  recon::StageOptions o;
+  try {
+    o = stage_options(cfg_);
+    // A bad forward model (e.g. a missing mask file) fails the run now, not every volume later.
+    (void)recon::make_forward_model(
+        o.forward, tv::Dims{o.width, o.height, static_cast<int>(o.slices)});
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("reconstruction: {}", e.what()));
+  }
+  RunFileWriter* writer = &*w.writer;
+  auto sink = [writer, r](recon::StageResult&& res) {
+    ReconstructionVolume v;
+    v.first_frame = res.first_frame;
+    v.last_frame = res.last_frame;
+    v.nx = static_cast<uint32_t>(res.input.dims.nx);
+    v.ny = static_cast<uint32_t>(res.input.dims.ny);
+    v.nz = static_cast<uint32_t>(res.input.dims.nz);
+    v.input = std::move(res.input.data);
+    v.output = std::move(res.output.data);
+    v.lambda = r.lambda;
+    v.outer = static_cast<uint32_t>(res.report.outer);
+    v.tv_inner = static_cast<uint32_t>(res.report.tv_inner);
+    v.warm_start = !r.cold_start;
+    v.nonneg = r.nonneg;
+    v.forward = r.forward;
+    v.variant = r.variant;
+    v.backend = res.backend;
+    v.solve_seconds = res.report.seconds;
+    writer->add_reconstruction(v);  // throws on failure: the stage counts the volume as failed
+  };
+  w.stage_owner = std::make_unique<recon::ReconstructionStage>(o, std::move(sink));
+  w.stage.store(w.stage_owner.get());
+  log::info("run {}: reconstruction of {}x{}x{} volumes ({} frames per slice, {}, backend {})",
+            run_index_, o.width, o.height, o.slices, o.frames_per_slice, r.forward, r.backend);
+}
+
+void Acquisition::finish_reconstruction() {
+  Worker& w = *w_;
+  w.stage_owner->wait_idle();
+  const auto st = w.stage_owner->stats();
+  const auto& r = cfg_.reconstruction;
+  ReconstructionSummary sum;
+  sum.weight = r.weight;
+  sum.frames_per_slice = r.frames_per_slice;
+  sum.slices = r.slices;
+  sum.frames = st.frames;
+  sum.volumes_done = st.volumes_done;
+  sum.volumes_dropped = st.volumes_dropped;
+  sum.volumes_failed = st.volumes_failed;
+  w.writer->set_reconstruction_summary(sum);
+  log::info("run {}: reconstruction: {} volumes done, {} dropped, {} failed", run_index_,
+            st.volumes_done, st.volumes_dropped, st.volumes_failed);
 }
 
 void Acquisition::run(std::stop_token) {
@@ -207,6 +298,8 @@ void Acquisition::run(std::stop_token) {
       w.table.clear();
       w.finder->find(std::span<const uint16_t>(w.batch.data(), n * w.pixels), w.numbers, w.table);
       w.writer->append(w.table, w.timestamps, w.flags);
+      // Accumulates only; a full volume goes to the stage's own thread (never waited for).
+      if (w.stage_owner) w.stage_owner->add(w.table);
       clusters_.fetch_add(w.table.n_clusters());
       data_frames_.fetch_add(n);
     }
@@ -286,6 +379,7 @@ void Acquisition::run(std::stop_token) {
     meta.backend = w.finder->description();
     w.writer.emplace(file_, meta, cfg.output.overwrite);
     log::info("run {}: writing {} ({} backend)", run_index_, file_.string(), meta.backend);
+    if (cfg.reconstruction.enabled) start_reconstruction();
 
     if (cfg.pedestal.keep_previous && previous_pedestal_ &&
         previous_pedestal_->shape == FrameShape{cfg.detector.rows, cfg.detector.cols} &&
@@ -386,6 +480,12 @@ void Acquisition::run(std::stop_token) {
     } else {
       w.numbers.clear();
     }
+    if (w.stage_owner) {
+      // The partial volume too (not after an abort), then the worker's queue: the results must
+      // reach the writer before it closes.
+      if (!abort_requested_.load()) w.stage_owner->flush();
+      finish_reconstruction();
+    }
     PedestalState end = w.finder->pedestal();
     w.writer->close(&end);
     {
@@ -401,6 +501,13 @@ void Acquisition::run(std::stop_token) {
   } catch (const std::exception& e) {
     fail(e.what());
     if (Ingest* in = w.ingest.load()) in->stop();
+    if (w.stage_owner && w.writer) {
+      try {
+        finish_reconstruction();
+      } catch (const std::exception& e2) {
+        log::error("run {}: reconstruction: {}", run_index_, e2.what());
+      }
+    }
     if (w.writer) {
       try {
         w.writer->close(nullptr);

@@ -48,6 +48,12 @@ struct RunStats {
   uint64_t bad_total = 0;
   std::size_t pending_images = 0, queued_images = 0, staging_used = 0, staging_total = 0;
   std::string end_reason;          ///< end of acquisition, stop, frame limit, time limit, abort
+  // The reconstruction stage (config reconstruction.enabled).
+  bool recon_enabled = false;
+  uint64_t recon_frames = 0;            ///< data frames accumulated into hit images
+  uint64_t recon_volumes_done = 0;      ///< reconstructed (written to the file at its close)
+  uint64_t recon_volumes_dropped = 0;   ///< dropped: the reconstruction worker was busy
+  uint64_t recon_volumes_failed = 0;    ///< the solver or the hand-over failed (logged)
 };
 
 class Acquisition {
@@ -82,6 +88,8 @@ class Acquisition {
   struct Worker;
   void run(std::stop_token st);
   void fail(const std::string& why);
+  void start_reconstruction();
+  void finish_reconstruction();
 
   const config::Config cfg_;
   const uint64_t run_index_;

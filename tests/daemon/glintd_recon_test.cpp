@@ -1,0 +1,229 @@
+// The reconstruction stage inside real glintd runs over loopback: /entry/reconstruction holds the
+// hit images of the file's own clusters and their TV reconstruction; clusters are unchanged by it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "../pipeline/stream_test_util.hpp"
+#include "control_client.hpp"
+#include "glint/pipeline/run_file.hpp"
+#include "glint/recon/solver_factory.hpp"
+#include "gpu_test.hpp"
+#include "process.hpp"
+
+using namespace glint;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using glint::testing::bin;
+using glint::testing::control;
+using glint::testing::Process;
+using glint::testing::wait_status;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint32_t kSize = 64, kDark = 20, kFramesPerSlice = 10, kSlices = 4;
+constexpr uint64_t kDataFrames = 190;  // four full volumes of 40 frames and a partial one of 30
+
+struct Run {
+  pipeline::RunFileContents file;
+  json stats;
+};
+
+class ReconRig {
+ public:
+  ReconRig(const std::string& name, const std::string& backend) : name_(name) {
+    dir_ = glint::testing::fresh_dir(name);
+    data_ep_ = glint::testing::loopback(glint::testing::free_tcp_port());
+    control_ep_ = glint::testing::loopback(glint::testing::free_tcp_port());
+    config_ = dir_ / "glintd.yaml";
+    std::ofstream(config_) << "detector: {rows: " << kSize << ", cols: " << kSize << "}\n"
+                           << "ingest: {endpoints: [\"" << data_ep_ << "\"]}\n"
+                           << "pedestal: {dark_frames: " << kDark << ", window: " << kDark << "}\n"
+                           << "finder: {backend: " << backend << ", batch_frames: 16}\n"
+                           << "output: {directory: \"" << (dir_ / "runs").string() << "\", run_name: recon}\n"
+                           << "run: {auto_start: false}\n"
+                           << "control: {endpoint: \"" << control_ep_ << "\"}\n"
+                           << "reconstruction: {enabled: true, frames_per_slice: " << kFramesPerSlice
+                           << ", slices: " << kSlices << ", weight: centres, lambda: 0.5, outer: 20, "
+                           << "tv_inner: 10, backend: " << backend << "}\n";
+    daemon_ = std::make_unique<Process>(std::vector<std::string>{bin("glintd").string(), "--config", config_.string()},
+                                        dir_ / "glintd.log");
+  }
+  ~ReconRig() {
+    if (daemon_->running()) {
+      daemon_->signal(SIGTERM);
+      daemon_->wait_exit(20s);
+    }
+  }
+
+  std::string log() { return daemon_->log(); }
+  const std::string& control_endpoint() const { return control_ep_; }
+
+  /// One run of kDark dark and kDataFrames photon frames, started with `overrides`.
+  Run run(const json& overrides, uint64_t runs_before) {
+    Run out;
+    EXPECT_TRUE(wait_status(control_ep_, [](const json&) { return true; }, 10s).value("ok", false)) << log();
+    json req{{"command", "start"}, {"overrides", overrides}};
+    const json started = control(control_ep_, req);
+    EXPECT_TRUE(started.value("ok", false)) << started.dump() << log();
+    if (!started.value("ok", false)) return out;
+    const std::vector<std::string> sim{bin("glint").string(), "sim", "--endpoint", data_ep_, "--rows",
+                                       std::to_string(kSize), "--cols", std::to_string(kSize), "--dark",
+                                       std::to_string(kDark), "--frames", std::to_string(kDataFrames),
+                                       "--rate", "500", "--photons", "12", "--seed", "11"};
+    Process s(sim, dir_ / ("sim_" + std::to_string(runs_before) + ".log"));
+    EXPECT_EQ(s.wait_exit(30s), 0) << s.log();
+    const json st = wait_status(
+        control_ep_, [&](const json& j) { return j.value("runs_completed", 0u) > runs_before; }, 60s);
+    EXPECT_GT(st.value("runs_completed", 0u), runs_before) << st.dump() << log();
+    out.stats = control(control_ep_, "stats");
+    out.file = pipeline::read_run_file(started["file"].get<std::string>());
+    return out;
+  }
+
+ private:
+  std::string name_;
+  fs::path dir_, config_;
+  std::string data_ep_, control_ep_;
+  std::unique_ptr<Process> daemon_;
+};
+
+/// The volumes the stage must have been given: hit images (counts of cluster centres) of the
+/// data frames in file order, kFramesPerSlice frames per slice, kSlices slices per volume, the
+/// last one partial.
+std::vector<pipeline::ReconstructionVolume> expected_inputs(const pipeline::RunFileContents& f) {
+  std::vector<std::size_t> data_rows;
+  for (std::size_t i = 0; i < f.frames.size(); ++i)
+    if ((f.frames[i].flags & ~uint8_t(pipeline::kFlagClusterOverflow)) == 0) data_rows.push_back(i);
+  const auto recs = f.clusters.frames();
+  const auto xs = f.clusters.x();
+  const auto ys = f.clusters.y();
+  const std::size_t per_volume = std::size_t(kFramesPerSlice) * kSlices;
+  const std::size_t plane = std::size_t(kSize) * kSize;
+  std::vector<pipeline::ReconstructionVolume> out;
+  for (std::size_t first = 0; first < data_rows.size(); first += per_volume) {
+    const std::size_t n = std::min(per_volume, data_rows.size() - first);
+    const uint32_t slices = static_cast<uint32_t>((n + kFramesPerSlice - 1) / kFramesPerSlice);
+    if (slices < 2) break;  // the stage does not reconstruct a single slice
+    pipeline::ReconstructionVolume v;
+    v.nx = v.ny = kSize;
+    v.nz = slices;
+    v.input.assign(plane * slices, 0.0f);
+    v.first_frame = f.frames[data_rows[first]].frame_number;
+    v.last_frame = f.frames[data_rows[first + n - 1]].frame_number;
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto& r = recs[data_rows[first + k]];
+      float* img = v.input.data() + (k / kFramesPerSlice) * plane;
+      for (uint64_t c = r.first_cluster; c < r.first_cluster + r.n_clusters; ++c) img[std::size_t(ys[c]) * kSize + xs[c]] += 1.0f;
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+/// Runs with reconstruction, then without it on the same daemon, and checks both files.
+void check_reconstruction_run(const std::string& name, const std::string& backend, double tolerance) {
+  ReconRig rig(name, backend);
+  const Run with = rig.run(json::object(), 0);
+  const Run without = rig.run(json{{"reconstruction", {{"enabled", false}}}, {"output", {{"run_name", "plain"}}}}, 1);
+  const auto& f = with.file;
+  ASSERT_FALSE(f.end_time.empty()) << rig.log();
+  ASSERT_EQ(glint::testing::count_rows(f, 0), kDataFrames) << rig.log();
+  ASSERT_GT(f.clusters.n_clusters(), 0u);
+
+  // Cluster finding does not depend on the stage.
+  EXPECT_EQ(f.frames, without.file.frames);
+  EXPECT_TRUE(f.clusters == without.file.clusters) << "clusters differ with reconstruction enabled";
+  EXPECT_FALSE(without.file.reconstruction_summary.has_value());
+  EXPECT_TRUE(without.file.reconstruction.empty());
+
+  // The stage's totals, in the file and in `stats`.
+  const auto want = expected_inputs(f);
+  ASSERT_EQ(want.size(), 5u);
+  EXPECT_EQ(want.back().nz, 3u);
+  ASSERT_TRUE(f.reconstruction_summary.has_value()) << rig.log();
+  const auto& sum = *f.reconstruction_summary;
+  EXPECT_EQ(sum.weight, "centres");
+  EXPECT_EQ(sum.frames_per_slice, kFramesPerSlice);
+  EXPECT_EQ(sum.slices, kSlices);
+  EXPECT_EQ(sum.frames, kDataFrames);
+  EXPECT_EQ(sum.volumes_failed, 0u) << rig.log();
+  EXPECT_EQ(sum.volumes_done + sum.volumes_dropped, want.size());
+  EXPECT_GE(sum.volumes_done, 1u);
+  EXPECT_EQ(f.reconstruction.size(), sum.volumes_done);
+  const json& rs = with.stats["reconstruction"];
+  EXPECT_TRUE(rs["enabled"].get<bool>()) << with.stats.dump();
+  EXPECT_EQ(rs["frames"].get<uint64_t>(), kDataFrames);
+  EXPECT_EQ(rs["volumes_done"].get<uint64_t>(), sum.volumes_done);
+  EXPECT_EQ(rs["volumes_dropped"].get<uint64_t>(), sum.volumes_dropped);
+  EXPECT_EQ(rs["volumes_failed"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(without.stats["reconstruction"]["enabled"].get<bool>());
+
+  // Every written volume: the hit images of its frames in, a TV reconstruction of them out.
+  std::size_t next = 0;
+  for (const auto& got : f.reconstruction) {
+    while (next < want.size() && want[next].first_frame != got.first_frame) ++next;
+    ASSERT_LT(next, want.size()) << "a volume starting at frame " << got.first_frame << " was not expected";
+    const auto& w = want[next++];
+    EXPECT_EQ(got.last_frame, w.last_frame);
+    ASSERT_EQ(got.nx, kSize);
+    ASSERT_EQ(got.ny, kSize);
+    ASSERT_EQ(got.nz, w.nz);
+    EXPECT_EQ(got.input, w.input) << "input volume from " << got.first_frame << " is not the hit image";
+    EXPECT_EQ(got.lambda, 0.5);
+    EXPECT_EQ(got.outer, 20u);
+    EXPECT_EQ(got.tv_inner, 10u);
+    EXPECT_TRUE(got.warm_start);
+    EXPECT_TRUE(got.nonneg);
+    EXPECT_EQ(got.forward, "identity");
+    EXPECT_EQ(got.backend.rfind(backend, 0), 0u) << got.backend;
+    EXPECT_GT(got.solve_seconds, 0.0);
+    // The same solve on the CPU here.
+    const tv::Dims d{int(got.nx), int(got.ny), int(got.nz)};
+    recon::BackendOptions bo;
+    bo.backend = recon::Backend::cpu;
+    bo.with_fft = false;
+    auto solver = recon::make_reconstructor(d, bo);
+    tv::SolverOptions so;
+    so.lambda = 0.5f;
+    std::vector<float> x(d.voxels());
+    solver->solve(got.input, tv::TransferFunction{}, so, x);
+    float peak = 0, diff = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      peak = std::max(peak, std::abs(x[i]));
+      diff = std::max(diff, std::abs(x[i] - got.output[i]));
+      ASSERT_GE(got.output[i], 0.0f) << i;
+    }
+    EXPECT_LE(diff, tolerance * std::max(peak, 1.0f)) << "output of volume " << got.first_frame;
+    EXPECT_NE(got.output, got.input) << "lambda 0.5 must change the hit image";
+  }
+}
+
+}  // namespace
+
+TEST(GlintdReconstruction, CpuRunWritesHitImagesAndTheirReconstruction) {
+  check_reconstruction_run("recon_cpu", "cpu", 1e-5);
+}
+
+TEST(GlintdReconstruction, GpuRunWritesHitImagesAndTheirReconstruction) {
+  GLINT_REQUIRE_GPU();
+  check_reconstruction_run("recon_gpu", "gpu", 1e-3);
+}
+
+TEST(GlintdReconstruction, MissingMaskFileFailsTheRunWithTheReasonAndTheDaemonStaysUp) {
+  ReconRig rig("recon_badmask", "cpu");
+  const std::string ep = rig.control_endpoint();
+  ASSERT_TRUE(wait_status(ep, [](const json&) { return true; }, 10s).value("ok", false)) << rig.log();
+  const json req{{"command", "start"},
+                 {"overrides", {{"reconstruction", {{"forward", "mask:/nonexistent/m.h5:/mask"}}}}}};
+  ASSERT_TRUE(control(ep, req).value("ok", false)) << rig.log();
+  const json st = wait_status(ep, [](const json& j) { return j.value("runs_completed", 0u) >= 1; }, 20s);
+  ASSERT_EQ(st.value("runs_completed", 0u), 1u) << st.dump() << rig.log();
+  const std::string error = st["last_run"].value("error", std::string());
+  EXPECT_NE(error.find("reconstruction"), std::string::npos) << st.dump();
+  EXPECT_NE(error.find("/nonexistent/m.h5"), std::string::npos) << st.dump();
+  EXPECT_TRUE(control(ep, "status").value("ok", false)) << "the daemon must keep answering";
+}
