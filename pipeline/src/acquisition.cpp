@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "glint/gpu/gpu_finder.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/finder_factory.hpp"
 #include "glint/pipeline/frame_assembler.hpp"
@@ -70,6 +72,15 @@ struct Acquisition::Worker {
   std::vector<uint8_t> flags;
   std::vector<FrameRow> rows;
   ClusterTable table;
+
+  // GPU streaming: frames are copied straight into the engine's pinned staging, batches are
+  // submitted without waiting, and results come back (in frame order) through the sink.
+  gpu::GpuClusterFinder* gpu = nullptr;
+  std::span<uint16_t> staging;
+  struct InFlight {
+    std::vector<uint64_t> numbers, timestamps;
+  };
+  std::deque<InFlight> in_flight;
 
   Worker(const config::Config& cfg)
       : assembler(cfg.detector, cfg.ingest),
@@ -193,6 +204,14 @@ void Acquisition::run(std::stop_token) {
   auto last_flush = clock::now();
   std::optional<clock::time_point> first_end_at;
 
+  auto count_written = [&](const ClusterTable& t) {
+    clusters_.fetch_add(t.n_clusters());
+    data_frames_.fetch_add(t.n_frames());
+    frames_processed_.fetch_add(t.n_frames());
+    rows_written_.fetch_add(t.n_frames());
+  };
+
+  // Hands the current batch to the finder (the GPU's results may arrive later, see drain).
   auto flush_batch = [&] {
     const std::size_t n = w.numbers.size();
     if (n == 0) return;
@@ -203,19 +222,35 @@ void Acquisition::run(std::stop_token) {
         w.rows.push_back(FrameRow{w.numbers[i], w.timestamps[i], 0, 0, kFlagDark});
       w.writer->append_empty_frames(w.rows);
       dark_frames_.fetch_add(n);
+      frames_processed_.fetch_add(n);
+      rows_written_.fetch_add(n);
+    } else if (w.gpu) {
+      w.in_flight.push_back({w.numbers, w.timestamps});
+      w.staging = {};
+      w.gpu->submit(w.numbers);
     } else {
       w.table.clear();
       w.finder->find(std::span<const uint16_t>(w.batch.data(), n * w.pixels), w.numbers, w.table);
       w.writer->append(w.table, w.timestamps, w.flags);
-      clusters_.fetch_add(w.table.n_clusters());
-      data_frames_.fetch_add(n);
+      count_written(w.table);
     }
-    frames_processed_.fetch_add(n);
-    rows_written_.fetch_add(n);
     w.numbers.clear();
     w.timestamps.clear();
     w.flags.clear();
     w.kind = Worker::Kind::none;
+  };
+
+  // Everything handed to the finder is written (before rows that must follow it).
+  auto drain = [&] {
+    flush_batch();
+    if (w.gpu) w.gpu->flush();
+  };
+
+  // Where the next data frame goes: the GPU's pinned staging, or the batch buffer.
+  auto data_slot = [&](std::size_t i) -> uint16_t* {
+    if (!w.gpu) return w.batch.data() + i * w.pixels;
+    if (w.staging.empty()) w.staging = w.gpu->staging();  // may wait for that slot's old batch
+    return w.staging.data() + i * w.pixels;
   };
 
   auto begin_data = [&] {
@@ -231,7 +266,7 @@ void Acquisition::run(std::stop_token) {
   };
 
   auto write_empty = [&](std::span<const FrameRow> rows) {
-    flush_batch();
+    drain();
     w.writer->append_empty_frames(rows);
     rows_written_.fetch_add(rows.size());
   };
@@ -273,6 +308,26 @@ void Acquisition::run(std::stop_token) {
       throw OutputError(fmt::format("cannot create output directory {}: {}",
                                     cfg.output.directory.string(), ec.message()));
     w.finder = make_finder(finder_params(cfg), finder_options(cfg));
+    w.gpu = dynamic_cast<gpu::GpuClusterFinder*>(w.finder.get());
+    std::size_t capacity = w.capacity;
+    if (w.gpu) {
+      capacity = static_cast<std::size_t>(w.gpu->batch_frames());
+      w.gpu->set_sink([&](const gpu::GpuBatchView& v) {
+        // Batches come back in submission order.
+        Worker::InFlight b = std::move(w.in_flight.front());
+        w.in_flight.pop_front();
+        w.table.clear();
+        std::size_t c = 0;
+        const std::size_t per = w.table.values_per_cluster();
+        for (std::size_t f = 0; f < v.frame_numbers.size(); ++f) {
+          w.table.begin_frame(v.frame_numbers[f]);
+          for (uint32_t k = 0; k < v.counts[f]; ++k, ++c)
+            w.table.add_cluster(v.x[c], v.y[c], v.data.subspan(c * per, per));
+        }
+        w.writer->append(w.table, b.timestamps);
+        count_written(w.table);
+      });
+    }
     {
       std::lock_guard lock(mu_);
       backend_ = w.finder->description();
@@ -323,7 +378,7 @@ void Acquisition::run(std::stop_token) {
         w.assembler.flush_pending();
       }
       if (now - last_flush >= std::chrono::milliseconds(cfg.output.flush_interval_ms)) {
-        flush_batch();
+        drain();
         w.writer->flush();
         last_flush = now;
       }
@@ -353,7 +408,9 @@ void Acquisition::run(std::stop_token) {
         const auto kind = dark_remaining > 0 ? Worker::Kind::dark : Worker::Kind::data;
         if (w.kind != kind) flush_batch();
         w.kind = kind;
-        f->write_to(cfg.detector, std::span<uint16_t>(w.batch.data() + w.numbers.size() * w.pixels, w.pixels));
+        uint16_t* dst = kind == Worker::Kind::dark ? w.batch.data() + w.numbers.size() * w.pixels
+                                                   : data_slot(w.numbers.size());
+        f->write_to(cfg.detector, std::span<uint16_t>(dst, w.pixels));
         w.numbers.push_back(fn);
         w.timestamps.push_back(f->timestamp);
         w.flags.push_back(0);
@@ -361,7 +418,7 @@ void Acquisition::run(std::stop_token) {
           flush_batch();
           begin_data();
         }
-        if (w.numbers.size() == w.capacity) flush_batch();
+        if (w.numbers.size() == (kind == Worker::Kind::dark ? w.capacity : capacity)) flush_batch();
       }
       w.assembler.release(std::move(f));
       ++frames_seen;
@@ -370,7 +427,7 @@ void Acquisition::run(std::stop_token) {
     }
     w.ingest.load()->stop();
     if (!abort_requested_.load()) {
-      flush_batch();
+      drain();
       write_gap(next_expected.value_or(0), next_expected.value_or(0));  // releases dropped list
       // Frames dropped after the last received one still get their rows.
       auto tail = w.assembler.take_dropped(std::nullopt);
@@ -385,7 +442,9 @@ void Acquisition::run(std::stop_token) {
       }
     } else {
       w.numbers.clear();
+      if (w.gpu) w.gpu->flush();  // batches already submitted are written
     }
+    if (w.gpu) w.gpu->set_sink({});
     PedestalState end = w.finder->pedestal();
     w.writer->close(&end);
     {
@@ -401,6 +460,12 @@ void Acquisition::run(std::stop_token) {
   } catch (const std::exception& e) {
     fail(e.what());
     if (Ingest* in = w.ingest.load()) in->stop();
+    if (w.gpu) {
+      try {
+        w.gpu->set_sink({});  // results of batches still in flight are dropped with the run
+      } catch (...) {
+      }
+    }
     if (w.writer) {
       try {
         w.writer->close(nullptr);
