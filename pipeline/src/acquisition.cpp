@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -52,6 +55,81 @@ FinderOptions finder_options(const config::Config& c) {
   return o;
 }
 
+/// Copies assembled images into the finder's input (the GPU's pinned staging or the batch
+/// buffer) on a few threads, so that the run's thread only orders frames and hands batches on;
+/// each image goes back to the assembler's pool as soon as it is copied. With no threads the
+/// copies happen on the caller's thread.
+class FrameCopier {
+ public:
+  FrameCopier(unsigned threads, const config::DetectorConfig& det, FrameAssembler& assembler)
+      : det_(det), assembler_(assembler) {
+    for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this](std::stop_token st) { loop(st); });
+  }
+  ~FrameCopier() {
+    for (auto& t : threads_) t.request_stop();
+    cv_.notify_all();
+  }
+
+  void copy(FramePtr f, std::span<uint16_t> dst) {
+    if (threads_.empty()) {
+      f->write_to(det_, dst);
+      assembler_.release(std::move(f));
+      return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      tasks_.push_back(Task{std::move(f), dst});
+      ++outstanding_;
+    }
+    cv_.notify_one();
+  }
+
+  /// Returns once every copy handed in so far is done.
+  void wait() {
+    if (threads_.empty()) return;
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return outstanding_ == 0; });
+  }
+
+ private:
+  struct Task {
+    FramePtr frame;
+    std::span<uint16_t> dst;
+  };
+  void loop(std::stop_token st) {
+    while (true) {
+      Task t;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return st.stop_requested() || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        t = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      t.frame->write_to(det_, t.dst);
+      assembler_.release(std::move(t.frame));
+      std::lock_guard lock(mu_);
+      if (--outstanding_ == 0) done_cv_.notify_all();
+    }
+  }
+
+  const config::DetectorConfig det_;
+  FrameAssembler& assembler_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<Task> tasks_;
+  std::size_t outstanding_ = 0;
+  std::vector<std::jthread> threads_;  // last: stopped and joined first
+};
+
+/// Copy threads: as configured; "auto": none on small machines (the copy stays on the run's
+/// thread), up to 4.
+unsigned copy_threads(int configured) {
+  if (configured >= 0) return static_cast<unsigned>(configured);
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw >= 8 ? 4 : hw >= 4 ? 2 : 0;
+}
+
 }  // namespace
 
 struct Acquisition::Worker {
@@ -60,6 +138,7 @@ struct Acquisition::Worker {
   // when glint can take data. Published through an atomic for stats() on other threads.
   std::unique_ptr<Ingest> ingest_owner;
   std::atomic<Ingest*> ingest{nullptr};
+  FrameCopier copier;
   std::unique_ptr<ClusterFinder> finder;
   std::optional<RunFileWriter> writer;
 
@@ -84,6 +163,7 @@ struct Acquisition::Worker {
 
   Worker(const config::Config& cfg)
       : assembler(cfg.detector, cfg.ingest),
+        copier(copy_threads(cfg.ingest.copy_threads), cfg.detector, assembler),
         pixels(std::size_t{cfg.detector.rows} * cfg.detector.cols),
         capacity(static_cast<std::size_t>(cfg.finder.batch_frames)),
         table(cfg.finder.cluster_size) {
@@ -213,6 +293,7 @@ void Acquisition::run(std::stop_token) {
 
   // Hands the current batch to the finder (the GPU's results may arrive later, see drain).
   auto flush_batch = [&] {
+    w.copier.wait();  // the batch's pixels are all in place
     const std::size_t n = w.numbers.size();
     if (n == 0) return;
     if (w.kind == Worker::Kind::dark) {
@@ -410,9 +491,9 @@ void Acquisition::run(std::stop_token) {
         w.kind = kind;
         uint16_t* dst = kind == Worker::Kind::dark ? w.batch.data() + w.numbers.size() * w.pixels
                                                    : data_slot(w.numbers.size());
-        f->write_to(cfg.detector, std::span<uint16_t>(dst, w.pixels));
         w.numbers.push_back(fn);
         w.timestamps.push_back(f->timestamp);
+        w.copier.copy(std::move(f), std::span<uint16_t>(dst, w.pixels));  // and releases it
         w.flags.push_back(0);
         if (kind == Worker::Kind::dark && --dark_remaining == 0) {
           flush_batch();
@@ -420,7 +501,7 @@ void Acquisition::run(std::stop_token) {
         }
         if (w.numbers.size() == (kind == Worker::Kind::dark ? w.capacity : capacity)) flush_batch();
       }
-      w.assembler.release(std::move(f));
+      if (f) w.assembler.release(std::move(f));
       ++frames_seen;
       if (cfg.run.max_frames > 0 && frames_seen >= cfg.run.max_frames && !stop_requested_.load())
         stop("frame limit");
@@ -441,6 +522,7 @@ void Acquisition::run(std::stop_token) {
         }
       }
     } else {
+      w.copier.wait();
       w.numbers.clear();
       if (w.gpu) w.gpu->flush();  // batches already submitted are written
     }
@@ -460,6 +542,7 @@ void Acquisition::run(std::stop_token) {
   } catch (const std::exception& e) {
     fail(e.what());
     if (Ingest* in = w.ingest.load()) in->stop();
+    w.copier.wait();
     if (w.gpu) {
       try {
         w.gpu->set_sink({});  // results of batches still in flight are dropped with the run

@@ -94,7 +94,8 @@ void expect_clusters_match(const Case& c, const Result& r) {
 }  // namespace
 
 TEST(Acquisition, OnePortClustersEqualTheReferenceFinder) {
-  const Case c = make_case("one_port");
+  Case c = make_case("one_port");
+  c.cfg.ingest.copy_threads = 3;  // images copied into the finder's input on three threads
   const Result r = run_case(c);
   ASSERT_EQ(r.file.frames.size(), 80u);
   for (std::size_t i = 0; i < r.file.frames.size(); ++i) {
@@ -118,6 +119,7 @@ TEST(Acquisition, FourPortsOnTwoEndpointsAssembleLikeOneImage) {
   // Two ingest threads on two cores can drift apart by many frames in an unthrottled burst:
   // let images wait for their parts (time-out or end of data) rather than count-evict them.
   c.cfg.ingest.reorder_frames = 200;
+  c.cfg.ingest.copy_threads = 2;
   const Result r = run_case(c);
   ASSERT_EQ(r.file.frames.size(), 80u);
   EXPECT_EQ(r.stats.late_parts, 0u);
@@ -295,6 +297,7 @@ TEST(Acquisition, GpuBackendWritesTheReferenceClusters) {
     c.cfg.finder.backend = "gpu";
     c.cfg.finder.batch_frames = batch;
     c.cfg.ingest.reorder_frames = 4;
+    c.cfg.ingest.copy_threads = batch == 16 ? 0 : 4;
     c.sim.frames = 400;
     c.sim.image.photons = 30;
     c.sim.faults = {{SimFault::gap, 23}, {SimFault::drop_part, 41}};
