@@ -70,7 +70,7 @@ constexpr unsigned kRowUncertain = 1, kRowStoreOrUncertain = 2;
 /// (window taps in the reference's row-major order, so each bound is itself an ordered sum) and
 /// decides the pixel when both ends give the same decision. rows0[k]/rows1[k] point at column 0 of
 /// window row k, zero-padded by h columns on the left and up to a multiple of 4 columns plus h on
-/// the right; `rms` may be read up to 3 values past the row. Thresholds are formed from the cached
+/// the right. Thresholds are formed from the cached
 /// rms as the reference forms them: (-n)*rms, n*rms, (c3*n)*rms. Returns kRow* flags.
 template <int S>
 [[gnu::always_inline]] inline unsigned decide_row_t(const double* const* rows0,
@@ -108,7 +108,10 @@ template <int S>
       }
     }
     const Vec4 v = load4(rows0[h] + x);
-    const Vec4 r = load4(rms + x);
+    // The last, partial block must not read the next row's rms (another thread may be writing it).
+    double tail[kLanes] = {0.0, 0.0, 0.0, 0.0};
+    if (x + kLanes > cols) std::copy(rms + x, rms + cols, tail);
+    const Vec4 r = load4(x + kLanes <= cols ? rms + x : tail);
     const Vec4 nn = {neg_n, neg_n, neg_n, neg_n}, ns = {n_sigma, n_sigma, n_sigma, n_sigma},
                nc = {c3_n, c3_n, c3_n, c3_n};
     const Vec4 tneg = nn * r, tn = ns * r, tc = nc * r;
@@ -177,10 +180,9 @@ void prepare_row(int cols, const uint16_t* __restrict f, const double* __restric
 }
 
 /// The same when every pixel holds a full window (count == N): the cached mean is then sum / N,
-/// computed here instead of loaded.
+/// computed here instead of loaded. The fast push's sum and mean are kept for the commit (sum1,
+/// mean1), which then needs two divisions per pixel instead of four.
 GLINT_VECTOR_CLONES
-/// The fast push's sum and mean are kept for the commit (sum1, mean1), which then needs two
-/// divisions per pixel instead of four.
 void prepare_row_steady(int cols, const uint16_t* __restrict f, const double* __restrict sum,
                         double n, double* __restrict d0, double* __restrict d1,
                         double* __restrict sum1, double* __restrict mean1) {
@@ -310,7 +312,7 @@ class CpuFinder final : public ClusterFinder {
     sum2_.assign(np, 0.0);
     mean_.assign(np, 0.0);
     count_.assign(np, 0u);
-    rms_.assign(np + kLanes, 0.0);  // pass 0 reads up to 3 values past a row
+    rms_.assign(np, 0.0);
     status_.assign(np, kSkip);
 
     const int rows = static_cast<int>(params_.shape.rows);

@@ -623,12 +623,13 @@ FindShape find_shape(uint32_t cols, uint32_t segment, int cluster_size) {
   return s;
 }
 
-/// Threads per find block: 1024, or GLINT_FIND_THREADS (256, 512, 768; a tuning knob).
+/// Threads per find block: 512 (two blocks per SM), or GLINT_FIND_THREADS (256, 768, 1024; a
+/// tuning knob).
 int find_threads() {
   static const int t = [] {
     const char* e = std::getenv("GLINT_FIND_THREADS");
-    const int v = e ? std::atoi(e) : 1024;
-    return (v == 256 || v == 512 || v == 768 || v == 1024) ? v : 1024;
+    const int v = e ? std::atoi(e) : 512;
+    return (v == 256 || v == 512 || v == 768 || v == 1024) ? v : 512;
   }();
   return t;
 }

@@ -162,6 +162,11 @@ class GpuEngine final : public GpuClusterFinder {
         lane.compute.synchronize();
         for (auto& s : lane.slots) s.copy.synchronize();
       }
+      // Each GPU's resources are released with that GPU current.
+      for (auto& lane : lanes_) {
+        DeviceGuard g(lane.device);
+        Lane released = std::move(lane);
+      }
     } catch (const std::exception& e) {
       log::write(log::Level::error, std::string("GPU finder shutdown: ") + e.what());
     }
@@ -363,9 +368,11 @@ class GpuEngine final : public GpuClusterFinder {
     const uint32_t rows = params_.shape.rows, cols = params_.shape.cols;
     const uint32_t h = static_cast<uint32_t>(params_.cluster_size / 2);
     const std::size_t n_lanes = options_.devices.size();
-    lanes_.resize(n_lanes);
+    lanes_.reserve(n_lanes);
     for (std::size_t li = 0; li < n_lanes; ++li) {
-      Lane& lane = lanes_[li];
+      // Streams and events belong to the device current when they are created.
+      DeviceGuard on_device(options_.devices[li]);
+      Lane& lane = lanes_.emplace_back();
       lane.device = options_.devices[li];
       lane.r0 = static_cast<uint32_t>(rows * li / n_lanes);
       lane.r1 = static_cast<uint32_t>(rows * (li + 1) / n_lanes);
