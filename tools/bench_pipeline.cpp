@@ -171,6 +171,7 @@ void add_bench_pipeline(CLI::App& bench) {
     int batch = 256;
     int streams = 2;
     uint32_t queue = 1024;
+    int copy_threads = -1;
     std::string output = std::filesystem::temp_directory_path() / "glint_bench_pipeline";
     int base_port = 0;
     int hwm = 1000;
@@ -188,6 +189,7 @@ void add_bench_pipeline(CLI::App& bench) {
   cmd->add_option("--batch", a->batch, "frames per finder batch")->capture_default_str();
   cmd->add_option("--streams", a->streams, "GPU streams")->capture_default_str();
   cmd->add_option("--queue", a->queue, "ingest.queue_frames")->capture_default_str();
+  cmd->add_option("--copy-threads", a->copy_threads, "ingest.copy_threads, -1 = auto")->capture_default_str();
   cmd->add_option("--output", a->output, "directory for the run file (removed afterwards)")->capture_default_str();
   cmd->add_option("--base-port", a->base_port, "first TCP port on 127.0.0.1 (default: free ports)");
   cmd->add_option("--hwm", a->hwm, "ZeroMQ high-water mark, both sides (messages)")->capture_default_str();
@@ -224,6 +226,7 @@ void add_bench_pipeline(CLI::App& bench) {
     cfg.detector.cols = a->size;
     cfg.detector.ports_y = a->ports;
     cfg.ingest.queue_frames = a->queue;
+    cfg.ingest.copy_threads = a->copy_threads;
     cfg.ingest.receive_hwm = a->hwm;
     cfg.pedestal.dark_frames = static_cast<uint32_t>(a->dark);
     cfg.pedestal.window = static_cast<uint32_t>(std::max<uint64_t>(a->dark, 1));

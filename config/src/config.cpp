@@ -209,6 +209,10 @@ void read_ingest(Section s, IngestConfig& c) {
   s.read_integer("part_timeout_ms", c.part_timeout_ms, 1, 600000);
   s.read_integer("receive_hwm", c.receive_hwm, 0, std::numeric_limits<int>::max());
   s.read_integer("receive_buffer_bytes", c.receive_buffer_bytes, 0, std::numeric_limits<int>::max());
+  if (auto n = s.child("copy_threads"); n.IsDefined() && n.IsScalar() && n.Scalar() == "auto")
+    c.copy_threads = -1;
+  else
+    s.read_integer("copy_threads", c.copy_threads, 0, 64);
   s.reject_unknown();
 }
 
@@ -408,6 +412,9 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "part_timeout_ms" << YAML::Value << c.ingest.part_timeout_ms;
   e << YAML::Key << "receive_hwm" << YAML::Value << c.ingest.receive_hwm;
   e << YAML::Key << "receive_buffer_bytes" << YAML::Value << c.ingest.receive_buffer_bytes;
+  e << YAML::Key << "copy_threads" << YAML::Value;
+  if (c.ingest.copy_threads < 0) e << "auto";
+  else e << c.ingest.copy_threads;
   e << YAML::EndMap;
   e << YAML::Key << "pedestal" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "dark_frames" << YAML::Value << c.pedestal.dark_frames;

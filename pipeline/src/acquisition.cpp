@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "glint/gpu/gpu_finder.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/finder_factory.hpp"
 #include "glint/pipeline/frame_assembler.hpp"
@@ -73,6 +78,81 @@ recon::StageOptions stage_options(const config::Config& c) {
   return o;
 }
 
+/// Copies assembled images into the finder's input (the GPU's pinned staging or the batch
+/// buffer) on a few threads, so that the run's thread only orders frames and hands batches on;
+/// each image goes back to the assembler's pool as soon as it is copied. With no threads the
+/// copies happen on the caller's thread.
+class FrameCopier {
+ public:
+  FrameCopier(unsigned threads, const config::DetectorConfig& det, FrameAssembler& assembler)
+      : det_(det), assembler_(assembler) {
+    for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this](std::stop_token st) { loop(st); });
+  }
+  ~FrameCopier() {
+    for (auto& t : threads_) t.request_stop();
+    cv_.notify_all();
+  }
+
+  void copy(FramePtr f, std::span<uint16_t> dst) {
+    if (threads_.empty()) {
+      f->write_to(det_, dst);
+      assembler_.release(std::move(f));
+      return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      tasks_.push_back(Task{std::move(f), dst});
+      ++outstanding_;
+    }
+    cv_.notify_one();
+  }
+
+  /// Returns once every copy handed in so far is done.
+  void wait() {
+    if (threads_.empty()) return;
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return outstanding_ == 0; });
+  }
+
+ private:
+  struct Task {
+    FramePtr frame;
+    std::span<uint16_t> dst;
+  };
+  void loop(std::stop_token st) {
+    while (true) {
+      Task t;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return st.stop_requested() || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        t = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      t.frame->write_to(det_, t.dst);
+      assembler_.release(std::move(t.frame));
+      std::lock_guard lock(mu_);
+      if (--outstanding_ == 0) done_cv_.notify_all();
+    }
+  }
+
+  const config::DetectorConfig det_;
+  FrameAssembler& assembler_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<Task> tasks_;
+  std::size_t outstanding_ = 0;
+  std::vector<std::jthread> threads_;  // last: stopped and joined first
+};
+
+/// Copy threads: as configured; "auto": none on small machines (the copy stays on the run's
+/// thread), up to 4.
+unsigned copy_threads(int configured) {
+  if (configured >= 0) return static_cast<unsigned>(configured);
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw >= 8 ? 4 : hw >= 4 ? 2 : 0;
+}
+
 }  // namespace
 
 struct Acquisition::Worker {
@@ -81,6 +161,7 @@ struct Acquisition::Worker {
   // when glint can take data. Published through an atomic for stats() on other threads.
   std::unique_ptr<Ingest> ingest_owner;
   std::atomic<Ingest*> ingest{nullptr};
+  FrameCopier copier;
   std::unique_ptr<ClusterFinder> finder;
   std::optional<RunFileWriter> writer;
   // After the writer: destroyed (waiting for its worker) before the writer its results go to.
@@ -97,8 +178,18 @@ struct Acquisition::Worker {
   std::vector<FrameRow> rows;
   ClusterTable table;
 
+  // GPU streaming: frames are copied straight into the engine's pinned staging, batches are
+  // submitted without waiting, and results come back (in frame order) through the sink.
+  gpu::GpuClusterFinder* gpu = nullptr;
+  std::span<uint16_t> staging;
+  struct InFlight {
+    std::vector<uint64_t> numbers, timestamps;
+  };
+  std::deque<InFlight> in_flight;
+
   Worker(const config::Config& cfg)
       : assembler(cfg.detector, cfg.ingest),
+        copier(copy_threads(cfg.ingest.copy_threads), cfg.detector, assembler),
         pixels(std::size_t{cfg.detector.rows} * cfg.detector.cols),
         capacity(static_cast<std::size_t>(cfg.finder.batch_frames)),
         table(cfg.finder.cluster_size) {
@@ -214,6 +305,7 @@ RunStats Acquisition::stats() const {
     s.recon_volumes_dropped = rs.volumes_dropped;
     s.recon_volumes_failed = rs.volumes_failed;
   }
+  s.recon_volumes_failed += recon_failed_at_start_.load();
   return s;
 }
 
@@ -223,11 +315,14 @@ void Acquisition::start_reconstruction() {
   recon::StageOptions o;
   try {
     o = stage_options(cfg_);
-    // A bad forward model (e.g. a missing mask file) fails the run now, not every volume later.
+    // A bad forward model (e.g. a missing mask file) shows now, not at every volume later.
     (void)recon::make_forward_model(
         o.forward, tv::Dims{o.width, o.height, static_cast<int>(o.slices)});
   } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("reconstruction: {}", e.what()));
+    // Cluster finding goes on without it; stats and the file count it as failed.
+    log::error("run {}: reconstruction disabled for this run: {}", run_index_, e.what());
+    recon_failed_at_start_.store(1);
+    return;
   }
   RunFileWriter* writer = &*w.writer;
   auto sink = [writer, r](recon::StageResult&& res) {
@@ -250,7 +345,13 @@ void Acquisition::start_reconstruction() {
     v.solve_seconds = res.report.seconds;
     writer->add_reconstruction(v);  // throws on failure: the stage counts the volume as failed
   };
-  w.stage_owner = std::make_unique<recon::ReconstructionStage>(o, std::move(sink));
+  try {
+    w.stage_owner = std::make_unique<recon::ReconstructionStage>(o, std::move(sink));
+  } catch (const std::exception& e) {
+    log::error("run {}: reconstruction disabled for this run: {}", run_index_, e.what());
+    recon_failed_at_start_.store(1);
+    return;
+  }
   w.stage.store(w.stage_owner.get());
   log::info("run {}: reconstruction of {}x{}x{} volumes ({} frames per slice, {}, backend {})",
             run_index_, o.width, o.height, o.slices, o.frames_per_slice, r.forward, r.backend);
@@ -258,8 +359,12 @@ void Acquisition::start_reconstruction() {
 
 void Acquisition::finish_reconstruction() {
   Worker& w = *w_;
-  w.stage_owner->wait_idle();
-  const auto st = w.stage_owner->stats();
+  recon::StageStats st;
+  if (w.stage_owner) {
+    w.stage_owner->wait_idle();
+    st = w.stage_owner->stats();
+  }
+  st.volumes_failed += recon_failed_at_start_.load();
   const auto& r = cfg_.reconstruction;
   ReconstructionSummary sum;
   sum.weight = r.weight;
@@ -284,7 +389,18 @@ void Acquisition::run(std::stop_token) {
   auto last_flush = clock::now();
   std::optional<clock::time_point> first_end_at;
 
+  auto count_written = [&](const ClusterTable& t) {
+    // Accumulates only; a full volume goes to the stage's own thread (never waited for).
+    if (w.stage_owner) w.stage_owner->add(t);
+    clusters_.fetch_add(t.n_clusters());
+    data_frames_.fetch_add(t.n_frames());
+    frames_processed_.fetch_add(t.n_frames());
+    rows_written_.fetch_add(t.n_frames());
+  };
+
+  // Hands the current batch to the finder (the GPU's results may arrive later, see drain).
   auto flush_batch = [&] {
+    w.copier.wait();  // the batch's pixels are all in place
     const std::size_t n = w.numbers.size();
     if (n == 0) return;
     if (w.kind == Worker::Kind::dark) {
@@ -294,21 +410,35 @@ void Acquisition::run(std::stop_token) {
         w.rows.push_back(FrameRow{w.numbers[i], w.timestamps[i], 0, 0, kFlagDark});
       w.writer->append_empty_frames(w.rows);
       dark_frames_.fetch_add(n);
+      frames_processed_.fetch_add(n);
+      rows_written_.fetch_add(n);
+    } else if (w.gpu) {
+      w.in_flight.push_back({w.numbers, w.timestamps});
+      w.staging = {};
+      w.gpu->submit(w.numbers);
     } else {
       w.table.clear();
       w.finder->find(std::span<const uint16_t>(w.batch.data(), n * w.pixels), w.numbers, w.table);
       w.writer->append(w.table, w.timestamps, w.flags);
-      // Accumulates only; a full volume goes to the stage's own thread (never waited for).
-      if (w.stage_owner) w.stage_owner->add(w.table);
-      clusters_.fetch_add(w.table.n_clusters());
-      data_frames_.fetch_add(n);
+      count_written(w.table);
     }
-    frames_processed_.fetch_add(n);
-    rows_written_.fetch_add(n);
     w.numbers.clear();
     w.timestamps.clear();
     w.flags.clear();
     w.kind = Worker::Kind::none;
+  };
+
+  // Everything handed to the finder is written (before rows that must follow it).
+  auto drain = [&] {
+    flush_batch();
+    if (w.gpu) w.gpu->flush();
+  };
+
+  // Where the next data frame goes: the GPU's pinned staging, or the batch buffer.
+  auto data_slot = [&](std::size_t i) -> uint16_t* {
+    if (!w.gpu) return w.batch.data() + i * w.pixels;
+    if (w.staging.empty()) w.staging = w.gpu->staging();  // may wait for that slot's old batch
+    return w.staging.data() + i * w.pixels;
   };
 
   auto begin_data = [&] {
@@ -324,7 +454,7 @@ void Acquisition::run(std::stop_token) {
   };
 
   auto write_empty = [&](std::span<const FrameRow> rows) {
-    flush_batch();
+    drain();
     w.writer->append_empty_frames(rows);
     rows_written_.fetch_add(rows.size());
   };
@@ -366,6 +496,26 @@ void Acquisition::run(std::stop_token) {
       throw OutputError(fmt::format("cannot create output directory {}: {}",
                                     cfg.output.directory.string(), ec.message()));
     w.finder = make_finder(finder_params(cfg), finder_options(cfg));
+    w.gpu = dynamic_cast<gpu::GpuClusterFinder*>(w.finder.get());
+    std::size_t capacity = w.capacity;
+    if (w.gpu) {
+      capacity = static_cast<std::size_t>(w.gpu->batch_frames());
+      w.gpu->set_sink([&](const gpu::GpuBatchView& v) {
+        // Batches come back in submission order.
+        Worker::InFlight b = std::move(w.in_flight.front());
+        w.in_flight.pop_front();
+        w.table.clear();
+        std::size_t c = 0;
+        const std::size_t per = w.table.values_per_cluster();
+        for (std::size_t f = 0; f < v.frame_numbers.size(); ++f) {
+          w.table.begin_frame(v.frame_numbers[f]);
+          for (uint32_t k = 0; k < v.counts[f]; ++k, ++c)
+            w.table.add_cluster(v.x[c], v.y[c], v.data.subspan(c * per, per));
+        }
+        w.writer->append(w.table, b.timestamps);
+        count_written(w.table);
+      });
+    }
     {
       std::lock_guard lock(mu_);
       backend_ = w.finder->description();
@@ -417,7 +567,7 @@ void Acquisition::run(std::stop_token) {
         w.assembler.flush_pending();
       }
       if (now - last_flush >= std::chrono::milliseconds(cfg.output.flush_interval_ms)) {
-        flush_batch();
+        drain();
         w.writer->flush();
         last_flush = now;
       }
@@ -447,24 +597,26 @@ void Acquisition::run(std::stop_token) {
         const auto kind = dark_remaining > 0 ? Worker::Kind::dark : Worker::Kind::data;
         if (w.kind != kind) flush_batch();
         w.kind = kind;
-        f->write_to(cfg.detector, std::span<uint16_t>(w.batch.data() + w.numbers.size() * w.pixels, w.pixels));
+        uint16_t* dst = kind == Worker::Kind::dark ? w.batch.data() + w.numbers.size() * w.pixels
+                                                   : data_slot(w.numbers.size());
         w.numbers.push_back(fn);
         w.timestamps.push_back(f->timestamp);
+        w.copier.copy(std::move(f), std::span<uint16_t>(dst, w.pixels));  // and releases it
         w.flags.push_back(0);
         if (kind == Worker::Kind::dark && --dark_remaining == 0) {
           flush_batch();
           begin_data();
         }
-        if (w.numbers.size() == w.capacity) flush_batch();
+        if (w.numbers.size() == (kind == Worker::Kind::dark ? w.capacity : capacity)) flush_batch();
       }
-      w.assembler.release(std::move(f));
+      if (f) w.assembler.release(std::move(f));
       ++frames_seen;
       if (cfg.run.max_frames > 0 && frames_seen >= cfg.run.max_frames && !stop_requested_.load())
         stop("frame limit");
     }
     w.ingest.load()->stop();
     if (!abort_requested_.load()) {
-      flush_batch();
+      drain();
       write_gap(next_expected.value_or(0), next_expected.value_or(0));  // releases dropped list
       // Frames dropped after the last received one still get their rows.
       auto tail = w.assembler.take_dropped(std::nullopt);
@@ -478,12 +630,15 @@ void Acquisition::run(std::stop_token) {
         }
       }
     } else {
+      w.copier.wait();
       w.numbers.clear();
+      if (w.gpu) w.gpu->flush();  // batches already submitted are written
     }
-    if (w.stage_owner) {
+    if (w.gpu) w.gpu->set_sink({});
+    if (cfg.reconstruction.enabled) {
       // The partial volume too (not after an abort), then the worker's queue: the results must
       // reach the writer before it closes.
-      if (!abort_requested_.load()) w.stage_owner->flush();
+      if (w.stage_owner && !abort_requested_.load()) w.stage_owner->flush();
       finish_reconstruction();
     }
     PedestalState end = w.finder->pedestal();
@@ -501,7 +656,14 @@ void Acquisition::run(std::stop_token) {
   } catch (const std::exception& e) {
     fail(e.what());
     if (Ingest* in = w.ingest.load()) in->stop();
-    if (w.stage_owner && w.writer) {
+    w.copier.wait();
+    if (w.gpu) {
+      try {
+        w.gpu->set_sink({});  // results of batches still in flight are dropped with the run
+      } catch (...) {
+      }
+    }
+    if (cfg_.reconstruction.enabled && w.writer) {
       try {
         finish_reconstruction();
       } catch (const std::exception& e2) {

@@ -37,6 +37,8 @@ TEST(Config, ExampleEqualsDefaults) {
   EXPECT_EQ(ex.ingest.reorder_frames, def.ingest.reorder_frames);
   EXPECT_EQ(ex.ingest.part_timeout_ms, def.ingest.part_timeout_ms);
   EXPECT_EQ(ex.ingest.receive_hwm, def.ingest.receive_hwm);
+  EXPECT_EQ(ex.ingest.copy_threads, def.ingest.copy_threads);
+  EXPECT_EQ(gc::parse("ingest: {copy_threads: 3}").ingest.copy_threads, 3);
   EXPECT_EQ(ex.pedestal.dark_frames, def.pedestal.dark_frames);
   EXPECT_EQ(ex.pedestal.keep_previous, def.pedestal.keep_previous);
   EXPECT_EQ(ex.pedestal.window, def.pedestal.window);
@@ -173,6 +175,7 @@ TEST(Config, BadValuesNameKeyLineAndAllowed) {
       {"logging:\n  level: loud\n", "logging.level", 2, "trace, debug"},
       {"control:\n  endpoint: localhost\n", "control.endpoint", 2, "tcp://"},
       {"reconstruction:\n  lambda: -1\n", "reconstruction.lambda", 2, "[0"},
+      {"ingest:\n  copy_threads: many\n", "ingest.copy_threads", 2, "0 to 64"},
       {"reconstruction:\n  slices: 1\n", "reconstruction.slices", 2, "2 to 4096"},
       {"reconstruction:\n  frames_per_slice: 0\n", "reconstruction.frames_per_slice", 2, "1 to"},
       {"reconstruction:\n  weight: photons\n", "reconstruction.weight", 2, "centres, signal"},
@@ -244,7 +247,9 @@ TEST(Config, ToYamlRoundTripsEveryValue) {
   c.output.directory = "/tmp/a b";
   c.run.max_seconds = 0.1;
   c.reconstruction.lambda = 1e-7;
+  c.reconstruction.forward = "gaussian:2,2,1";
   c.pedestal.keep_previous = true;
+  c.ingest.copy_threads = 2;
   const auto b = gc::parse(gc::to_yaml(c));
   EXPECT_EQ(gc::to_yaml(b), gc::to_yaml(c));
   EXPECT_EQ(b.detector.rows, 512u);
@@ -256,6 +261,7 @@ TEST(Config, ToYamlRoundTripsEveryValue) {
   EXPECT_EQ(b.run.max_seconds, 0.1);
   EXPECT_EQ(b.reconstruction.lambda, 1e-7);
   EXPECT_TRUE(b.pedestal.keep_previous);
+  EXPECT_EQ(b.ingest.copy_threads, 2);
   // Overrides apply on top of values changed in the struct.
   const auto o = gc::with_overrides(c, "{run: {max_frames: 3}}");
   EXPECT_EQ(o.detector.rows, 512u);

@@ -4,7 +4,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
+
+#include <fmt/format.h>
 #include <thread>
 
 #include "glint/config/config.hpp"
@@ -94,7 +97,8 @@ void expect_clusters_match(const Case& c, const Result& r) {
 }  // namespace
 
 TEST(Acquisition, OnePortClustersEqualTheReferenceFinder) {
-  const Case c = make_case("one_port");
+  Case c = make_case("one_port");
+  c.cfg.ingest.copy_threads = 3;  // images copied into the finder's input on three threads
   const Result r = run_case(c);
   ASSERT_EQ(r.file.frames.size(), 80u);
   for (std::size_t i = 0; i < r.file.frames.size(); ++i) {
@@ -118,6 +122,7 @@ TEST(Acquisition, FourPortsOnTwoEndpointsAssembleLikeOneImage) {
   // Two ingest threads on two cores can drift apart by many frames in an unthrottled burst:
   // let images wait for their parts (time-out or end of data) rather than count-evict them.
   c.cfg.ingest.reorder_frames = 200;
+  c.cfg.ingest.copy_threads = 2;
   const Result r = run_case(c);
   ASSERT_EQ(r.file.frames.size(), 80u);
   EXPECT_EQ(r.stats.late_parts, 0u);
@@ -295,6 +300,7 @@ TEST(Acquisition, GpuBackendWritesTheReferenceClusters) {
     c.cfg.finder.backend = "gpu";
     c.cfg.finder.batch_frames = batch;
     c.cfg.ingest.reorder_frames = 4;
+    c.cfg.ingest.copy_threads = batch == 16 ? 0 : 4;
     c.sim.frames = 400;
     c.sim.image.photons = 30;
     c.sim.faults = {{SimFault::gap, 23}, {SimFault::drop_part, 41}};
@@ -306,4 +312,72 @@ TEST(Acquisition, GpuBackendWritesTheReferenceClusters) {
     EXPECT_EQ(r.stats.clusters, r.file.clusters.n_clusters());
     expect_clusters_match(c, r);
   }
+}
+
+TEST(Acquisition, ReconstructionBesideTheRunWritesItsVolumes) {
+  Case c = make_case("recon");
+  c.cfg.reconstruction.enabled = true;
+  c.cfg.reconstruction.frames_per_slice = 10;
+  c.cfg.reconstruction.slices = 3;
+  c.cfg.reconstruction.outer = 3;
+  c.cfg.reconstruction.tv_inner = 2;
+  c.cfg.reconstruction.backend = "cpu";
+  c.sim.frames = 75;  // two full volumes of 30 frames, then a partial one of 15
+  const Result r = run_case(c);
+  EXPECT_TRUE(r.stats.recon_enabled);
+  EXPECT_EQ(r.stats.recon_frames, 75u);
+  EXPECT_EQ(r.stats.recon_volumes_done + r.stats.recon_volumes_dropped, 3u);
+  EXPECT_GE(r.stats.recon_volumes_done, 1u);
+  EXPECT_EQ(r.stats.recon_volumes_failed, 0u);
+  // No side files are left next to the run file.
+  for (const auto& e : fs::directory_iterator(c.cfg.output.directory))
+    EXPECT_EQ(e.path().extension(), ".h5") << e.path();
+  ASSERT_TRUE(r.file.reconstruction_summary.has_value());
+  EXPECT_EQ(r.file.reconstruction_summary->volumes_done, r.stats.recon_volumes_done);
+  ASSERT_EQ(r.file.reconstruction.size(), r.stats.recon_volumes_done);
+  // The hit images count the cluster centres of the data frames they cover.
+  std::vector<uint64_t> clusters_of, numbers_of;  // per data frame, in order
+  for (std::size_t i = 0; i < r.file.frames.size(); ++i)
+    if (r.file.frames[i].flags == 0) {
+      clusters_of.push_back(r.file.clusters.frames()[i].n_clusters);
+      numbers_of.push_back(r.file.frames[i].frame_number);
+    }
+  ASSERT_EQ(clusters_of.size(), 75u);
+  for (const auto& vol : r.file.reconstruction) {
+    const auto v = static_cast<int>(
+        std::find(numbers_of.begin(), numbers_of.end(), vol.first_frame) - numbers_of.begin());
+    ASSERT_TRUE(v == 0 || v == 30 || v == 60) << vol.first_frame;
+    EXPECT_EQ(vol.last_frame, numbers_of[std::min(74, v + 29)]);
+    EXPECT_EQ(vol.nx, 64u);
+    EXPECT_EQ(vol.ny, 48u);
+    EXPECT_EQ(vol.nz, v < 60 ? 3u : 2u);  // the last, partial volume: 1.5 slices
+    EXPECT_EQ(vol.outer, 3u);
+    EXPECT_EQ(vol.tv_inner, 2u);
+    double hits = 0;
+    for (float x : vol.input) hits += x;
+    uint64_t want = 0;
+    for (int f = v; f < std::min(75, v + 30); ++f) want += clusters_of[f];
+    EXPECT_EQ(hits, static_cast<double>(want)) << "volume from " << vol.first_frame;
+    double sum_out = 0;
+    for (float x : vol.output) {
+      EXPECT_GE(x, 0.0f);
+      sum_out += x;
+    }
+    EXPECT_GT(sum_out, 0.0);
+  }
+}
+
+TEST(Acquisition, ReconstructionThatCannotStartLeavesClusterFindingAlone) {
+  Case c = make_case("recon_bad");
+  c.cfg.reconstruction.enabled = true;
+  c.cfg.reconstruction.forward = "mask:" + (c.cfg.output.directory / "no_such_mask.h5").string() + ":/mask";
+  c.cfg.reconstruction.backend = "cpu";
+  const Result r = run_case(c);
+  EXPECT_TRUE(r.stats.error.empty()) << r.stats.error;
+  EXPECT_EQ(r.stats.recon_volumes_failed, 1u);
+  EXPECT_EQ(r.stats.recon_volumes_done, 0u);
+  ASSERT_TRUE(r.file.reconstruction_summary.has_value());
+  EXPECT_EQ(r.file.reconstruction_summary->volumes_failed, 1u);
+  EXPECT_TRUE(r.file.reconstruction.empty());
+  expect_clusters_match(c, r);
 }

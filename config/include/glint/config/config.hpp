@@ -46,6 +46,8 @@ struct IngestConfig {
   uint32_t part_timeout_ms = 500;   ///< oldest pending image is declared incomplete after this
   int receive_hwm = 10000;          ///< ZMQ_RCVHWM of each SUB socket (messages)
   int receive_buffer_bytes = 0;     ///< ZMQ_RCVBUF; 0 = the system default
+  int copy_threads = -1;            ///< threads copying images into the finder's input;
+                                    ///< 0 = the run's own thread, -1 ("auto") = by core count
 };
 
 struct PedestalConfig {

@@ -105,6 +105,7 @@ class Acquisition {
   std::string error_, end_reason_, backend_;
   std::optional<PedestalState> start_pedestal_, end_pedestal_;
 
+  std::atomic<uint64_t> recon_failed_at_start_{0};  ///< the stage could not be set up (logged)
   std::atomic<uint64_t> frames_processed_{0}, dark_frames_{0}, data_frames_{0}, incomplete_{0},
       missing_{0}, dropped_rows_{0}, clusters_{0}, rows_written_{0};
   std::unique_ptr<Worker> w_;
