@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -285,9 +286,15 @@ void read_logging(Section s, LoggingConfig& c) {
 void read_reconstruction(Section s, ReconstructionConfig& c) {
   s.read_bool("enabled", c.enabled);
   s.read_integer("frames_per_slice", c.frames_per_slice, 1, 100000000);
-  s.read_integer("slices", c.slices, 0, 100000);
+  s.read_integer("slices", c.slices, 2, 4096);
+  s.read_string("weight", c.weight, {"centres", "signal"});
+  s.read_nonempty_string("forward", c.forward);
+  static const std::regex gaussian(R"(gaussian:[0-9]*\.?[0-9]+,[0-9]*\.?[0-9]+,[0-9]*\.?[0-9]+)");
+  if (c.forward != "identity" && !std::regex_match(c.forward, gaussian))
+    s.fail_key("forward", fmt::format("'{}' is not allowed (allowed: identity, gaussian:SX,SY,SZ)", c.forward));
   s.read_double("lambda", c.lambda, 0.0, 1e6, false);
-  s.read_integer("iterations", c.iterations, 1, 1000000);
+  s.read_integer("iterations", c.iterations, 1, 100000);
+  s.read_integer("tv_inner", c.tv_inner, 1, 10000);
   s.read_string("backend", c.backend, {"cpu", "gpu", "auto"});
   s.reject_unknown();
 }
@@ -411,8 +418,11 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "enabled" << YAML::Value << c.reconstruction.enabled;
   e << YAML::Key << "frames_per_slice" << YAML::Value << c.reconstruction.frames_per_slice;
   e << YAML::Key << "slices" << YAML::Value << c.reconstruction.slices;
+  e << YAML::Key << "weight" << YAML::Value << c.reconstruction.weight;
+  e << YAML::Key << "forward" << YAML::Value << c.reconstruction.forward;
   e << YAML::Key << "lambda" << YAML::Value << c.reconstruction.lambda;
   e << YAML::Key << "iterations" << YAML::Value << c.reconstruction.iterations;
+  e << YAML::Key << "tv_inner" << YAML::Value << c.reconstruction.tv_inner;
   e << YAML::Key << "backend" << YAML::Value << c.reconstruction.backend;
   e << YAML::EndMap;
   e << YAML::EndMap;

@@ -253,6 +253,8 @@ json Daemon::stats_json() const {
     }
   }
   j["rates"] = {{"window_s", 5}, {"frames_per_s", fps}, {"bytes_per_s", bps}, {"clusters_per_s", cps}};
+  j["reconstruction"] = {{"enabled", cfg_.reconstruction.enabled}, {"volumes", s.recon_volumes},
+                         {"dropped", s.recon_dropped}, {"failed", s.recon_failed}};
   j["queues"] = {{"pending_images", s.pending_images}, {"queued_images", s.queued_images},
                  {"staging_used", s.staging_used}, {"staging_total", s.staging_total}};
   return j;

@@ -16,6 +16,7 @@
 #include "glint/pipeline/frame_assembler.hpp"
 #include "glint/pipeline/ingest.hpp"
 #include "glint/pipeline/run_file.hpp"
+#include "glint/recon/reconstruction_stage.hpp"
 
 namespace glint::pipeline {
 
@@ -122,6 +123,21 @@ class FrameCopier {
   std::vector<std::jthread> threads_;  // last: stopped and joined first
 };
 
+recon::StageOptions stage_options(const config::Config& c) {
+  recon::StageOptions o;
+  o.width = static_cast<int>(c.detector.cols);
+  o.height = static_cast<int>(c.detector.rows);
+  o.frames_per_slice = c.reconstruction.frames_per_slice;
+  o.slices = c.reconstruction.slices;
+  o.weight = recon::parse_hit_weight(c.reconstruction.weight);
+  o.forward = c.reconstruction.forward;
+  o.solver.lambda = static_cast<float>(c.reconstruction.lambda);
+  o.solver.outer = static_cast<int>(c.reconstruction.iterations);
+  o.solver.tv_inner = static_cast<int>(c.reconstruction.tv_inner);
+  o.backend.backend = recon::parse_backend(c.reconstruction.backend);
+  return o;
+}
+
 /// Copy threads: as configured; "auto": none on small machines (the copy stays on the run's
 /// thread), up to 4.
 unsigned copy_threads(int configured) {
@@ -154,6 +170,13 @@ struct Acquisition::Worker {
 
   // GPU streaming: frames are copied straight into the engine's pinned staging, batches are
   // submitted without waiting, and results come back (in frame order) through the sink.
+  // Reconstruction beside the run: the stage's worker hands finished volumes over here, and the
+  // run's thread writes them (HDF5 is used from one thread at a time).
+  std::unique_ptr<recon::ReconstructionStage> recon;
+  std::mutex recon_mu;
+  std::deque<recon::StageResult> recon_done;
+  uint64_t recon_files = 0;
+
   gpu::GpuClusterFinder* gpu = nullptr;
   std::span<uint16_t> staging;
   struct InFlight {
@@ -271,6 +294,9 @@ RunStats Acquisition::stats() const {
   s.missing = missing_.load();
   s.clusters = clusters_.load();
   s.rows_written = rows_written_.load();
+  s.recon_volumes = recon_volumes_.load();
+  s.recon_dropped = recon_dropped_.load();
+  s.recon_failed = recon_failed_.load();
   return s;
 }
 
@@ -284,7 +310,44 @@ void Acquisition::run(std::stop_token) {
   auto last_flush = clock::now();
   std::optional<clock::time_point> first_end_at;
 
+  // Writes the volumes the reconstruction has finished: <run file>_recon_<n:03>.h5.
+  auto write_volumes = [&] {
+    std::deque<recon::StageResult> done;
+    {
+      std::lock_guard lock(w.recon_mu);
+      done.swap(w.recon_done);
+    }
+    for (auto& r : done) {
+      const auto path = file_.parent_path() /
+                        fmt::format("{}_recon_{:03}.h5", file_.stem().string(), ++w.recon_files);
+      const std::vector<std::pair<std::string, recon::Attribute>> attrs{
+          {"first_frame", static_cast<long long>(r.first_frame)},
+          {"last_frame", static_cast<long long>(r.last_frame)},
+          {"lambda", cfg.reconstruction.lambda},
+          {"iterations", static_cast<long long>(r.report.outer)},
+          {"tv_inner", static_cast<long long>(r.report.tv_inner)},
+          {"forward", cfg.reconstruction.forward},
+          {"weight", cfg.reconstruction.weight},
+          {"backend", r.backend},
+          {"seconds", r.report.seconds},
+          {"run_file", file_.filename().string()}};
+      recon::write_volumes(path.string(), {{"/input", &r.input, attrs}, {"/output", &r.output, attrs}});
+      recon_volumes_.fetch_add(1);
+      log::info("run {}: reconstruction of frames {}..{} -> {}", run_index_, r.first_frame, r.last_frame,
+                path.string());
+    }
+  };
+
+  uint64_t recon_failed_at_start = 0;
+  auto recon_counters = [&] {  // published for stats() on other threads
+    if (!w.recon) return;
+    const auto rs = w.recon->stats();
+    recon_dropped_.store(rs.volumes_dropped);
+    recon_failed_.store(recon_failed_at_start + rs.volumes_failed);
+  };
+
   auto count_written = [&](const ClusterTable& t) {
+    if (w.recon) w.recon->add(t);
     clusters_.fetch_add(t.n_clusters());
     data_frames_.fetch_add(t.n_frames());
     frames_processed_.fetch_add(t.n_frames());
@@ -432,6 +495,19 @@ void Acquisition::run(std::stop_token) {
     } else if (cfg.pedestal.keep_previous) {
       log::info("run {}: no usable previous pedestal; taking {} dark frames", run_index_, dark_remaining);
     }
+    if (cfg.reconstruction.enabled) {
+      try {
+        w.recon = std::make_unique<recon::ReconstructionStage>(stage_options(cfg), [&w](recon::StageResult&& r) {
+          std::lock_guard lock(w.recon_mu);
+          w.recon_done.push_back(std::move(r));
+        });
+      } catch (const std::exception& e) {
+        // Cluster finding goes on without it.
+        log::error("run {}: reconstruction disabled for this run: {}", run_index_, e.what());
+        recon_failed_at_start = 1;
+        recon_failed_.store(1);
+      }
+    }
     if (dark_remaining == 0) begin_data();
     else state_.store(RunState::pedestal);
     w.ingest_owner = std::make_unique<Ingest>(cfg, w.assembler);
@@ -459,6 +535,8 @@ void Acquisition::run(std::stop_token) {
         w.assembler.flush_pending();
       }
       if (now - last_flush >= std::chrono::milliseconds(cfg.output.flush_interval_ms)) {
+        write_volumes();
+        recon_counters();
         drain();
         w.writer->flush();
         last_flush = now;
@@ -527,6 +605,12 @@ void Acquisition::run(std::stop_token) {
       if (w.gpu) w.gpu->flush();  // batches already submitted are written
     }
     if (w.gpu) w.gpu->set_sink({});
+    if (w.recon) {
+      if (!abort_requested_.load()) w.recon->flush();  // the partial volume too
+      w.recon->wait_idle();
+      write_volumes();
+      recon_counters();
+    }
     PedestalState end = w.finder->pedestal();
     w.writer->close(&end);
     {

@@ -56,6 +56,13 @@ TEST(Config, ExampleEqualsDefaults) {
   EXPECT_EQ(ex.logging.level, def.logging.level);
   EXPECT_EQ(ex.reconstruction.enabled, def.reconstruction.enabled);
   EXPECT_EQ(ex.reconstruction.lambda, def.reconstruction.lambda);
+  EXPECT_EQ(ex.reconstruction.slices, def.reconstruction.slices);
+  EXPECT_EQ(ex.reconstruction.frames_per_slice, def.reconstruction.frames_per_slice);
+  EXPECT_EQ(ex.reconstruction.weight, def.reconstruction.weight);
+  EXPECT_EQ(ex.reconstruction.forward, def.reconstruction.forward);
+  EXPECT_EQ(ex.reconstruction.iterations, def.reconstruction.iterations);
+  EXPECT_EQ(ex.reconstruction.tv_inner, def.reconstruction.tv_inner);
+  EXPECT_EQ(ex.reconstruction.backend, def.reconstruction.backend);
   EXPECT_EQ(ex.source, kExample.string());
   EXPECT_NE(ex.yaml.find("detector:"), std::string::npos);
 }
@@ -72,7 +79,7 @@ output: {directory: /tmp/x, run_name: scan, flush_interval_ms: 200}
 run: {auto_start: true, max_frames: 100, max_seconds: 2.5}
 control: {endpoint: "tcp://127.0.0.1:6000"}
 logging: {level: debug}
-reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5}
+reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5, forward: "gaussian:1,1.5,0.5"}
 )");
   EXPECT_EQ(c.detector.type, "jungfrau");
   EXPECT_EQ(c.detector.rows, 512u);
@@ -102,6 +109,7 @@ reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5}
   EXPECT_TRUE(c.reconstruction.enabled);
   EXPECT_EQ(c.reconstruction.frames_per_slice, 7u);
   EXPECT_EQ(c.reconstruction.slices, 3u);
+  EXPECT_EQ(c.reconstruction.forward, "gaussian:1,1.5,0.5");
 }
 
 TEST(Config, UnknownKeyNamesKeyLineAndAllowed) {
@@ -145,6 +153,9 @@ TEST(Config, BadValuesNameKeyLineAndAllowed) {
       {"control:\n  endpoint: localhost\n", "control.endpoint", 2, "tcp://"},
       {"reconstruction:\n  lambda: -1\n", "reconstruction.lambda", 2, "[0"},
       {"ingest:\n  copy_threads: many\n", "ingest.copy_threads", 2, "0 to 64"},
+      {"reconstruction:\n  slices: 1\n", "reconstruction.slices", 2, "2 to 4096"},
+      {"reconstruction:\n  forward: mask:x.h5:/m\n", "reconstruction.forward", 2, "gaussian:SX,SY,SZ"},
+      {"reconstruction:\n  weight: energy\n", "reconstruction.weight", 2, "centres, signal"},
       {"run:\n  max_seconds: -1\n", "run.max_seconds", 2, "[0"},
       {"detector: 5\n", "detector", 1, "mapping"},
   };
@@ -202,6 +213,7 @@ TEST(Config, ToYamlRoundTripsEveryValue) {
   c.output.directory = "/tmp/a b";
   c.run.max_seconds = 0.1;
   c.reconstruction.lambda = 1e-7;
+  c.reconstruction.forward = "gaussian:2,2,1";
   c.pedestal.keep_previous = true;
   c.ingest.copy_threads = 2;
   const auto b = gc::parse(gc::to_yaml(c));

@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 
 #include <fstream>
+
+#include <fmt/format.h>
 #include <thread>
 
 #include "glint/config/config.hpp"
 #include "glint/pipeline/acquisition.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
+#include "glint/recon/volume_io.hpp"
 #include "gpu_test.hpp"
 #include "stream_test_util.hpp"
 
@@ -308,5 +311,45 @@ TEST(Acquisition, GpuBackendWritesTheReferenceClusters) {
     EXPECT_GT(r.stats.incomplete, 0u);
     EXPECT_EQ(r.stats.clusters, r.file.clusters.n_clusters());
     expect_clusters_match(c, r);
+  }
+}
+
+TEST(Acquisition, ReconstructionBesideTheRunWritesItsVolumes) {
+  Case c = make_case("recon");
+  c.cfg.reconstruction.enabled = true;
+  c.cfg.reconstruction.frames_per_slice = 10;
+  c.cfg.reconstruction.slices = 3;
+  c.cfg.reconstruction.iterations = 3;
+  c.cfg.reconstruction.tv_inner = 2;
+  c.cfg.reconstruction.backend = "cpu";
+  c.sim.frames = 75;  // two full volumes of 30 frames, then a partial one of 15
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.recon_volumes, 3u);
+  EXPECT_EQ(r.stats.recon_failed, 0u);
+  // The hit images count the cluster centres of the data frames they cover.
+  std::vector<uint64_t> clusters_of;  // per data frame, in order
+  for (std::size_t i = 0; i < r.file.frames.size(); ++i)
+    if (r.file.frames[i].flags == 0) clusters_of.push_back(r.file.clusters.frames()[i].n_clusters);
+  ASSERT_EQ(clusters_of.size(), 75u);
+  for (int v = 0; v < 3; ++v) {
+    const fs::path p = c.cfg.output.directory / fmt::format("recon_000001_recon_{:03}.h5", v + 1);
+    ASSERT_TRUE(fs::exists(p)) << p;
+    const auto in = recon::read_volume(p.string(), "/input");
+    const auto out = recon::read_volume(p.string(), "/output");
+    EXPECT_EQ(in.dims.nx, 64);
+    EXPECT_EQ(in.dims.ny, 48);
+    EXPECT_EQ(in.dims.nz, v < 2 ? 3 : 2);  // the last, partial volume: 1.5 slices
+    EXPECT_EQ(out.dims.nz, in.dims.nz);
+    double hits = 0;
+    for (float x : in.data) hits += x;
+    uint64_t want = 0;
+    for (int f = v * 30; f < std::min(75, v * 30 + 30); ++f) want += clusters_of[f];
+    EXPECT_EQ(hits, static_cast<double>(want)) << "volume " << v + 1;
+    double sum_out = 0;
+    for (float x : out.data) {
+      EXPECT_GE(x, 0.0f);
+      sum_out += x;
+    }
+    EXPECT_GT(sum_out, 0.0);
   }
 }

@@ -89,11 +89,14 @@ struct LoggingConfig {
 
 struct ReconstructionConfig {
   bool enabled = false;
-  uint32_t frames_per_slice = 100;
-  uint32_t slices = 0;           ///< 0 = as many as the run provides
-  double lambda = 0.01;          ///< TV regularisation weight
-  uint32_t iterations = 100;
-  std::string backend = "auto";  ///< cpu | gpu | auto
+  uint32_t frames_per_slice = 100;  ///< frames summed into one hit image (slice)
+  uint32_t slices = 16;             ///< slices per reconstructed volume (>= 2)
+  std::string weight = "centres";   ///< centres | signal: what a cluster adds to its hit image
+  std::string forward = "identity"; ///< identity | gaussian:SX,SY,SZ (PSF sigmas in voxels)
+  double lambda = 0.05;             ///< TV regularisation weight
+  uint32_t iterations = 20;         ///< FISTA (outer) iterations
+  uint32_t tv_inner = 10;           ///< FGP steps per proximal step
+  std::string backend = "auto";     ///< cpu | gpu | auto
 };
 
 struct Config {

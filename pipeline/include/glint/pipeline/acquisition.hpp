@@ -48,6 +48,9 @@ struct RunStats {
   uint64_t bad_total = 0;
   std::size_t pending_images = 0, queued_images = 0, staging_used = 0, staging_total = 0;
   std::string end_reason;          ///< end of acquisition, stop, frame limit, time limit, abort
+  // Reconstruction (when enabled): volumes reconstructed and written, dropped (worker busy),
+  // failed (solver error, logged).
+  uint64_t recon_volumes = 0, recon_dropped = 0, recon_failed = 0;
 };
 
 class Acquisition {
@@ -97,6 +100,7 @@ class Acquisition {
   std::string error_, end_reason_, backend_;
   std::optional<PedestalState> start_pedestal_, end_pedestal_;
 
+  std::atomic<uint64_t> recon_volumes_{0}, recon_dropped_{0}, recon_failed_{0};
   std::atomic<uint64_t> frames_processed_{0}, dark_frames_{0}, data_frames_{0}, incomplete_{0},
       missing_{0}, dropped_rows_{0}, clusters_{0}, rows_written_{0};
   std::unique_ptr<Worker> w_;
