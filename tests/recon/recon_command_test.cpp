@@ -8,30 +8,16 @@
 #include <filesystem>
 #include <string>
 
+#include "tool_test.hpp"
 #include "glint/recon/forward_model.hpp"
 #include "glint/recon/phantom.hpp"
 #include "glint/recon/volume_io.hpp"
 
 namespace fs = std::filesystem;
+using glint::testing::run_glint;
+using glint::testing::ToolResult;
 
 namespace {
-
-struct Result {
-  int status = -1;
-  std::string output;
-};
-
-Result run_glint(const std::string& args) {
-  const std::string cmd = std::string(GLINT_BINARY_DIR) + "/bin/glint " + args + " 2>&1";
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p) != nullptr) r.output += buf.data();
-  const int s = ::pclose(p);
-  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-  return r;
-}
 
 double double_attribute(const std::string& file, const char* name) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -45,24 +31,16 @@ double double_attribute(const std::string& file, const char* name) {
   return v;
 }
 
-class GlintRecon : public ::testing::Test {
+class GlintRecon : public glint::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("glint_recon_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  GlintRecon() : ScratchDirTest("glint_recon_test") {}
 };
 
 }  // namespace
 
 TEST_F(GlintRecon, PhantomIsReconstructedCloserThanTheMeasurement) {
   const std::string out = path("ph.h5");
-  const Result r = run_glint("recon --phantom 20 --forward gaussian:1,1,1 --noise 0.05 --lambda 0.02 "
+  const ToolResult r = run_glint("recon --phantom 20 --forward gaussian:1,1,1 --noise 0.05 --lambda 0.02 "
                              "--backend cpu --threads 2 --output " + out);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("RMSE vs phantom"), std::string::npos) << r.output;
@@ -88,7 +66,7 @@ TEST_F(GlintRecon, InputFileWithMaskForwardModel) {
   mask.data[0] = 1.0f;
   glint::recon::write_volumes(path("in.h5"), {{"/data", &in, {}}});
   glint::recon::write_volumes(path("mask.h5"), {{"/m", &mask, {}}});
-  const Result r = run_glint("recon --input " + path("in.h5") + " --dataset /data --lambda 0.01 "
+  const ToolResult r = run_glint("recon --input " + path("in.h5") + " --dataset /data --lambda 0.01 "
                              "--forward mask:" + path("mask.h5") + ":/m --no-nonneg --cold-start "
                              "--outer 5 --tv-inner 4 --backend cpu --threads 1 --output " +
                              path("out.h5"));
@@ -99,7 +77,7 @@ TEST_F(GlintRecon, InputFileWithMaskForwardModel) {
 }
 
 TEST_F(GlintRecon, BadInputGetsAClearErrorAndStatus2) {
-  Result r = run_glint("recon --input " + path("none.h5") + " --output " + path("o.h5"));
+  ToolResult r = run_glint("recon --input " + path("none.h5") + " --output " + path("o.h5"));
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("none.h5"), std::string::npos) << r.output;
   r = run_glint("recon --phantom 8 --forward gaussian:1,2 --output " + path("o.h5"));

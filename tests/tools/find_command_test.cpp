@@ -11,43 +11,21 @@
 #include <string>
 #include <vector>
 
+#include "tool_test.hpp"
 #include "glint/clust_file.hpp"
 #include "glint/cluster_finder.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "test_data.hpp"
 
 namespace fs = std::filesystem;
+using glint::testing::run_glint;
+using glint::testing::ToolResult;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-Result run_glint(const std::string& args) {
-  const std::string cmd = std::string(GLINT_BINARY_DIR) + "/bin/glint " + args + " 2>&1";
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p) != nullptr) r.output += buf.data();
-  const int s = ::pclose(p);
-  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-  return r;
-}
-
-class GlintFind : public ::testing::Test {
+class GlintFind : public glint::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("glint_find_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  GlintFind() : ScratchDirTest("glint_find_test") {}
 };
 
 std::string file_sha256(const std::string& p) {
@@ -71,13 +49,13 @@ TEST_F(GlintFind, MatchesAareByteForByteAtOneAndManyThreads) {
   for (const char* threads : {"1", "7"}) {
     const auto c3 = path(std::string("s3_") + threads + ".clust");
     const auto c5 = path(std::string("s5_") + threads + ".clust");
-    const Result r3 =
+    const ToolResult r3 =
         run_glint("find -i " + s3 + " --backend cpu --threads " + threads + " --clust " + c3);
     ASSERT_EQ(r3.status, 0) << r3.output;
     EXPECT_NE(r3.output.find("1120 frames (1000 dark, 120 data), 4956 clusters"),
               std::string::npos) << r3.output;
     EXPECT_EQ(file_sha256(c3), kAareS3) << "threads " << threads;
-    const Result r5 = run_glint("find -i " + s5 + " --dataset /data --dark 1000 --n-sigma 5 "
+    const ToolResult r5 = run_glint("find -i " + s5 + " --dataset /data --dark 1000 --n-sigma 5 "
                             "--cluster-size 5 --backend cpu --threads " + threads + " --clust " + c5);
     ASSERT_EQ(r5.status, 0) << r5.output;
     EXPECT_EQ(file_sha256(c5), kAareS5) << "threads " << threads;
@@ -88,7 +66,7 @@ TEST_F(GlintFind, RunFileHoldsFramesClustersAndPedestal) {
   const auto in = path("in.h5"), out = path("out.h5");
   ASSERT_EQ(run_glint("synth -q -o " + in + " --rows 30 --cols 41 --dark 1000 --frames 50 --seed 3 "
                   "--photons 20").status, 0);
-  const Result r = run_glint("find -q -i " + in + " --backend cpu --threads 3 --output " + out);
+  const ToolResult r = run_glint("find -q -i " + in + " --backend cpu --threads 3 --output " + out);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(r.output.empty()) << r.output;  // --quiet: no summary
 
@@ -127,7 +105,7 @@ TEST_F(GlintFind, ClearErrorsAndExitCodes) {
   const auto in = path("in.h5");
   ASSERT_EQ(run_glint("synth -q -o " + in + " --rows 8 --cols 9 --dark 1000 --frames 3").status, 0);
 
-  Result r = run_glint("find -i " + path("missing.h5"));
+  ToolResult r = run_glint("find -i " + path("missing.h5"));
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
 
@@ -205,13 +183,13 @@ TEST_F(GlintFind, SynthIsDeterministic) {
   ASSERT_EQ(run_glint("find -q -i " + a + " --clust " + path("a.clust")).status, 0);
   ASSERT_EQ(run_glint("find -q -i " + b + " --clust " + path("b.clust")).status, 0);
   EXPECT_EQ(file_sha256(path("a.clust")), file_sha256(path("b.clust")));
-  const Result r = run_glint("synth -q -o " + a + " --rows 16 --cols 12");
+  const ToolResult r = run_glint("synth -q -o " + a + " --rows 16 --cols 12");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("exists already"), std::string::npos) << r.output;
 }
 
 TEST(GlintBenchFind, CpuPrintsRateAndMatchesTheReference) {
-  const Result r = run_glint("bench find --backend cpu --size 48 --frames 30 --threads 2 --photons 20 "
+  const ToolResult r = run_glint("bench find --backend cpu --size 48 --frames 30 --threads 2 --photons 20 "
                          "--reference");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("frames/s"), std::string::npos) << r.output;

@@ -3,56 +3,21 @@
 // CPU reference, the multi-threaded CPU backend and the GPU kernels, so that all of them compute
 // the same bits (../shared/spec/cluster-finding.md).
 //
-// Every operation is an explicit IEEE double multiply, divide, add or subtract in the order the
-// specification gives; no two are ever fused. On the GPU the _rn intrinsics guarantee that
-// whatever -fmad says; on the CPU the files that include this header compile with
-// -ffp-contract=off.
+// Every operation is an explicit IEEE double multiply, divide, add or subtract (glint/rounded.hpp)
+// in the order the specification gives; no two are ever fused.
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define GLINT_HD __host__ __device__ __forceinline__
-#else
-#define GLINT_HD inline
-#endif
+#include "glint/rounded.hpp"
 
 namespace glint::cluster_math {
 
-GLINT_HD double mul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-GLINT_HD double add(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-GLINT_HD double sub(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-GLINT_HD double div(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-GLINT_HD double root(double a) {
-#if defined(__CUDA_ARCH__)
-  return __dsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
+using rounded::add;
+using rounded::div;
+using rounded::mul;
+using rounded::sub;
+/// Correctly rounded square root (double).
+GLINT_HD double root(double a) { return rounded::sqrt(a); }
 
 /// Pedestal window length N of the reference (aare's Pedestal default).
 inline constexpr uint32_t kDefaultPedestalWindow = 1000;

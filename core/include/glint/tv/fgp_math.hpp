@@ -4,58 +4,21 @@
 // compute the same bits.
 //
 // Every operation is an explicit IEEE single-precision multiply, add, subtract, divide or square
-// root in the order written here; none is ever fused into a multiply-add. On the GPU the _rn
-// intrinsics guarantee that whatever -fmad says; on the CPU the files that include this header
-// compile with -ffp-contract=off. Contraction would buy nothing: the step is memory-bound.
+// root (glint/rounded.hpp) in the order written here; none is ever fused into a multiply-add. Contraction would buy nothing: the step is memory-bound.
 //
 // Sign conventions (tv-solver.md): L(r)(j) = sum_a [r_a(j) - r_a(j - e_a)], g_a = z(i) - z(i+e_a).
-#include <cmath>
-
-#if defined(__CUDACC__)
-#define GLINT_TV_HD __host__ __device__ __forceinline__
-#else
-#define GLINT_TV_HD inline
-#endif
+#include "glint/rounded.hpp"
 
 namespace glint::tv::math {
 
-GLINT_TV_HD float mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-GLINT_TV_HD float add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-GLINT_TV_HD float sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-GLINT_TV_HD float div(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-GLINT_TV_HD float sqrt(float a) {
-#if defined(__CUDA_ARCH__)
-  return __fsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
+using rounded::add;
+using rounded::div;
+using rounded::mul;
+using rounded::sqrt;
+using rounded::sub;
+
 /// max(v, 0) as a comparison, identical on host and device (also for -0 and NaN).
-GLINT_TV_HD float pos(float v) { return v > 0.0f ? v : 0.0f; }
+GLINT_HD float pos(float v) { return v > 0.0f ? v : 0.0f; }
 
 struct Vec3 {
   float x, y, z;
@@ -63,14 +26,14 @@ struct Vec3 {
 
 /// Operation 1: z(j) = max(b(j) - w L(r)(j), 0), or without the constraint b(j) - w L(r)(j).
 /// r = r(j), rxm = r_x(j - e_x), rym = r_y(j - e_y), rzm = r_z(j - e_z) (0 outside the volume).
-GLINT_TV_HD float primal(float b, Vec3 r, float rxm, float rym, float rzm, float w, bool nonneg) {
+GLINT_HD float primal(float b, Vec3 r, float rxm, float rym, float rzm, float w, bool nonneg) {
   const float l = add(add(sub(r.x, rxm), sub(r.y, rym)), sub(r.z, rzm));
   const float v = sub(b, mul(w, l));
   return nonneg ? pos(v) : v;
 }
 
 /// Operation 2: g_a = z(i) - z(i + e_a), 0 on the last face of axis a.
-GLINT_TV_HD Vec3 gradient(float zc, float zxp, float zyp, float zzp, bool last_x, bool last_y,
+GLINT_HD Vec3 gradient(float zc, float zxp, float zyp, float zzp, bool last_x, bool last_y,
                           bool last_z) {
   return {last_x ? 0.0f : sub(zc, zxp), last_y ? 0.0f : sub(zc, zyp),
           last_z ? 0.0f : sub(zc, zzp)};
@@ -80,7 +43,7 @@ GLINT_TV_HD Vec3 gradient(float zc, float zxp, float zyp, float zzp, bool last_x
 /// Where |q|^2 <= 1, max(1, |q|) = 1 and q is returned as it is; elsewhere q is scaled by the
 /// correctly rounded reciprocal 1 / max(1, |q|) (one division instead of three: within one ulp
 /// of dividing each component, and the same bits on every backend).
-GLINT_TV_HD Vec3 project(Vec3 r, Vec3 g, float c) {
+GLINT_HD Vec3 project(Vec3 r, Vec3 g, float c) {
   const float qx = add(r.x, mul(g.x, c));
   const float qy = add(r.y, mul(g.y, c));
   const float qz = add(r.z, mul(g.z, c));
@@ -92,17 +55,17 @@ GLINT_TV_HD Vec3 project(Vec3 r, Vec3 g, float c) {
 }
 
 /// Operation 4: the momentum copy r = p' + m (p' - p).
-GLINT_TV_HD float momentum(float pn, float po, float m) { return add(pn, mul(m, sub(pn, po))); }
-GLINT_TV_HD Vec3 momentum(Vec3 pn, Vec3 po, float m) {
+GLINT_HD float momentum(float pn, float po, float m) { return add(pn, mul(m, sub(pn, po))); }
+GLINT_HD Vec3 momentum(Vec3 pn, Vec3 po, float m) {
   return {momentum(pn.x, po.x, m), momentum(pn.y, po.y, m), momentum(pn.z, po.z, m)};
 }
 
 /// FISTA: xbar = x + mom (x - x_prev), the point where the gradient is evaluated.
-GLINT_TV_HD float extrapolate(float x, float x_prev, float mom) {
+GLINT_HD float extrapolate(float x, float x_prev, float mom) {
   return add(x, mul(mom, sub(x, x_prev)));
 }
 /// FISTA gradient step b = xbar + t A^T (y - A xbar), given the back-projected residual.
-GLINT_TV_HD float gradient_step(float xbar, float residual, float t) {
+GLINT_HD float gradient_step(float xbar, float residual, float t) {
   return add(xbar, mul(t, residual));
 }
 
