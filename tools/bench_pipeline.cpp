@@ -103,7 +103,8 @@ Leg run_floor(const pipeline::SimOptions& sim, int rcvhwm) {
 
 /// The real pipeline: ingest, assembly, finder, HDF5 writer.
 Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
-  Leg leg{"glintd pipeline (ingest + find + write)"};
+  Leg leg{cfg.reconstruction.enabled ? "glintd pipeline + reconstruction"
+                                     : "glintd pipeline (ingest + find + write)"};
   // The sender binds first; the run connects to the addresses it got.
   std::mutex mu;
   std::condition_variable cv;
@@ -152,6 +153,11 @@ Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
                {"clusters", s.clusters},       {"dropped", s.dropped},      {"missing", s.missing},
                {"incomplete", s.incomplete},   {"bad_input", s.bad_total},  {"file", s.file},
                {"sender_seconds", rep.seconds}};
+  if (s.recon_enabled)
+    leg.extra["reconstruction"] = {{"frames", s.recon_frames},
+                                   {"volumes_done", s.recon_volumes_done},
+                                   {"volumes_dropped", s.recon_volumes_dropped},
+                                   {"volumes_failed", s.recon_volumes_failed}};
   return leg;
 }
 
@@ -177,6 +183,8 @@ void add_bench_pipeline(CLI::App& bench) {
     int hwm = 1000;
     bool as_json = false;
     bool floor_only = false;
+    uint32_t recon_slices = 0;          // 0: no reconstruction leg
+    uint32_t recon_frames_per_slice = 100;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--size", a->size, "frame rows = columns")->capture_default_str();
@@ -195,6 +203,13 @@ void add_bench_pipeline(CLI::App& bench) {
   cmd->add_option("--hwm", a->hwm, "ZeroMQ high-water mark, both sides (messages)")->capture_default_str();
   cmd->add_flag("--json", a->as_json, "print JSON");
   cmd->add_flag("--floor-only", a->floor_only, "measure the transport floor only");
+  cmd->add_option("--recon-slices", a->recon_slices,
+                  "also run the pipeline with reconstruction on (volumes of this many slices, "
+                  ">= 2), to compare with the leg without it; 0 = off")
+      ->capture_default_str();
+  cmd->add_option("--recon-frames-per-slice", a->recon_frames_per_slice,
+                  "frames summed into one slice of the reconstruction leg")
+      ->capture_default_str();
   cmd->callback([a] {
     if (a->ports == 0 || a->size % a->ports != 0)
       fail("glint bench pipeline", "--ports must divide --size", kExitUsage);
@@ -237,6 +252,9 @@ void add_bench_pipeline(CLI::App& bench) {
     cfg.output.directory = a->output;
     cfg.output.run_name = "bench";
     cfg.output.overwrite = true;
+    if (a->recon_slices == 1 || a->recon_frames_per_slice == 0)
+      fail("glint bench pipeline", "--recon-slices must be 0 or >= 2, --recon-frames-per-slice >= 1",
+           kExitUsage);
 
     std::vector<Leg> legs;
     try {
@@ -246,6 +264,18 @@ void add_bench_pipeline(CLI::App& bench) {
         sim.endpoints = endpoints(static_cast<int>(a->ports));
         legs.push_back(run_pipeline(sim, cfg));
         std::filesystem::remove_all(a->output);
+        if (a->recon_slices > 0) {
+          // Same sender, same run, with hit images stacked into volumes and reconstructed beside
+          // cluster finding (reconstruction on the finder's backend, lowest GPU stream priority).
+          config::Config with = cfg;
+          with.reconstruction.enabled = true;
+          with.reconstruction.slices = a->recon_slices;
+          with.reconstruction.frames_per_slice = a->recon_frames_per_slice;
+          with.reconstruction.backend = a->backend;
+          sim.endpoints = endpoints(2 * static_cast<int>(a->ports));
+          legs.push_back(run_pipeline(sim, with));
+          std::filesystem::remove_all(a->output);
+        }
       }
     } catch (const std::exception& e) {
       fail("glint bench pipeline", e.what(), kExitFailure);
@@ -258,7 +288,9 @@ void add_bench_pipeline(CLI::App& bench) {
         j["legs"].push_back({{"name", l.name}, {"images_sent", l.images_sent}, {"frames", l.frames},
                              {"lost", l.lost}, {"seconds", l.seconds}, {"frames_per_s", l.fps()},
                              {"gb_per_s", l.gbps()}, {"extra", l.extra}});
-      if (legs.size() == 2 && legs[0].fps() > 0) j["ratio_to_floor"] = legs[1].fps() / legs[0].fps();
+      if (legs.size() >= 2 && legs[0].fps() > 0) j["ratio_to_floor"] = legs[1].fps() / legs[0].fps();
+      if (legs.size() == 3 && legs[1].fps() > 0)
+        j["reconstruction_ratio"] = legs[2].fps() / legs[1].fps();
       std::cout << j.dump(2) << "\n";
       return;
     }
@@ -268,7 +300,7 @@ void add_bench_pipeline(CLI::App& bench) {
     for (const auto& l : legs)
       std::cout << fmt::format("  {:<42} {:>9.0f} frames/s  {:>6.2f} GB/s  lost {:>6}  ({:.2f} s)\n", l.name,
                                l.fps(), l.gbps(), l.lost, l.seconds);
-    if (legs.size() == 2) {
+    if (legs.size() >= 2) {
       const auto& x = legs[1].extra;
       std::cout << fmt::format("  backend {}; clusters {}; dropped {}, missing {}, incomplete {}\n",
                                x["backend"].get<std::string>(), x["clusters"].get<uint64_t>(),
@@ -276,6 +308,15 @@ void add_bench_pipeline(CLI::App& bench) {
                                x["incomplete"].get<uint64_t>());
       if (legs[0].fps() > 0)
         std::cout << fmt::format("  pipeline / floor: {:.1f}%\n", 100.0 * legs[1].fps() / legs[0].fps());
+    }
+    if (legs.size() == 3) {
+      const auto& r = legs[2].extra["reconstruction"];
+      std::cout << fmt::format(
+          "  with reconstruction: {:.1f}% of the rate without it, lost {} (without: {}); volumes "
+          "done {}, dropped {}, failed {}\n",
+          legs[1].fps() > 0 ? 100.0 * legs[2].fps() / legs[1].fps() : 0.0, legs[2].lost,
+          legs[1].lost, r["volumes_done"].get<uint64_t>(), r["volumes_dropped"].get<uint64_t>(),
+          r["volumes_failed"].get<uint64_t>());
     }
   });
 }

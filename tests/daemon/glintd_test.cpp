@@ -281,6 +281,33 @@ TEST(GlintBench, PipelineReportsBothLegsAndAccountsForEveryImage) {
   EXPECT_FALSE(fs::exists(dir / "out")) << "the benchmark's run file is removed";
 }
 
+TEST(GlintBench, PipelineWithReconstructionComparesAThirdLeg) {
+  const fs::path dir = glint::testing::fresh_dir("bench_pipeline_recon");
+  // 300 data frames, volumes of 2 slices x 50 frames: three full volumes, nothing partial.
+  Process b({bin("glint").string(), "bench", "pipeline", "--size", "32", "--frames", "300", "--dark", "20",
+             "--backend", "cpu", "--recon-slices", "2", "--recon-frames-per-slice", "50", "--json",
+             "--output", (dir / "out").string()},
+            dir / "bench.log");
+  ASSERT_EQ(b.wait_exit(60s), 0) << b.log();
+  const std::string text = b.log();
+  const json j = json::parse(text.substr(text.find('{')));
+  ASSERT_EQ(j["legs"].size(), 3u);
+  EXPECT_FALSE(j["legs"][1]["extra"].contains("reconstruction"));
+  const auto& leg = j["legs"][2];
+  EXPECT_EQ(leg["images_sent"], 320);
+  EXPECT_EQ(leg["frames"].get<uint64_t>() + leg["lost"].get<uint64_t>(), 320u) << leg.dump();
+  const auto& r = leg["extra"]["reconstruction"];
+  EXPECT_EQ(r["frames"].get<uint64_t>(), leg["extra"]["data"].get<uint64_t>()) << r.dump();
+  // Full volumes, plus the partial one at the end when it has two slices (a partial slice counts).
+  const uint64_t data = leg["extra"]["data"].get<uint64_t>();
+  const uint64_t volumes = data / 100 + (data % 100 > 50 ? 1 : 0);
+  EXPECT_EQ(r["volumes_done"].get<uint64_t>() + r["volumes_dropped"].get<uint64_t>(), volumes)
+      << r.dump();
+  EXPECT_EQ(r["volumes_failed"], 0);
+  EXPECT_GT(j["reconstruction_ratio"].get<double>(), 0.0);
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
 TEST(Glintd, DiskFullPutsTheRunInErrorAndTheDaemonStaysUp) {
   // A 512 KiB tmpfs as the output directory (needs root); elsewhere an unwritable directory.
   Rig rig("diskfull", false);
