@@ -29,9 +29,23 @@ class DeviceGuard {
   bool changed_ = false;
 };
 
+/// Scheduling priority of a stream's kernels. CUDA's default is the lowest priority, so cluster
+/// finding runs on `high` streams and background work (reconstruction) on `low` ones: when both
+/// have blocks waiting, the finder's are scheduled first.
+enum class StreamPriority { normal, high, low };
+
 class Stream {
  public:
-  Stream() { GLINT_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  explicit Stream(StreamPriority priority = StreamPriority::normal) {
+    if (priority == StreamPriority::normal) {
+      GLINT_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking));
+      return;
+    }
+    int least = 0, greatest = 0;
+    GLINT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    GLINT_CUDA_CHECK(cudaStreamCreateWithPriority(
+        &s_, cudaStreamNonBlocking, priority == StreamPriority::high ? greatest : least));
+  }
   ~Stream() { reset(); }
   Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
   Stream& operator=(Stream&& o) noexcept {

@@ -66,7 +66,7 @@ struct StateBuffers {
 
 /// What one batch slot holds on one GPU.
 struct LaneSlot {
-  Stream copy;
+  Stream copy{StreamPriority::high};
   Event in_done, found, done;
   Event t0{true}, t1{true};
   DeviceBuffer<uint16_t> frames;
@@ -101,7 +101,7 @@ struct Lane {
   uint32_t r0 = 0, r1 = 0;    // band computed here
   uint32_t fr0 = 0, fr1 = 0;  // frame rows uploaded here (band plus halo)
   uint32_t segment_max = 1, blocks = 0;  // pixels per find block (most), find blocks
-  Stream compute;
+  Stream compute{StreamPriority::high};
   StateBuffers live;
   StateBuffers rescue;        // re-runs after an overflow (allocated on first need)
   bool has_rescue = false;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "check.cuh"
+#include "cuda_owners.hpp"
 #include "glint/gpu/tv_solver.hpp"
 #include "tv_kernels.cuh"
 
@@ -21,63 +22,12 @@ namespace {
 using tv::Dims;
 using tv::Variant;
 
-// ---- move-only owners -----------------------------------------------------------------------
+// ---- move-only owners (cuda_owners.hpp; the cuFFT plan below) ------------------------------
 
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t floats) : n_(floats) {
-    if (n_) GLINT_CUDA_CHECK(cudaMalloc(&p_, n_ * sizeof(float)));
-  }
-  ~DeviceBuffer() {
-    if (p_) GLINT_CUDA_LOG(cudaFree(p_));
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
-    return *this;
-  }
-  float* get() const { return p_; }
-
- private:
-  float* p_ = nullptr;
-  std::size_t n_ = 0;
-};
-
-class Stream {
- public:
-  /// low_priority: the device's lowest stream priority (CUDA's default, 0, is the lowest), so
-  /// that work on streams of higher priority -- cluster finding -- is scheduled first.
-  explicit Stream(bool low_priority = false) {
-    int least = 0, greatest = 0;
-    if (low_priority) GLINT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    GLINT_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, least));
-  }
-  ~Stream() {
-    if (s_) GLINT_CUDA_LOG(cudaStreamDestroy(s_));
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
-
-class Event {
- public:
-  Event() { GLINT_CUDA_CHECK(cudaEventCreate(&e_)); }
-  ~Event() {
-    if (e_) GLINT_CUDA_LOG(cudaEventDestroy(e_));
-  }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return e_; }
-
- private:
-  cudaEvent_t e_ = nullptr;
-};
+using DeviceBuffer = detail::DeviceBuffer<float>;
+using detail::Event;
+using detail::Stream;
+using detail::StreamPriority;
 
 /// A cuFFT plan whose work area is supplied by the owner of several plans (one shared area).
 class FftPlan {
@@ -345,9 +295,9 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     m.chunk = m.chunk_march = std::atoi(e);  // tuning override: planes per marching block
   m.zrun = zrun_from_env(variant);
   if (const char* e = std::getenv("GLINT_TV_PAIRS")) m.pairs = std::atoi(e) != 0;
-  m.stream = std::make_unique<Stream>(low_priority);
-  m.e0 = std::make_unique<Event>();
-  m.e1 = std::make_unique<Event>();
+  m.stream = std::make_unique<Stream>(low_priority ? StreamPriority::low : StreamPriority::normal);
+  m.e0 = std::make_unique<Event>(/*timing=*/true);
+  m.e1 = std::make_unique<Event>(/*timing=*/true);
 
   // Plan first: cuFFT tells its work size without allocating it.
   auto& p = m.plan;
@@ -523,7 +473,7 @@ double measure_copy_bandwidth(std::size_t bytes, int reps, int device) {
   const std::size_t n = bytes / sizeof(float);
   DeviceBuffer a(n), b(n);
   Stream st;
-  Event e0, e1;
+  Event e0(/*timing=*/true), e1(/*timing=*/true);
   GLINT_CUDA_CHECK(cudaMemsetAsync(a.get(), 1, n * sizeof(float), st.get()));
   std::vector<float> ms;
   for (int r = 0; r < reps + 2; ++r) {
