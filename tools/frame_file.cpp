@@ -7,40 +7,14 @@
 
 #include <fmt/format.h>
 
+#include "glint/hdf5_handle.hpp"
+
 namespace glint::tools {
 namespace {
 
-/// Owns one HDF5 identifier.
-class Id {
- public:
-  Id() = default;
-  Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Id(Id&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
-  Id& operator=(Id&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = o.id_;
-      close_ = o.close_;
-      o.id_ = H5I_INVALID_HID;
-    }
-    return *this;
-  }
-  ~Id() { reset(); }
-  hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
-  herr_t reset() {
-    herr_t r = 0;
-    if (id_ >= 0 && close_ != nullptr) r = close_(id_);
-    id_ = H5I_INVALID_HID;
-    return r;
-  }
+using Id = hdf5::Handle;
 
- private:
-  hid_t id_ = H5I_INVALID_HID;
-  herr_t (*close_)(hid_t) = nullptr;
-};
-
-void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void quiet_hdf5() { hdf5::silence_errors(); }
 
 std::string describe_type(hid_t type) {
   switch (H5Tget_class(type)) {

@@ -1,6 +1,6 @@
 #include "glint/pipeline/run_file.hpp"
 
-#include <hdf5.h>
+#include "glint/hdf5_handle.hpp"
 
 #include <algorithm>
 #include <array>
@@ -19,38 +19,7 @@ namespace {
 
 // --- HDF5 plumbing -------------------------------------------------------------------------
 
-/// Move-only owner of an HDF5 identifier.
-class Hid {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Hid() = default;
-  Hid(hid_t id, Closer closer) : id_(id), closer_(closer) {}
-  ~Hid() { reset(); }
-  Hid(Hid&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), closer_(o.closer_) {}
-  Hid& operator=(Hid&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = std::exchange(o.id_, H5I_INVALID_HID);
-      closer_ = o.closer_;
-    }
-    return *this;
-  }
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  hid_t get() const { return id_; }
-  explicit operator bool() const { return id_ >= 0; }
-  /// Closes now; returns false when HDF5 reported an error (e.g. the final write failed).
-  bool reset() {
-    bool ok = true;
-    if (id_ >= 0 && closer_) ok = closer_(id_) >= 0;
-    id_ = H5I_INVALID_HID;
-    return ok;
-  }
-
- private:
-  hid_t id_ = H5I_INVALID_HID;
-  Closer closer_ = nullptr;
-};
+using Hid = hdf5::Handle;
 
 /// HDF5's own message for the most recent failure (its automatic printing is switched off).
 std::string hdf5_message() {
@@ -72,7 +41,7 @@ std::string hdf5_message() {
 
 void silence_hdf5() {
   static const bool done = [] {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    hdf5::silence_errors();
     return true;
   }();
   (void)done;
@@ -542,7 +511,7 @@ void RunFileWriter::close(const PedestalState* end) {
     failure = e.what();
   }
   m.close_all();
-  if (!m.file.reset() && failure.empty())
+  if (m.file.reset() < 0 && failure.empty())
     failure = m.path.string() + ": closing: " + hdf5_message();
   // No more volumes from here on; the side file goes away whatever happens below.
   std::unique_lock recon_lock(m.recon_mu);
@@ -566,7 +535,7 @@ void RunFileWriter::close(const PedestalState* end) {
   }
   write_string_attr(m.ctx, entry.get(), "end_time", iso8601_now());
   entry.reset();
-  if (!file.reset()) m.ctx.fail("closing");
+  if (file.reset() < 0) m.ctx.fail("closing");
 }
 
 bool RunFileWriter::is_open() const { return impl_ && !impl_->closed; }

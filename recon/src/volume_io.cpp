@@ -7,28 +7,15 @@
 
 #include <fmt/format.h>
 
+#include "glint/hdf5_handle.hpp"
+
 namespace glint::recon {
 
 namespace {
 
-/// Closes an HDF5 identifier with the matching H5?close.
-class Hid {
- public:
-  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~Hid() {
-    if (id_ >= 0) close_(id_);
-  }
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
+using Hid = hdf5::Handle;
 
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
-void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void quiet() { hdf5::silence_errors(); }
 
 struct Opened {
   Hid file, dset;
@@ -39,11 +26,11 @@ Volume read3(const std::string& file, const std::string& dataset, bool floats_on
   if (!std::filesystem::exists(file))
     throw std::runtime_error(fmt::format("{}: no such file", file));
   Hid f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!f.ok()) throw std::runtime_error(fmt::format("{}: not an HDF5 file", file));
+  if (!f.valid()) throw std::runtime_error(fmt::format("{}: not an HDF5 file", file));
   if (H5Lexists(f.get(), dataset.c_str(), H5P_DEFAULT) <= 0)
     throw std::runtime_error(fmt::format("{}: no dataset {}", file, dataset));
   Hid ds(H5Dopen2(f.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!ds.ok()) throw std::runtime_error(fmt::format("{}: {} is not a dataset", file, dataset));
+  if (!ds.valid()) throw std::runtime_error(fmt::format("{}: {} is not a dataset", file, dataset));
   Hid type(H5Dget_type(ds.get()), H5Tclose);
   const H5T_class_t cls = H5Tget_class(type.get());
   const std::size_t size = H5Tget_size(type.get());
@@ -101,7 +88,7 @@ Volume read_array3(const std::string& file, const std::string& dataset) {
 void write_volumes(const std::string& file, const std::vector<DatasetOut>& datasets) {
   quiet();
   Hid f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  if (!f.ok()) throw std::runtime_error(fmt::format("{}: cannot create the file", file));
+  if (!f.valid()) throw std::runtime_error(fmt::format("{}: cannot create the file", file));
   for (const auto& d : datasets) {
     const tv::Dims& v = d.volume->dims;
     const hsize_t dims[3] = {hsize_t(v.nz), hsize_t(v.ny), hsize_t(v.nx)};
@@ -111,7 +98,7 @@ void write_volumes(const std::string& file, const std::vector<DatasetOut>& datas
     Hid ds(H5Dcreate2(f.get(), d.name.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(),
                       H5P_DEFAULT, H5P_DEFAULT),
            H5Dclose);
-    if (!ds.ok()) throw std::runtime_error(fmt::format("{}: cannot create {}", file, d.name));
+    if (!ds.valid()) throw std::runtime_error(fmt::format("{}: cannot create {}", file, d.name));
     if (H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                  d.volume->data.data()) < 0)
       throw std::runtime_error(fmt::format("{}: writing {} failed", file, d.name));
