@@ -356,8 +356,7 @@ class CpuFinder final : public ClusterFinder {
 
   void push_dark(std::span<const uint16_t> frames) override {
     const std::size_t np = params_.shape.pixels();
-    if (frames.size() % np != 0) throw std::invalid_argument("push_dark: partial frame");
-    const std::size_t n_frames = frames.size() / np;
+    const std::size_t n_frames = check_dark_frames(params_, frames);
     const int cols = static_cast<int>(params_.shape.cols);
     pool_.run([&](unsigned t) {
       const Band& band = bands_[t];
@@ -375,10 +374,7 @@ class CpuFinder final : public ClusterFinder {
   void find(std::span<const uint16_t> frames, std::span<const uint64_t> frame_numbers,
             ClusterTable& out) override {
     const std::size_t np = params_.shape.pixels();
-    if (frames.size() != np * frame_numbers.size())
-      throw std::invalid_argument("find: frames and frame numbers disagree");
-    if (out.cluster_size() != params_.cluster_size)
-      throw std::invalid_argument("find: output table has another cluster size");
+    check_find_arguments(params_, frames, frame_numbers, out);
     const std::size_t nf = frame_numbers.size();
     if (nf == 0) return;
     for (unsigned b = 0; b < pool_.size(); ++b) {

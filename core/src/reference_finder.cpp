@@ -22,6 +22,28 @@ void validate(const FinderParams& p) {
   if (p.pedestal_window == 0) throw std::invalid_argument("pedestal window must be positive");
 }
 
+std::size_t check_dark_frames(const FinderParams& p, std::span<const uint16_t> frames) {
+  const std::size_t np = p.shape.pixels();
+  if (frames.size() % np != 0)
+    throw std::invalid_argument("push_dark: " + std::to_string(frames.size()) +
+                                " values are not a whole number of " + std::to_string(np) +
+                                "-pixel frames");
+  return frames.size() / np;
+}
+
+void check_find_arguments(const FinderParams& p, std::span<const uint16_t> frames,
+                          std::span<const uint64_t> frame_numbers, const ClusterTable& out) {
+  const std::size_t np = p.shape.pixels();
+  if (frames.size() != np * frame_numbers.size())
+    throw std::invalid_argument("find: " + std::to_string(frames.size()) +
+                                " values do not hold " + std::to_string(frame_numbers.size()) +
+                                " frames of " + std::to_string(np) + " pixels");
+  if (out.cluster_size() != p.cluster_size)
+    throw std::invalid_argument("find: output table has cluster size " +
+                                std::to_string(out.cluster_size()) + ", the finder " +
+                                std::to_string(p.cluster_size));
+}
+
 namespace {
 
 namespace cm = cluster_math;
@@ -39,7 +61,7 @@ class ReferenceFinder final : public ClusterFinder {
 
   void push_dark(std::span<const uint16_t> frames) override {
     const std::size_t np = params_.shape.pixels();
-    if (frames.size() % np != 0) throw std::invalid_argument("push_dark: partial frame");
+    check_dark_frames(params_, frames);
     for (std::size_t off = 0; off < frames.size(); off += np)
       for (std::size_t i = 0; i < np; ++i)
         mean_[i] = cm::dark_push(state_.sum[i], state_.sum2[i], state_.count[i],
@@ -49,10 +71,7 @@ class ReferenceFinder final : public ClusterFinder {
   void find(std::span<const uint16_t> frames, std::span<const uint64_t> frame_numbers,
             ClusterTable& out) override {
     const std::size_t np = params_.shape.pixels();
-    if (frames.size() != np * frame_numbers.size())
-      throw std::invalid_argument("find: frames and frame numbers disagree");
-    if (out.cluster_size() != params_.cluster_size)
-      throw std::invalid_argument("find: output table has another cluster size");
+    check_find_arguments(params_, frames, frame_numbers, out);
     for (std::size_t k = 0; k < frame_numbers.size(); ++k)
       find_one(frames.subspan(k * np, np), frame_numbers[k], out);
   }

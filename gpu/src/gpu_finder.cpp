@@ -212,11 +212,7 @@ class GpuEngine final : public GpuClusterFinder {
   }
 
   void push_dark(std::span<const uint16_t> frames) override {
-    if (frames.size() % np_ != 0)
-      throw std::invalid_argument("push_dark: " + std::to_string(frames.size()) +
-                                  " values are not a whole number of " +
-                                  std::to_string(np_) + "-pixel frames");
-    const std::size_t n_total = frames.size() / np_;
+    const std::size_t n_total = check_dark_frames(params_, frames);
     const std::size_t chunk = static_cast<std::size_t>(options_.batch_frames);
     Slot& s = slots_[next_slot_];
     if (s.in_flight) collect(next_slot_);
@@ -243,14 +239,7 @@ class GpuEngine final : public GpuClusterFinder {
 
   void find(std::span<const uint16_t> frames, std::span<const uint64_t> frame_numbers,
             ClusterTable& out) override {
-    if (frames.size() != np_ * frame_numbers.size())
-      throw std::invalid_argument("find: " + std::to_string(frames.size()) +
-                                  " values do not hold " + std::to_string(frame_numbers.size()) +
-                                  " frames of " + std::to_string(np_) + " pixels");
-    if (out.cluster_size() != params_.cluster_size)
-      throw std::invalid_argument("find: output table has cluster size " +
-                                  std::to_string(out.cluster_size()) + ", the finder " +
-                                  std::to_string(params_.cluster_size));
+    check_find_arguments(params_, frames, frame_numbers, out);
     flush();  // earlier streamed batches go to the streaming sink first
     Sink saved = std::exchange(sink_, [&out](const GpuBatchView& v) { append(out, v); });
     try {

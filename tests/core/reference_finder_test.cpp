@@ -252,3 +252,23 @@ TEST(FinderSemantics, InFrameDependencyUpdatedLeftNeighbourMakesTheCluster) {
   // B's window max is A's 4 > 3.998, so B is not stored and no cluster is found.
   EXPECT_EQ(deferred_update_cluster_count(ped, frame, 5.0), 0u);
 }
+
+TEST(FinderArguments, EveryCpuBackendRejectsPartialFramesAndAWrongTable) {
+  const auto p = params(4, 5);
+  std::vector<std::unique_ptr<glint::ClusterFinder>> finders;
+  finders.push_back(glint::make_reference_finder(p));
+  finders.push_back(glint::make_cpu_finder(p, 2));
+  for (auto& f : finders) {
+    const std::vector<uint16_t> partial(19, 100);
+    EXPECT_THROW(f->push_dark(partial), std::invalid_argument) << f->description();
+    const std::vector<uint16_t> two(40, 100);
+    const std::vector<uint64_t> one{1000};
+    glint::ClusterTable out3(3), out5(5);
+    EXPECT_THROW(f->find(two, one, out3), std::invalid_argument) << f->description();
+    const std::vector<uint64_t> numbers{1000, 1001};
+    EXPECT_THROW(f->find(two, numbers, out5), std::invalid_argument) << f->description();
+    EXPECT_EQ(out3.n_frames(), 0u);
+    EXPECT_EQ(out5.n_frames(), 0u);
+  }
+  EXPECT_EQ(glint::check_dark_frames(p, std::vector<uint16_t>(60, 0)), 3u);
+}

@@ -2,6 +2,7 @@
 // The cluster-finder interface. Every backend (the sequential reference, the multi-threaded CPU
 // backend, the GPU engine) produces byte-identical clusters and pedestal state for the same
 // frames (../shared/spec/cluster-finding.md).
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -23,6 +24,15 @@ struct FinderParams {
 /// Throws std::invalid_argument naming the bad parameter (unsupported cluster size, empty shape,
 /// a frame larger than 65536 pixels in x or y, non-positive n_sigma or window).
 void validate(const FinderParams& params);
+
+/// Checks frames handed to ClusterFinder::push_dark: a whole number of frames of `params.shape`.
+/// Returns the number of frames; throws std::invalid_argument saying what does not fit.
+std::size_t check_dark_frames(const FinderParams& params, std::span<const uint16_t> frames);
+
+/// Checks the arguments of ClusterFinder::find: `frames` holds frame_numbers.size() whole frames
+/// and `out` has the finder's cluster size. Throws std::invalid_argument saying what does not fit.
+void check_find_arguments(const FinderParams& params, std::span<const uint16_t> frames,
+                          std::span<const uint64_t> frame_numbers, const ClusterTable& out);
 
 class ClusterFinder {
  public:
