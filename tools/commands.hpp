@@ -1,5 +1,6 @@
 #pragma once
 // Each subcommand of the `glint` tool lives in its own file and registers itself here.
+#include <atomic>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -18,6 +19,10 @@ void add_ctl_command(CLI::App& app);
 /// Prints "<command>: <message>" to stderr and ends the subcommand with `status` (CLI11 exits
 /// with a RuntimeError's code but does not print its message).
 [[noreturn]] void fail(const std::string& command, const std::string& message, int status);
+
+/// Makes SIGINT (and SIGTERM) set the returned flag instead of ending the process, so that a
+/// long-running subcommand (glint sim, glint ctl watch) can stop cleanly and report.
+const std::atomic<bool>& stop_on_signals();
 
 /// `glint find`: cluster finding over an HDF5 frame file.
 void add_find_command(CLI::App& app);

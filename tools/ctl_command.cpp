@@ -1,6 +1,5 @@
 // glint ctl: talks to glintd's control socket.
 #include <chrono>
-#include <csignal>
 #include <iostream>
 #include <thread>
 
@@ -106,9 +105,6 @@ void print_human(const std::string& cmd, const json& r) {
   std::cout << cmd << ": ok" << (copy.empty() ? "" : " " + copy.dump()) << "\n";
 }
 
-std::atomic<bool> g_watch_stop{false};
-extern "C" void ctl_on_signal(int) { g_watch_stop.store(true); }
-
 }  // namespace
 
 void add_ctl_command(CLI::App& app) {
@@ -137,8 +133,8 @@ void add_ctl_command(CLI::App& app) {
   cmd->callback([a] {
     try {
       if (a->command == "watch") {
-        std::signal(SIGINT, ctl_on_signal);
-        for (int i = 0; !g_watch_stop.load() && (a->count == 0 || i < a->count); ++i) {
+        const std::atomic<bool>& stop = stop_on_signals();
+        for (int i = 0; !stop.load() && (a->count == 0 || i < a->count); ++i) {
           if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(a->interval_s));
           const json r = request(a->endpoint, json{{"command", "stats"}}, a->timeout_ms);
           if (a->as_json) {

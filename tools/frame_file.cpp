@@ -16,6 +16,22 @@ using Id = hdf5::Handle;
 
 void quiet_hdf5() { hdf5::silence_errors(); }
 
+/// The selection of frames [first, first + count) of an (N, rows, cols) dataset, and the
+/// matching memory space of `count` whole frames.
+struct FrameSlab {
+  Id file, memory;
+  bool selected = false;
+  FrameSlab(hid_t dataset, uint64_t first, uint64_t count, FrameShape shape)
+      : file(H5Dget_space(dataset), H5Sclose) {
+    const std::array<hsize_t, 3> start{first, 0, 0}, size{count, shape.rows, shape.cols};
+    memory = Id(H5Screate_simple(3, size.data(), nullptr), H5Sclose);
+    selected = file.valid() && memory.valid() &&
+               H5Sselect_hyperslab(file.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                   size.data(), nullptr) >= 0;
+  }
+  bool valid() const { return selected; }
+};
+
 std::string describe_type(hid_t type) {
   switch (H5Tget_class(type)) {
     case H5T_INTEGER:
@@ -75,13 +91,9 @@ void FrameFileReader::read(uint64_t first, uint64_t count, std::span<uint16_t> o
     throw std::out_of_range(fmt::format("read of frames {}..{} beyond dataset {}", first,
                                         first + count, where_));
   if (count == 0) return;
-  const Id file_space(H5Dget_space(h_->dataset.get()), H5Sclose);
-  const std::array<hsize_t, 3> start{first, 0, 0}, size{count, shape_.rows, shape_.cols};
-  const Id mem_space(H5Screate_simple(3, size.data(), nullptr), H5Sclose);
-  if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, size.data(),
-                          nullptr) < 0 ||
-      H5Dread(h_->dataset.get(), H5T_NATIVE_UINT16, mem_space.get(), file_space.get(),
-              H5P_DEFAULT, out.data()) < 0)
+  const FrameSlab slab(h_->dataset.get(), first, count, shape_);
+  if (!slab.valid() || H5Dread(h_->dataset.get(), H5T_NATIVE_UINT16, slab.memory.get(),
+                               slab.file.get(), H5P_DEFAULT, out.data()) < 0)
     throw std::runtime_error(
         fmt::format("cannot read frames {}..{} of dataset {}", first, first + count, where_));
 }
@@ -127,13 +139,9 @@ void FrameFileWriter::write(uint64_t first, uint64_t count, std::span<const uint
     throw std::out_of_range(fmt::format("write of frames {}..{} beyond dataset {}", first,
                                         first + count, where_));
   if (count == 0) return;
-  const Id file_space(H5Dget_space(h_->dataset.get()), H5Sclose);
-  const std::array<hsize_t, 3> start{first, 0, 0}, size{count, shape_.rows, shape_.cols};
-  const Id mem_space(H5Screate_simple(3, size.data(), nullptr), H5Sclose);
-  if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, size.data(),
-                          nullptr) < 0 ||
-      H5Dwrite(h_->dataset.get(), H5T_NATIVE_UINT16, mem_space.get(), file_space.get(),
-               H5P_DEFAULT, frames.data()) < 0)
+  const FrameSlab slab(h_->dataset.get(), first, count, shape_);
+  if (!slab.valid() || H5Dwrite(h_->dataset.get(), H5T_NATIVE_UINT16, slab.memory.get(),
+                                slab.file.get(), H5P_DEFAULT, frames.data()) < 0)
     throw std::runtime_error(fmt::format("cannot write frames {}..{} of dataset {} (disk full?)",
                                          first, first + count, where_));
 }

@@ -1,6 +1,5 @@
 // glint sim: publishes detector images as slsReceiver's ZeroMQ streamers do.
 #include <atomic>
-#include <csignal>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -11,11 +10,6 @@
 #include "glint/pipeline/stream_simulator.hpp"
 
 namespace glint::tools {
-
-namespace {
-std::atomic<bool> g_sim_stop{false};
-extern "C" void sim_on_signal(int) { g_sim_stop.store(true); }
-}  // namespace
 
 void add_sim_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("sim", "emulate slsReceiver stream ports (JSON header v5 + pixels)");
@@ -91,17 +85,16 @@ void add_sim_command(CLI::App& app) {
     } catch (const std::exception& e) {
       fail("glint sim", e.what(), kExitUsage);
     }
-    std::signal(SIGINT, sim_on_signal);
-    std::signal(SIGTERM, sim_on_signal);
+    const std::atomic<bool>& stop = stop_on_signals();
     try {
-      const auto r = pipeline::run_stream_simulator(o, &g_sim_stop);
+      const auto r = pipeline::run_stream_simulator(o, &stop);
       if (!r.subscribers_seen) log::warn("glint sim: no subscriber within {} ms; sent anyway", o.wait_subscribers_ms);
       if (!a->quiet)
         std::cout << fmt::format("glint sim: {} images ({} dark) as {} messages, {:.1f} MB in {:.2f} s "
                                  "({:.0f} images/s){}\n",
                                  r.images, std::min(o.dark_frames, r.images), r.messages, r.bytes / 1e6,
                                  r.seconds, r.seconds > 0 ? r.images / r.seconds : 0.0,
-                                 g_sim_stop.load() ? ", interrupted" : "");
+                                 stop.load() ? ", interrupted" : "");
     } catch (const std::exception& e) {
       fail("glint sim", e.what(), kExitFailure);
     }
