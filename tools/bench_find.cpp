@@ -122,12 +122,7 @@ void add_bench_find(CLI::App& bench) {
       if (a->backend == "cpu") {
         rc = run_bench_find_cpu(o, a->reference, a->chunk);
       } else if (a->backend == "gpu") {
-#if defined(GLINT_NO_GPU_BENCH)
-        std::cerr << "glint bench find: GPU benchmark not built\n";
-        rc = kExitFailure;
-#else
         rc = run_bench_find_gpu(o);
-#endif
       } else {
         fail("glint bench find",
              fmt::format("unknown backend '{}' (allowed: cpu, gpu)", a->backend), kExitUsage);
