@@ -32,6 +32,13 @@ struct CDual {
 };
 inline CDual c(const Dual& d) { return {d.x, d.y, d.z}; }
 
+/// Stores one voxel's three dual components.
+__device__ __forceinline__ void store(const Dual& d, long long i, const Vec3& v) {
+  d.x[i] = v.x;
+  d.y[i] = v.y;
+  d.z[i] = v.z;
+}
+
 __device__ __forceinline__ long long at(const Geom& g, int x, int y, int z) {
   return (static_cast<long long>(z) * g.ny + y) * g.px + x;
 }
@@ -73,12 +80,8 @@ __global__ void dual_kernel(Geom g, const float* __restrict__ zb, Dual rin, Dual
   const float zz = lz ? 0.0f : ld(zb, i + g.plane);
   const Vec3 pn = m::project(ri, m::gradient(zc, zx, zy, zz, lx, ly, lz), cst);
   const Vec3 rn = m::momentum(pn, po, mom);
-  p.x[i] = pn.x;
-  p.y[i] = pn.y;
-  p.z[i] = pn.z;
-  rout.x[i] = rn.x;
-  rout.y[i] = rn.y;
-  rout.z[i] = rn.z;
+  store(p, i, pn);
+  store(rout, i, rn);
 }
 
 /// Where a fused kernel gets r from: a stored buffer (fused) or p_k + m (p_k - p_{k-1}) computed
@@ -164,17 +167,11 @@ __global__ void __launch_bounds__(256) fused_kernel(Geom g, const float* __restr
     }
     const Vec3 pn = m::project(ri, m::gradient(zc, zx, zy, zz, lx, ly, lz), cst);
     if constexpr (kTwoState) {
-      out.x[i] = pn.x;
-      out.y[i] = pn.y;
-      out.z[i] = pn.z;
+      store(out, i, pn);
     } else {
       const Vec3 rn = m::momentum(pn, po, mom);
-      p.x[i] = pn.x;
-      p.y[i] = pn.y;
-      p.z[i] = pn.z;
-      out.x[i] = rn.x;
-      out.y[i] = rn.y;
-      out.z[i] = rn.z;
+      store(p, i, pn);
+      store(out, i, rn);
     }
     zc = zz;
     ri = rz;
@@ -328,12 +325,8 @@ __global__ void __launch_bounds__(kCX* kCY* kCZ)
   const Vec3 gr = m::gradient(zs[s], zs[s + 1], zs[s + ZX], zs[s + ZX * ZY], lx, ly, lz);
   const Vec3 pn = m::project(ri, gr, cst);
   const Vec3 rn = m::momentum(pn, po, mom);
-  p.x[i] = pn.x;
-  p.y[i] = pn.y;
-  p.z[i] = pn.z;
-  rout.x[i] = rn.x;
-  rout.y[i] = rn.y;
-  rout.z[i] = rn.z;
+  store(p, i, pn);
+  store(rout, i, rn);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -412,12 +405,8 @@ __global__ void __launch_bounds__(kTX* kTY)
                                     lz ? 0.0f : zs[cq][s], lx, ly, lz);
         const Vec3 pn = m::project(Vec3{rs[cu][0][s], rs[cu][1][s], rs[cu][2][s]}, gr, cst);
         const Vec3 rn = m::momentum(pn, po, mom);
-        p.x[i] = pn.x;
-        p.y[i] = pn.y;
-        p.z[i] = pn.z;
-        rout.x[i] = rn.x;
-        rout.y[i] = rn.y;
-        rout.z[i] = rn.z;
+        store(p, i, pn);
+        store(rout, i, rn);
       }
     }
     __syncthreads();
@@ -597,9 +586,7 @@ __global__ void __launch_bounds__(kTX* kTY, 4)
                                     lzf ? 0.0f : zb[cu][s], lxf, lyf, lzf);
         const Vec3 pn = m::project(Vec3{rb[cv][0][s], rb[cv][1][s], rb[cv][2][s]}, gr, cst);
         const long long i = qb - 2 * g.plane + y * px + x;
-        n2.x[i] = pn.x;
-        n2.y[i] = pn.y;
-        n2.z[i] = pn.z;
+        store(n2, i, pn);
       }
     }
     if (q + 1 <= zend + 1 && q + 1 < g.nz) stage1(q + 1);
