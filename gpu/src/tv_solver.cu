@@ -361,21 +361,13 @@ tv::SolveReport GpuReconstructor::solve(std::span<const float> y, const tv::Tran
                                         const tv::Progress& progress) {
   auto& m = *impl_;
   const Dims& d = m.d;
-  if (y.size() != d.voxels() || xout.size() != d.voxels())
-    throw std::invalid_argument("TV solver: volume sizes do not match the planned " +
-                                std::to_string(d.nx) + "x" + std::to_string(d.ny) + "x" +
-                                std::to_string(d.nz));
+  tv::check_solve_arguments(d, y, H, o, xout);
   if (o.variant != m.variant)
     throw std::invalid_argument("TV solver: planned for variant " +
                                 std::string(tv::variant_name(m.variant)) + ", asked for " +
                                 std::string(tv::variant_name(o.variant)));
   if (!H.identity() && !m.fft)
     throw std::invalid_argument("TV solver: planned for the identity forward model only");
-  if (!H.identity() && H.h.size() != d.spectrum_size())
-    throw std::invalid_argument("TV solver: transfer function has " + std::to_string(H.h.size()) +
-                                " values, expected " + std::to_string(d.spectrum_size()));
-  if (o.outer < 1 || o.tv_inner < 0)
-    throw std::invalid_argument("TV solver: outer must be >= 1 and tv_inner >= 0");
   GLINT_CUDA_CHECK(cudaSetDevice(m.device));
   const float t = tv::fista_step(H);
   const float w = tv::prox_weight(t, o.lambda);

@@ -148,15 +148,7 @@ tv::SolveReport CpuReconstructor::solve(std::span<const float> y, const tv::Tran
                                         const tv::Progress& progress) {
   auto& s = *impl_;
   const Dims& d = s.d;
-  if (y.size() != d.voxels() || xout.size() != d.voxels())
-    throw std::invalid_argument("TV solver: volume sizes do not match the planned " +
-                                std::to_string(d.nx) + "x" + std::to_string(d.ny) + "x" +
-                                std::to_string(d.nz));
-  if (!H.identity() && H.h.size() != d.spectrum_size())
-    throw std::invalid_argument("TV solver: transfer function has " + std::to_string(H.h.size()) +
-                                " values, expected " + std::to_string(d.spectrum_size()));
-  if (o.outer < 1 || o.tv_inner < 0)
-    throw std::invalid_argument("TV solver: outer must be >= 1 and tv_inner >= 0");
+  tv::check_solve_arguments(d, y, H, o, xout);
   const auto start = std::chrono::steady_clock::now();
   const bool identity = H.identity();
   const float t = tv::fista_step(H);

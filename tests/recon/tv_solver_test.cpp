@@ -183,3 +183,21 @@ TEST(CpuSolver, ZeroLambdaIsTheProjectionOfTheFit) {
   cpu.solve(y, id, o, x);
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], std::max(y[i], 0.0f), 1e-6f);
 }
+
+TEST(CpuSolver, RejectsArgumentsThatDoNotFitThePlan) {
+  const glint::tv::Dims d{6, 5, 4};
+  CpuReconstructor cpu(d, 1);
+  const std::vector<float> y(d.voxels(), 1.0f);
+  std::vector<float> x(d.voxels()), short_x(d.voxels() - 1);
+  glint::tv::SolverOptions o;
+  EXPECT_THROW(cpu.solve(y, {}, o, short_x), std::invalid_argument);
+  glint::tv::TransferFunction wrong;
+  wrong.h.assign(d.spectrum_size() + 1, 1.0f);
+  EXPECT_THROW(cpu.solve(y, wrong, o, x), std::invalid_argument);
+  o.outer = 0;
+  EXPECT_THROW(cpu.solve(y, {}, o, x), std::invalid_argument);
+  o.outer = 1;
+  o.tv_inner = 1;
+  EXPECT_NO_THROW(cpu.solve(y, {}, o, x));
+  EXPECT_GT(x[0], 0.0f);
+}

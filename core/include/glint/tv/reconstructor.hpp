@@ -111,6 +111,22 @@ class Reconstructor {
                        std::span<float> p, std::span<float> x) = 0;
 };
 
+/// Checks the arguments of Reconstructor::solve against the planned dims: volume sizes, the
+/// transfer function's length and the iteration counts. Throws std::invalid_argument.
+inline void check_solve_arguments(const Dims& d, std::span<const float> y,
+                                  const TransferFunction& H, const SolverOptions& o,
+                                  std::span<const float> x) {
+  if (y.size() != d.voxels() || x.size() != d.voxels())
+    throw std::invalid_argument("TV solver: volume sizes do not match the planned " +
+                                std::to_string(d.nx) + "x" + std::to_string(d.ny) + "x" +
+                                std::to_string(d.nz));
+  if (!H.identity() && H.h.size() != d.spectrum_size())
+    throw std::invalid_argument("TV solver: transfer function has " + std::to_string(H.h.size()) +
+                                " values, expected " + std::to_string(d.spectrum_size()));
+  if (o.outer < 1 || o.tv_inner < 0)
+    throw std::invalid_argument("TV solver: outer must be >= 1 and tv_inner >= 0");
+}
+
 /// The FGP momentum coefficients m_k = (t_k - 1) / t_{k+1}, t_1 = 1, for k = 1..steps; computed
 /// once on the host so that every backend uses the same floats.
 inline std::vector<float> fgp_momenta(int steps) {
