@@ -14,7 +14,6 @@
 #include "glint/gpu/gpu_finder.hpp"
 #include "glint/synthetic.hpp"
 #include "gpu_test.hpp"
-#include "synthetic_frames.hpp"
 
 namespace {
 
@@ -45,6 +44,28 @@ struct Data {
   PedestalState mid_pedestal;  // after the first half of the frames
 };
 
+/// Frames of glint::synth's detector (per-pixel pedestal and noise, charge-shared photons,
+/// defects, drift, ties, a crowded frame every 50): `dark` dark frames, then `n` data frames.
+struct SynthFrames {
+  std::vector<uint16_t> dark, data;
+};
+
+SynthFrames synth_frames(glint::FrameShape shape, uint64_t seed, std::size_t dark, std::size_t n,
+                         double photons) {
+  glint::synth::Config c;
+  c.shape = shape;
+  c.seed = seed;
+  c.dark_frames = dark;
+  c.photons = photons;
+  const glint::synth::Generator gen(c);
+  SynthFrames f;
+  f.dark.resize(dark * shape.pixels());
+  f.data.resize(n * shape.pixels());
+  gen.fill_many(0, dark, f.dark);
+  gen.fill_many(dark, n, f.data);
+  return f;
+}
+
 const Data& data(const Scenario& s) {
   static std::map<Scenario, Data> cache;
   auto it = cache.find(s);
@@ -53,9 +74,9 @@ const Data& data(const Scenario& s) {
   d.params.shape = {s.rows, s.cols};
   d.params.cluster_size = s.size;
   d.params.n_sigma = s.n_sigma;
-  glint::test::FrameSource src(d.params.shape, s.seed);
-  d.dark = src.frames(1000, 0);
-  d.frames = src.frames(s.frames, s.photons);
+  SynthFrames src = synth_frames(d.params.shape, s.seed, 1000, s.frames, double(s.photons));
+  d.dark = std::move(src.dark);
+  d.frames = std::move(src.data);
   d.numbers.resize(s.frames);
   std::iota(d.numbers.begin(), d.numbers.end(), 5000);
   auto ref = glint::make_reference_finder(d.params);
@@ -274,9 +295,9 @@ TEST(GpuFinder, FewerDarkFramesThanTheWindow) {
   GLINT_REQUIRE_GPU();
   FinderParams p;
   p.shape = {64, 96};
-  glint::test::FrameSource src(p.shape, 41);
-  const auto dark = src.frames(250, 0);
-  const auto frames = src.frames(60, 30);
+  const SynthFrames src = synth_frames(p.shape, 41, 250, 60, 30.0);
+  const auto& dark = src.dark;
+  const auto& frames = src.data;
   std::vector<uint64_t> numbers(60);
   std::iota(numbers.begin(), numbers.end(), 0);
   auto ref = glint::make_reference_finder(p);
