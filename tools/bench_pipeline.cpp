@@ -18,6 +18,7 @@
 #include "glint/config/config.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/acquisition.hpp"
+#include "glint/pipeline/ingest.hpp"
 #include "glint/pipeline/sls_stream.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
 
@@ -47,7 +48,8 @@ uint64_t image_bytes(const pipeline::SimOptions& sim) {
 /// The transport floor: SUB sockets that receive and count, nothing else.
 Leg run_floor(const pipeline::SimOptions& sim, int rcvhwm) {
   Leg leg{"transport floor (receive + count)"};
-  zmq::context_t ctx(1);
+  // One I/O thread per endpoint, as glintd's ingest has.
+  zmq::context_t ctx(static_cast<int>(std::max<std::size_t>(sim.endpoints.size(), 1)));
   std::atomic<uint64_t> messages{0}, bytes{0}, ends{0};
   std::atomic<int64_t> first_ns{0}, last_ns{0};
   std::vector<std::jthread> threads;
@@ -256,6 +258,8 @@ void add_bench_pipeline(CLI::App& bench) {
       fail("glint bench pipeline", "--recon-slices must be 0 or >= 2, --recon-frames-per-slice >= 1",
            kExitUsage);
 
+    // Both legs with the allocator settings glintd runs with (set once for the process).
+    pipeline::keep_receive_buffers();
     std::vector<Leg> legs;
     try {
       sim.endpoints = endpoints(0);
