@@ -136,12 +136,17 @@ Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
     cfg.ingest.endpoints = *bound;
   }
   pipeline::Acquisition run(cfg, 1, std::nullopt);
-  clock::time_point first{}, last_frame{};
+  clock::time_point first{}, last_frame{}, next_sample{};
   uint64_t frames_seen = 0;
+  std::vector<uint64_t> received;  // messages received, every 50 ms from the first one
   while (!run.done()) {
     const auto s = run.stats();
     const auto now = clock::now();
-    if (first == clock::time_point{} && s.messages > 0) first = now;
+    if (first == clock::time_point{} && s.messages > 0) first = next_sample = now;
+    if (first != clock::time_point{} && now >= next_sample) {
+      received.push_back(s.messages);
+      next_sample += std::chrono::milliseconds(50);
+    }
     if (s.dark_frames + s.data_frames != frames_seen) {
       frames_seen = s.dark_frames + s.data_frames;
       last_frame = now;
@@ -162,7 +167,8 @@ Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
   // pedestal, closing the file): part of leg.seconds, shown apart.
   const double closing =
       last_frame > first ? std::chrono::duration<double>(last - last_frame).count() : 0.0;
-  leg.extra = {{"closing_seconds", closing},{"backend", s.backend},         {"dark", s.dark_frames},     {"data", s.data_frames},
+  leg.extra = {{"closing_seconds", closing},
+               {"messages_every_50ms", received},{"backend", s.backend},         {"dark", s.dark_frames},     {"data", s.data_frames},
                {"clusters", s.clusters},       {"dropped", s.dropped},      {"missing", s.missing},
                {"incomplete", s.incomplete},   {"bad_input", s.bad_total},  {"file", s.file},
                {"sender_seconds", rep.seconds}};
