@@ -97,6 +97,7 @@ ReconstructionLayout reconstruction_layout(const config::Config& c) {
   l.forward = r.forward;
   l.variant = r.variant;
   l.backend = r.backend;
+  l.solve_partial = r.solve_partial;
   return l;
 }
 
@@ -660,9 +661,11 @@ void Acquisition::run(std::stop_token) {
     }
     if (w.gpu) w.gpu->set_sink({});
     if (cfg.reconstruction.enabled) {
-      // The partial volume too (not after an abort), then the worker's queue: the results must
-      // reach the writer before it closes.
-      if (w.stage_owner && !abort_requested_.load()) w.stage_owner->flush();
+      // The worker's queue (full volumes, each appended to the file as it is solved) must reach
+      // the writer before it closes; the partial volume is solved only when configured (not
+      // after an abort): otherwise its frames are counted in `frames` but in no volume.
+      if (w.stage_owner && cfg.reconstruction.solve_partial && !abort_requested_.load())
+        w.stage_owner->flush();
       finish_reconstruction();
     }
     PedestalState end = w.finder->pedestal();
