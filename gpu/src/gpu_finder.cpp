@@ -101,6 +101,7 @@ struct Lane {
   uint32_t r0 = 0, r1 = 0;    // band computed here
   uint32_t fr0 = 0, fr1 = 0;  // frame rows uploaded here (band plus halo)
   uint32_t segment_max = 1, blocks = 0;  // pixels per find block (most), find blocks
+  bool resident = true;                  // find blocks keep their pixels' state in shared memory
   Stream compute{StreamPriority::high};
   StateBuffers live;
   StateBuffers rescue;        // re-runs after an overflow (allocated on first need)
@@ -401,25 +402,33 @@ class GpuEngine final : public GpuClusterFinder {
   }
 
   /// Cuts the lane's band into one segment of consecutive pixels per resident find block: as
-  /// many blocks as the GPU holds at once, each segment at least one window halo long.
+  /// many blocks as the GPU holds at once, each segment at least one window halo long. Blocks
+  /// keep their pixels' state in shared memory where it fits (GLINT_FIND_RESIDENT=0 turns that
+  /// off), at the same number of blocks per multiprocessor before fewer are tried.
   void choose_segments(Lane& lane) {
     const uint64_t cols = params_.shape.cols;
     const uint64_t band_px = static_cast<uint64_t>(lane.r1 - lane.r0) * cols;
     const uint64_t h = static_cast<uint64_t>(params_.cluster_size / 2);
     const uint64_t halo = std::max<uint64_t>(1, h * cols + h);
+    const char* env = std::getenv("GLINT_FIND_RESIDENT");
+    const bool allow_resident = env == nullptr || std::string(env) != "0";
     int sms = 0;
     GLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, lane.device));
     const uint64_t by_halo = band_px / halo;
-    for (int per_sm = 4; per_sm >= 1; --per_sm) {
+    for (int per_sm = 4; per_sm >= 1 && lane.blocks == 0; --per_sm) {
       const uint64_t blocks = std::min<uint64_t>(static_cast<uint64_t>(per_sm) * sms, by_halo);
       if (blocks == 0) break;
       const uint64_t seg = (band_px + blocks - 1) / blocks;
-      const int fit = find_blocks_per_sm(params_.shape.cols, static_cast<uint32_t>(seg),
-                                         params_.cluster_size);
-      if (fit >= per_sm || (fit >= 1 && blocks <= static_cast<uint64_t>(fit) * sms)) {
-        lane.blocks = static_cast<uint32_t>(blocks);
-        lane.segment_max = static_cast<uint32_t>(seg);
-        break;
+      for (const bool resident : {true, false}) {
+        if (resident && !allow_resident) continue;
+        const int fit = find_blocks_per_sm(params_.shape.cols, static_cast<uint32_t>(seg),
+                                           params_.cluster_size, resident);
+        if (fit >= per_sm || (fit >= 1 && blocks <= static_cast<uint64_t>(fit) * sms)) {
+          lane.blocks = static_cast<uint32_t>(blocks);
+          lane.segment_max = static_cast<uint32_t>(seg);
+          lane.resident = resident;
+          break;
+        }
       }
     }
     if (lane.blocks == 0)
@@ -432,7 +441,8 @@ class GpuEngine final : public GpuClusterFinder {
                                       std::to_string(lane.r0) + ".." + std::to_string(lane.r1) +
                                       " in " + std::to_string(lane.blocks) + " segments of <= " +
                                       std::to_string(lane.segment_max) + " pixels, " +
-                                      std::to_string(find_threads()) + " threads each");
+                                      std::to_string(find_threads()) + " threads each, state " +
+                                      (lane.resident ? "in shared memory" : "in global memory"));
   }
 
   uint32_t region_capacity_for(const Lane& lane) const {
@@ -499,6 +509,7 @@ class GpuEngine final : public GpuClusterFinder {
     p.frame_rows = lane.fr1 - lane.fr0;
     p.cluster_size = params_.cluster_size;
     p.segment_max = lane.segment_max;
+    p.resident = lane.resident;
     p.blocks = lane.blocks;
     p.window = params_.pedestal_window;
     p.thresholds = thresholds_;
