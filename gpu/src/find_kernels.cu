@@ -113,8 +113,9 @@ __device__ __forceinline__ Decision decide_bounds(double v, double rms, double t
 struct FindLayout {
   std::size_t d0 = 0;      ///< double [seg + 2H]: f - frame-start mean
   std::size_t dprev = 0;   ///< double [H]: previous frame's f - final mean, of [p0-H, p0)
-  std::size_t state = 0;   ///< double [4][seg]: own sum, sum2, mean, noise (resident state only)
-  std::size_t lohi = 0;    ///< float2 [seg + H]: bounds of the final f - mean, of [p0-H, p1)
+  std::size_t state = 0;   ///< double [5][seg]: own sum, sum2, mean, noise, sum2/N (resident)
+  std::size_t lohi = 0;    ///< bounds of the final f - mean, of [p0-H, p1): double lo[seg + H]
+                           ///< and hi[seg + H] (resident), else float2 [seg + H]
   std::size_t lists = 0;   ///< uint32 [4][seg]: undecided, stored, sorted (two frames)
   std::size_t f = 0;       ///< uint16 [2][f_stride]: frame values of [p0-H, p1+H), two frames
   std::size_t full = 0;    ///< uint8 [seg + H]: count == window, of [p0-H, p1)
@@ -132,9 +133,9 @@ struct FindLayout {
     dprev = o;
     o += 8 * halo;
     state = o;
-    o += resident ? 32 * n : 0;
+    o += resident ? 40 * n : 0;
     lohi = o;
-    o += 8 * (n + halo);
+    o += (resident ? 16 : 8) * (n + halo);
     lists = o;
     o += 16 * n;
     f_stride = static_cast<uint32_t>((n + 2 * halo + 5) & ~std::size_t{1});
@@ -149,7 +150,14 @@ struct FindLayout {
 };
 
 /// Phases timed per block when FindLaunch::profile is set (cycles, summed over frames).
-enum Phase { kWait = 0, kLoop1, kLoop2, kResolve, kEmit, kPhases };
+enum Phase { kWait = 0, kLoop1, kLoop2, kResolve, kRelease, kEmit, kPhases };
+static_assert(kPhases == kFindPhases);
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 /// Row of pixel j (j < 2^24 rows*cols): float reciprocal, then an exact correction.
 __device__ __forceinline__ int row_of(int j, int cols, float inv_cols) {
@@ -166,6 +174,13 @@ __device__ __forceinline__ void cp_async4(void* smem_dst, const void* gmem_src) 
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
+/// Named block barrier `id` over n threads: wait for all, or only count this warp in.
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
@@ -175,11 +190,11 @@ __device__ __forceinline__ void cp_async_wait_all() {
 /// for the whole launch: only the means (which the neighbouring segments read, double-buffered by
 /// frame parity) go to global memory every frame, sum and sum2 only for pixels whose window is
 /// not full, everything else once at the end. Per frame, on the path that the neighbours wait
-/// for: the halo's frame-start means (loop 1), pass-0 decisions and commits of the segment (loop 2),
-/// resolution of the undecided pixels, then the progress counter. After it, while the neighbours
-/// pick that up: cluster emission and the next frame's f - mean of the own pixels; window entries
-/// of a cluster that lie in the segment above are written one frame later, from the means that
-/// loop 1 of the next frame reads anyway (or at the end of the launch).
+/// for: the halo's frame-start means (loop 1, with the own pixels' f - mean prepared while those
+/// loads are in flight), pass-0 decisions and commits of the segment (loop 2), resolution of the
+/// undecided pixels, then the progress counter. After it: cluster emission, which never waits
+/// for the segment above: window entries that lie there are written one frame later, from the
+/// means that loop 1 of the next frame reads anyway (or at the end of the launch).
 template <int S, bool kResident>
 __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_constant__ FindLaunch p) {
   constexpr int h = S / 2;
@@ -219,7 +234,30 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   double* sh_sum2 = sh_sum + seg_max;
   double* sh_mean = sh_sum2 + seg_max;
   double* sh_noise = sh_mean + seg_max;
+  double* sh_s2n = sh_noise + seg_max;  // sum2 / N, as cm::div gives it
+  // Bounds of f - mean: two double arrays when the state is resident (no conversions), else one
+  // float2 array rounded outwards (less shared memory).
+  double* sh_lo = reinterpret_cast<double*>(smem + lay.lohi);
+  double* sh_hi = sh_lo + (seg_max + halo);
   float2* sh_lohi = reinterpret_cast<float2*>(smem + lay.lohi);
+  const auto put_bounds = [&](int s, double lo, double hi) {
+    if constexpr (kResident) {
+      sh_lo[s] = lo;
+      sh_hi[s] = hi;
+    } else {
+      sh_lohi[s] = make_float2(__double2float_rd(lo), __double2float_ru(hi));
+    }
+  };
+  const auto get_bounds = [&](int s, double& lo, double& hi) {
+    if constexpr (kResident) {
+      lo = sh_lo[s];
+      hi = sh_hi[s];
+    } else {
+      const float2 q = sh_lohi[s];
+      lo = q.x;
+      hi = q.y;
+    }
+  };
   uint32_t* sh_ulist = reinterpret_cast<uint32_t*>(smem + lay.lists);
   uint32_t* sh_slist = sh_ulist + seg_max;
   uint32_t* sh_sorted = sh_slist + seg_max;  // [2][seg_max], by frame parity within the launch
@@ -236,13 +274,14 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   const PedestalArrays& own = p.own;
 
   const unsigned long long g0 = __ldcg(p.frames_done);
-  long long clk[kPhases] = {0, 0, 0, 0, 0};
-  long long t_mark = clock64();
+  // Profile counters (thread 0 only; in shared memory to spare registers).
+  __shared__ unsigned long long sh_prof[kFindProfileSlots + 1];  // + the last time stamp
+  if (tid <= kFindProfileSlots) sh_prof[tid] = tid == kFindProfileSlots ? clock64() : 0;
   const auto lap = [&](int phase) {
     if (p.profile != nullptr && tid == 0) {
-      const long long now = clock64();
-      clk[phase] += now - t_mark;
-      t_mark = now;
+      const unsigned long long now = clock64();
+      sh_prof[phase] += now - sh_prof[kFindProfileSlots];
+      sh_prof[kFindProfileSlots] = now;
     }
   };
 
@@ -277,21 +316,22 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   // Bounds [lo, hi] of pixel j's f - mean as a successor in raster order sees it: both the
   // frame-start value d0 and d1 = f - (mean after this frame's update). With a full window
   // (count == N) the mean moves by d0/N up to rounding, so an interval with a generous rounding
-  // slack needs no division; otherwise d1 is computed. Stored as floats rounded outwards.
+  // slack needs no division; otherwise d1 is computed.
   const auto store_bounds = [&](int j, double f, double d0, double m0, bool full, double s,
                                 double s2) {
     double lo, hi;
     if (full) {
       const double step = d0 * inv_window;  // d1 - d0 is about -step
       const double slack = fabs(step) * 1e-6 + 1e-12 * (fabs(m0) + fabs(f)) + 1e-300;
-      lo = fmin(d0, d0 - step) - slack;
-      hi = fmax(d0, d0 - step) + slack;
+      const double d1 = d0 - step;
+      lo = (d1 < d0 ? d1 : d0) - slack;
+      hi = (d1 < d0 ? d0 : d1) + slack;
     } else {
       const double d1 = cm::sub(f, cm::fast_push(s, s2, f, p.window));
-      lo = fmin(d0, d1);
-      hi = fmax(d0, d1);
+      lo = d1 < d0 ? d1 : d0;
+      hi = d1 < d0 ? d0 : d1;
     }
-    sh_lohi[j - base] = make_float2(__double2float_rd(lo), __double2float_ru(hi));
+    put_bounds(j - base, lo, hi);
   };
 
   // d0 and bounds of the own pixels for frame k, from their state at the start of frame k.
@@ -325,10 +365,11 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
 
   // Writes the entries of frame kp's clusters that lie in the segment above (left out when the
   // frame was emitted), with final_d(jj) = f - that segment's final mean of frame kp.
-  const auto patch_above = [&](uint32_t kp, int nsp, const uint32_t* sorted, auto&& final_d) {
+  const auto patch_above = [&](uint32_t kp, int nsp, const uint32_t* sorted, int stride,
+                               auto&& final_d) {
     const std::size_t region = static_cast<std::size_t>(kp) * p.blocks + b;
     const int n_write = min(nsp, static_cast<int>(p.region_capacity));
-    for (int e = tid; e < n_write * S2; e += nt) {
+    for (int e = tid; e < n_write * S2; e += stride) {
       const int c = e / S2;
       const int w = e - c * S2;
       const int dy = w / S - h;
@@ -345,7 +386,149 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     }
   };
 
-  // Launch start: count flags of [q0, p1), the resident state, frame 0's values and d0.
+  // The segment's interior [i0, i1): pixels that no neighbour reads (none when the segment is
+  // shorter than two halos).
+  const int i0 = min(halo, own_pixels);
+  const int i1 = max(i0, own_pixels - halo);
+  // The frame being decided (set_frame).
+  int par = 0, nxt = 1, acur = 0;
+  const uint16_t* fcur = sh_f;
+  const auto set_frame = [&](uint32_t k) {
+    par = static_cast<int>((g0 + k) & 1ull);
+    nxt = par ^ 1;
+    fcur = sh_f + (k & 1u) * lay.f_stride;
+    acur = frame_a0(k);
+  };
+  const auto fval = [&](int j) -> double { return static_cast<double>(fcur[j - acur]); };
+
+  // Commit of own pixel o from its frame-start sum and sum2: the fast push (new state; the mean
+  // into the next buffer), or the unchanged mean into the next buffer.
+  const auto commit = [&](int o, bool update, double s, double s2) {
+    const int j = p0 + o;
+    const bool full = sh_full[j - base] != 0;
+    double m1;
+    if (update) {
+      const double f = fval(j);
+      double rms;
+      if (full) {
+        // fast_push and noise_of with count == N: sum/N is the cached mean (so f - sum/N is
+        // d0), and every division by N is exact (div_known): the same operations, same bits.
+        // With the state resident, sum2/N is kept from the last update (same bits).
+        s = cm::add(s, sh_d0[j - base]);
+        const double s2n_old = kResident ? sh_s2n[o] : div_known(s2, window_d, inv_window);
+        s2 = cm::add(s2, cm::sub(cm::mul(f, f), s2n_old));
+        m1 = div_known(s, window_d, inv_window);
+        const double s2n = div_known(s2, window_d, inv_window);
+        rms = cm::root(cm::sub(s2n, cm::mul(m1, m1)));
+        if constexpr (kResident) sh_s2n[o] = s2n;
+      } else {
+        m1 = cm::fast_push(s, s2, f, p.window);
+        rms = cm::noise_of(s2, __ldg(own.count + j), m1);
+      }
+      if constexpr (kResident) {
+        sh_sum[o] = s;
+        sh_sum2[o] = s2;
+        sh_mean[o] = m1;
+        sh_noise[o] = rms;
+      } else {
+        __stcg(own.noise + j, rms);
+      }
+    } else {
+      m1 = kResident ? sh_mean[o] : __ldcg(own.mean[par] + j);
+    }
+    // Published for the neighbours (edge pixels; with the state resident, nothing else).
+    const bool edge = o < i0 || o >= i1;
+    if (!kResident || edge) __stcg(own.mean[nxt] + j, m1);
+    if (!kResident || (edge && !full)) {
+      __stcg(own.sum[nxt] + j, s);
+      __stcg(own.sum2[nxt] + j, s2);
+    }
+  };
+  // An own pixel's frame-start noise, sum and sum2.
+  const auto start_state = [&](int o, double& rms, double& s, double& s2) {
+    if constexpr (kResident) {
+      rms = sh_noise[o];
+      s = sh_sum[o];
+      s2 = sh_sum2[o];
+    } else {
+      const int j = p0 + o;
+      rms = __ldcg(own.noise + j);
+      s = __ldcg(own.sum[par] + j);
+      s2 = __ldcg(own.sum2[par] + j);
+    }
+  };
+  // This frame's final f - mean of an own pixel whose decision is final.
+  const auto final_own = [&](int jj) -> double {
+    const double m = kResident ? sh_mean[jj - p0] : __ldcg(own.mean[nxt] + jj);
+    return cm::sub(fval(jj), m);
+  };
+
+  // Pass 0: decide the own pixels, commit the certain ones.
+  const auto pass0 = [&]() {
+    for (int o = tid; o < own_pixels; o += nt) {
+      const int j = p0 + o;
+      const int y = row_of(j, cols, inv_cols);
+      const int x = j - y * cols;
+      const double v = sh_d0[j - base];
+      double rms, s_old, s2_old;
+      start_state(o, rms, s_old, s2_old);
+      Decision d;
+      if (cm::is_negative_outlier(v, rms, thr)) {
+        d = {kNo, kNo};
+      } else {
+        // Totals summed in row-major order from 0.0 (so the bounds are those of the exact sum),
+        // maxima from 0.0 (the successors' part once for both).
+        double tlo = 0.0, thi = 0.0, plo = 0.0, phi = 0.0, msucc = 0.0;
+        const auto add_pixel = [&](int s, bool predecessor) {
+          if (predecessor) {
+            double lo, hi;
+            get_bounds(s, lo, hi);
+            tlo = cm::add(tlo, lo);
+            thi = cm::add(thi, hi);
+            if (plo < lo) plo = lo;
+            if (phi < hi) phi = hi;
+          } else {
+            const double d = sh_d0[s];
+            tlo = cm::add(tlo, d);
+            thi = cm::add(thi, d);
+            if (msucc < d) msucc = d;
+          }
+        };
+        if (y >= h && y < rows - h && x >= h && x < cols - h) {
+          // The whole window lies inside the frame.
+#pragma unroll
+          for (int dy = -h; dy <= h; ++dy)
+#pragma unroll
+            for (int dx = -h; dx <= h; ++dx)
+              add_pixel(j + dy * cols + dx - base, dy < 0 || (dy == 0 && dx < 0));
+        } else {
+          // A window at the frame border (not unrolled: rare, and keeps the code small).
+#pragma unroll 1
+          for (int dy = -h; dy <= h; ++dy) {
+            const int yy = y + dy;
+            if (yy < 0 || yy >= rows) continue;
+#pragma unroll 1
+            for (int dx = -h; dx <= h; ++dx) {
+              const int xx = x + dx;
+              if (xx < 0 || xx >= cols) continue;
+              add_pixel(j + dy * cols + dx - base, dy < 0 || (dy == 0 && dx < 0));
+            }
+          }
+        }
+        const double mlo = plo < msucc ? msucc : plo, mhi = phi < msucc ? msucc : phi;
+        d = decide_bounds(v, rms, tlo, thi, mlo, mhi, thr);
+      }
+      if (d.update != kUnknown) commit(o, d.update == kYes, s_old, s2_old);
+      if (d.update == kUnknown || d.stored == kUnknown) {
+        sh_ulist[atomicAdd(&sh_nu, 1)] = static_cast<uint32_t>(o);
+      } else if (d.stored == kYes) {
+        sh_slist[atomicAdd(&sh_ns, 1)] = static_cast<uint32_t>(o);
+      }
+      sh_status[o] = static_cast<uint8_t>(d.update | (d.stored << 2));
+    }
+  };
+
+  // Launch start: count flags of [q0, p1), the resident state, frame 0's values.
   {
     const int par0 = static_cast<int>(g0 & 1ull);
     fetch_frame(0);
@@ -358,23 +541,19 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         sh_sum2[o] = __ldcg(own.sum2[par0] + j);
         sh_mean[o] = __ldcg(own.mean[par0] + j);
         sh_noise[o] = __ldcg(own.noise + j);
+        sh_s2n[o] = div_known(sh_sum2[o], window_d, inv_window);
       }
     }
     cp_async_wait_all();
     __syncthreads();
-    prepare_own(0);
   }
 
   int prev_ns = 0;  // clusters of the previous frame (uniform)
   for (uint32_t k = 0; k < p.n_frames; ++k) {
     const unsigned long long g = g0 + k;
-    const int par = static_cast<int>(g & 1ull);
-    const int nxt = par ^ 1;
-    const uint16_t* fcur = sh_f + (k & 1u) * lay.f_stride;
-    const int acur = frame_a0(k);
+    set_frame(k);
     const uint16_t* fprev = sh_f + ((k & 1u) ^ 1u) * lay.f_stride;
     const int aprev = k > 0 ? frame_a0(k - 1) : 0;
-    const auto fval = [&](int j) -> double { return static_cast<double>(fcur[j - acur]); };
     uint32_t* sorted_cur = sh_sorted + (k & 1u) * seg_max;
     const uint32_t* sorted_prev = sh_sorted + ((k & 1u) ^ 1u) * seg_max;
 
@@ -382,7 +561,14 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     // This frame starts when the neighbours' frame g-1 state (our halo) is final; they are then
     // past reading our frame g-1 start means, the buffers this frame writes.
     if (tid == 0) {
-      if (prog_above) while (load_acquire(prog_above, sys) < g) __nanosleep(20);
+      if (prog_above && load_acquire(prog_above, sys) < g) {
+        while (load_acquire(prog_above, sys) < g) __nanosleep(20);
+        if (p.profile != nullptr && b > 0 && k > 0) {
+          sh_prof[kPhases] +=
+              global_ns() - __ldcg(p.release_ns + ((g - 1) & 1ull) * p.blocks + (b - 1));
+          ++sh_prof[kPhases + 1];
+        }
+      }
       sh_nu = 0;
       sh_ns = 0;
     } else if (tid == 32) {
@@ -391,9 +577,9 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     __syncthreads();
     lap(kWait);
 
-    // Loop 1: d0 of the halo pixels with the neighbours' frame-start means (the own pixels' were
-    // prepared at the end of the previous frame); bounds for the halo above, and its previous
-    // frame's final f - mean for the deferred cluster entries. Two pixels per thread, loads first.
+    // Loop 1: d0 of the halo pixels with the neighbours' frame-start means, bounds for the halo
+    // above, and its previous frame's final f - mean for the deferred cluster entries; d0 and
+    // bounds of the own pixels from the resident state.
     const int n_above = p0 - q0;
     const int n_halo = n_above + (q1 - p1);
     const auto halo_pixel = [&](int i) { return i < n_above ? q0 + i : p1 + (i - n_above); };
@@ -406,137 +592,38 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         if (k > 0) sh_dprev[j - base] = cm::sub(static_cast<double>(fprev[j - aprev]), m);
       }
     };
-    for (int i = tid; i < n_halo; i += 2 * nt) {
-      const int ja = halo_pixel(i);
-      const bool two = i + nt < n_halo;
-      const int jb = two ? halo_pixel(i + nt) : ja;
-      double ma, sa = 0.0, s2a = 0.0, mb = 0.0, sb = 0.0, s2b = 0.0;
-      {
-        const PedestalArrays& a = arrays_for(ja);
-        ma = __ldcg(a.mean[par] + ja);
-        if (ja < p0 && !sh_full[ja - base]) {
-          sa = __ldcg(a.sum[par] + ja);
-          s2a = __ldcg(a.sum2[par] + ja);
-        }
+    const auto halo_load = [&](int j, double& m, double& s, double& s2) {
+      const PedestalArrays& a = arrays_for(j);
+      m = __ldcg(a.mean[par] + j);
+      if (j < p0 && !sh_full[j - base]) {
+        s = __ldcg(a.sum[par] + j);
+        s2 = __ldcg(a.sum2[par] + j);
       }
-      if (two) {
-        const PedestalArrays& a = arrays_for(jb);
-        mb = __ldcg(a.mean[par] + jb);
-        if (jb < p0 && !sh_full[jb - base]) {
-          sb = __ldcg(a.sum[par] + jb);
-          s2b = __ldcg(a.sum2[par] + jb);
-        }
-      }
-      halo_pass(ja, ma, sa, s2a);
-      if (two) halo_pass(jb, mb, sb, s2b);
+    };
+    // Up to two halo pixels per thread: loads first, the own pixels' d0 and bounds (shared
+    // memory) while they are in flight.
+    {
+      const int ja = halo_pixel(min(tid, n_halo - 1)), jb = halo_pixel(min(tid + nt, n_halo - 1));
+      double ma = 0.0, sa = 0.0, s2a = 0.0, mb = 0.0, sb = 0.0, s2b = 0.0;
+      if (tid < n_halo) halo_load(ja, ma, sa, s2a);
+      if (tid + nt < n_halo) halo_load(jb, mb, sb, s2b);
+      prepare_own(k);
+      if (tid < n_halo) halo_pass(ja, ma, sa, s2a);
+      if (tid + nt < n_halo) halo_pass(jb, mb, sb, s2b);
+    }
+    for (int i = tid + 2 * nt; i < n_halo; i += nt) {
+      const int j = halo_pixel(i);
+      double m = 0.0, s = 0.0, s2 = 0.0;
+      halo_load(j, m, s, s2);
+      halo_pass(j, m, s, s2);
     }
     __syncthreads();
     lap(kLoop1);
     // The previous frame's buffer is free: the next frame's values are copied meanwhile.
     if (k + 1 < p.n_frames) fetch_frame(k + 1);
 
-    // Commit of own pixel o from its frame-start sum and sum2: the fast push (new state; the mean
-    // into the next buffer), or the unchanged mean into the next buffer.
-    const auto commit = [&](int o, bool update, double s, double s2) {
-      const int j = p0 + o;
-      const bool full = sh_full[j - base] != 0;
-      double m1;
-      if (update) {
-        const double f = fval(j);
-        double rms;
-        if (full) {
-          // fast_push and noise_of with count == N: sum/N is the cached mean (so f - sum/N is
-          // d0), and every division by N is exact (div_known): the same operations, same bits.
-          s = cm::add(s, sh_d0[j - base]);
-          s2 = cm::add(s2, cm::sub(cm::mul(f, f), div_known(s2, window_d, inv_window)));
-          m1 = div_known(s, window_d, inv_window);
-          rms = cm::root(cm::sub(div_known(s2, window_d, inv_window), cm::mul(m1, m1)));
-        } else {
-          m1 = cm::fast_push(s, s2, f, p.window);
-          rms = cm::noise_of(s2, __ldg(own.count + j), m1);
-        }
-        if constexpr (kResident) {
-          sh_sum[o] = s;
-          sh_sum2[o] = s2;
-          sh_mean[o] = m1;
-          sh_noise[o] = rms;
-        } else {
-          __stcg(own.noise + j, rms);
-        }
-      } else {
-        m1 = kResident ? sh_mean[o] : __ldcg(own.mean[par] + j);
-      }
-      __stcg(own.mean[nxt] + j, m1);
-      if (!kResident || !full) {
-        __stcg(own.sum[nxt] + j, s);
-        __stcg(own.sum2[nxt] + j, s2);
-      }
-    };
-    // An own pixel's frame-start noise, sum and sum2.
-    const auto start_state = [&](int o, double& rms, double& s, double& s2) {
-      if constexpr (kResident) {
-        rms = sh_noise[o];
-        s = sh_sum[o];
-        s2 = sh_sum2[o];
-      } else {
-        const int j = p0 + o;
-        rms = __ldcg(own.noise + j);
-        s = __ldcg(own.sum[par] + j);
-        s2 = __ldcg(own.sum2[par] + j);
-      }
-    };
-    // This frame's final f - mean of an own pixel whose decision is final.
-    const auto final_own = [&](int jj) -> double {
-      const double m = kResident ? sh_mean[jj - p0] : __ldcg(own.mean[nxt] + jj);
-      return cm::sub(fval(jj), m);
-    };
-
     // Loop 2 (pass 0): decide every pixel of the segment, commit the certain ones.
-    for (int o = tid; o < own_pixels; o += nt) {
-      const int j = p0 + o;
-      const int y = row_of(j, cols, inv_cols);
-      const int x = j - y * cols;
-      const double v = sh_d0[j - base];
-      double rms, s_old, s2_old;
-      start_state(o, rms, s_old, s2_old);
-      Decision d;
-      if (cm::is_negative_outlier(v, rms, thr)) {
-        d = {kNo, kNo};
-      } else {
-        double tlo = 0.0, thi = 0.0, mlo = 0.0, mhi = 0.0;
-#pragma unroll
-        for (int dy = -h; dy <= h; ++dy) {
-          const int yy = y + dy;
-          if (yy < 0 || yy >= rows) continue;
-#pragma unroll
-          for (int dx = -h; dx <= h; ++dx) {
-            const int xx = x + dx;
-            if (xx < 0 || xx >= cols) continue;
-            const int s = j + dy * cols + dx - base;
-            double lo, hi;
-            if (dy < 0 || (dy == 0 && dx < 0)) {
-              const float2 q = sh_lohi[s];
-              lo = q.x;
-              hi = q.y;
-            } else {
-              lo = hi = sh_d0[s];
-            }
-            tlo = cm::add(tlo, lo);
-            thi = cm::add(thi, hi);
-            if (mlo < lo) mlo = lo;
-            if (mhi < hi) mhi = hi;
-          }
-        }
-        d = decide_bounds(v, rms, tlo, thi, mlo, mhi, thr);
-      }
-      if (d.update != kUnknown) commit(o, d.update == kYes, s_old, s2_old);
-      if (d.update == kUnknown || d.stored == kUnknown) {
-        sh_ulist[atomicAdd(&sh_nu, 1)] = static_cast<uint32_t>(o);
-      } else if (d.stored == kYes) {
-        sh_slist[atomicAdd(&sh_ns, 1)] = static_cast<uint32_t>(o);
-      }
-      sh_status[o] = static_cast<uint8_t>(d.update | (d.stored << 2));
-    }
+    pass0();
     __syncthreads();
     lap(kLoop2);
 
@@ -592,9 +679,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
                 double lo, hi;
                 if (dy < 0 || (dy == 0 && dx < 0)) {
                   if (jj < p0) {
-                    const float2 q = sh_lohi[jj - base];
-                    lo = q.x;
-                    hi = q.y;
+                    get_bounds(jj - base, lo, hi);
                     above = true;
                   } else {
                     lo = hi = final_own(jj);
@@ -656,58 +741,69 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       }
     }
     lap(kResolve);
-    // Frame g is final in this segment (every commit precedes the last barrier).
-    if (tid == 0) store_release(prog_self, g + 1, sys);
-
-    // Off the neighbours' path from here on. The previous frame's entries in the segment above.
+    // Frame g is final in this segment (every commit precedes the last barrier). The last warp
+    // publishes it; it arrives at the emission barrier first, so the other warps need not wait
+    // for the release's memory fence. Off the neighbours' path from here on.
     const int ns = sh_ns;
-    if (k > 0 && prev_ns > 0 && static_cast<int>(sorted_prev[0]) < halo)
-      patch_above(k - 1, prev_ns, sorted_prev, [&](int jj) { return sh_dprev[jj - base]; });
-    // Emission: the segment's clusters in raster order into this (frame, segment) region.
-    for (int t = tid; t < ns; t += nt) {
-      const uint32_t v = sh_slist[t];
-      int rank = 0;
-      for (int u = 0; u < ns; ++u) rank += sh_slist[u] < v;
-      sorted_cur[rank] = v;
-    }
-    __syncthreads();
-    if (ns > 0) {
-      const std::size_t region = static_cast<std::size_t>(k) * p.blocks + b;
-      const int n_write = min(ns, static_cast<int>(p.region_capacity));
-      for (int e = tid; e < n_write * S2; e += nt) {
-        const int c = e / S2;
-        const int w = e - c * S2;
-        const int j = p0 + static_cast<int>(sorted_cur[c]);
-        const int y = row_of(j, cols, inv_cols);
-        const int x = j - y * cols;
-        const int dy = w / S - h;
-        const int dx = w - (w / S) * S - h;
-        const int yy = y + dy, xx = x + dx;
-        const std::size_t slot = region * p.region_capacity + c;
-        if (w == 0) p.region_xy[slot] = static_cast<uint32_t>(x) | (static_cast<uint32_t>(y) << 16);
-        int32_t value = 0;
-        if (yy >= 0 && yy < rows && xx >= 0 && xx < cols) {
-          const int jj = j + dy * cols + dx;
-          if (!(dy < 0 || (dy == 0 && dx < 0))) {
-            value = cm::cluster_value(sh_d0[jj - base]);
-          } else if (jj >= p0) {
-            value = cm::cluster_value(final_own(jj));
-          } else {
-            continue;  // in the segment above: written with the next frame (patch_above)
+    const int workers = nt - 32;
+    if (tid >= workers) {
+      named_arrive(1, nt);
+      if (tid == workers) {
+        const long long t0 = clock64();
+        if (p.profile != nullptr) __stcg(p.release_ns + (g & 1ull) * p.blocks + b, global_ns());
+        store_release(prog_self, g + 1, sys);
+        if (p.profile != nullptr) sh_prof[kRelease] += static_cast<unsigned long long>(clock64() - t0);
+      }
+    } else {
+      // The previous frame's entries in the segment above.
+      if (k > 0 && prev_ns > 0 && static_cast<int>(sorted_prev[0]) < halo)
+        patch_above(k - 1, prev_ns, sorted_prev, workers,
+                    [&](int jj) { return sh_dprev[jj - base]; });
+      // Emission: the segment's clusters in raster order into this (frame, segment) region.
+      for (int t = tid; t < ns; t += workers) {
+        const uint32_t v = sh_slist[t];
+        int rank = 0;
+        for (int u = 0; u < ns; ++u) rank += sh_slist[u] < v;
+        sorted_cur[rank] = v;
+      }
+      named_sync(1, nt);
+      if (ns > 0) {
+        const std::size_t region = static_cast<std::size_t>(k) * p.blocks + b;
+        const int n_write = min(ns, static_cast<int>(p.region_capacity));
+        for (int e = tid; e < n_write * S2; e += workers) {
+          const int c = e / S2;
+          const int w = e - c * S2;
+          const int j = p0 + static_cast<int>(sorted_cur[c]);
+          const int y = row_of(j, cols, inv_cols);
+          const int x = j - y * cols;
+          const int dy = w / S - h;
+          const int dx = w - (w / S) * S - h;
+          const int yy = y + dy, xx = x + dx;
+          const std::size_t slot = region * p.region_capacity + c;
+          if (w == 0) p.region_xy[slot] = static_cast<uint32_t>(x) | (static_cast<uint32_t>(y) << 16);
+          int32_t value = 0;
+          if (yy >= 0 && yy < rows && xx >= 0 && xx < cols) {
+            const int jj = j + dy * cols + dx;
+            if (!(dy < 0 || (dy == 0 && dx < 0))) {
+              value = cm::cluster_value(sh_d0[jj - base]);
+            } else if (jj >= p0) {
+              value = cm::cluster_value(final_own(jj));
+            } else {
+              continue;  // in the segment above: written with the next frame (patch_above)
+            }
           }
+          p.region_data[slot * S2 + w] = value;
         }
-        p.region_data[slot * S2 + w] = value;
+      }
+      if (tid == 0) {
+        p.region_counts[static_cast<std::size_t>(k) * p.blocks + b] = static_cast<uint32_t>(ns);
+        if (ns > 0) atomicAdd(&p.frame_totals[k], static_cast<uint32_t>(ns));
       }
     }
-    if (tid == 0) {
-      p.region_counts[static_cast<std::size_t>(k) * p.blocks + b] = static_cast<uint32_t>(ns);
-      if (ns > 0) atomicAdd(&p.frame_totals[k], static_cast<uint32_t>(ns));
-    }
     prev_ns = ns;
-    // The next frame's values have arrived; its own d0 from this frame's final state.
+    // The next frame's values have arrived (its own d0 is prepared in its loop 1).
     cp_async_wait_all();
     __syncthreads();
-    if (k + 1 < p.n_frames) prepare_own(k + 1);
     lap(kEmit);
   }
 
@@ -722,24 +818,26 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       __syncthreads();
       const uint16_t* fl = sh_f + (kl & 1u) * lay.f_stride;
       const int al = frame_a0(kl);
-      patch_above(kl, prev_ns, sorted_last, [&](int jj) {
+      patch_above(kl, prev_ns, sorted_last, nt, [&](int jj) {
         return cm::sub(static_cast<double>(fl[jj - al]), __ldcg(arrays_for(jj).mean[fin] + jj));
       });
     }
   }
-  // The resident state back to global memory (the means are there already).
+  // The resident state back to global memory.
   if constexpr (kResident) {
     for (int o = tid; o < own_pixels; o += nt) {
       const int j = p0 + o;
+      __stcg(own.mean[fin] + j, sh_mean[o]);
       __stcg(own.sum[fin] + j, sh_sum[o]);
       __stcg(own.sum2[fin] + j, sh_sum2[o]);
       __stcg(own.noise + j, sh_noise[o]);
     }
   }
 
-  if (p.profile != nullptr && tid == 0)
-    for (int i = 0; i < kPhases; ++i) atomicAdd(&p.profile[b * kPhases + i],
-                                                static_cast<unsigned long long>(clk[i]));
+  if (p.profile != nullptr && tid == 0) {
+    unsigned long long* slot = p.profile + static_cast<std::size_t>(b) * kFindProfileSlots;
+    for (int i = 0; i < kFindProfileSlots; ++i) atomicAdd(slot + i, sh_prof[i]);
+  }
 
   // The last block to finish advances the frame counter (every block has read it by then).
   if (tid == 0) {

@@ -51,9 +51,16 @@ struct FindLaunch {
   int32_t* region_data = nullptr;        ///< [n_frames * blocks * capacity * S*S]
   uint32_t region_capacity = 0;
   uint32_t* frame_totals = nullptr;      ///< [n_frames], zeroed before the launch
-  unsigned long long* profile = nullptr; ///< optional [blocks * 5] cycles per phase
+  /// Optional [blocks * kFindProfileSlots]: cycles per phase, then the nanoseconds from the
+  /// previous segment's release of a frame to this segment seeing it, summed over the frames
+  /// this segment had to wait for, and their number.
+  unsigned long long* profile = nullptr;
+  unsigned long long* release_ns = nullptr;  ///< with profile: [2][blocks] release timestamps
 };
-inline constexpr int kFindPhases = 5;    ///< wait, loop 1, loop 2, resolve, emit (and prepare)
+/// wait, loop 1 (with the own pixels' d0), loop 2 (pass 0), resolve, release (the releasing
+/// thread's fence), emit
+inline constexpr int kFindPhases = 6;
+inline constexpr int kFindProfileSlots = kFindPhases + 2;
 
 /// Shared memory and threads of one find block.
 struct FindShape {
