@@ -18,6 +18,7 @@
 #include "glint/config/config.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/acquisition.hpp"
+#include "glint/pipeline/ingest.hpp"
 #include "glint/pipeline/sls_stream.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
 
@@ -47,7 +48,8 @@ uint64_t image_bytes(const pipeline::SimOptions& sim) {
 /// The transport floor: SUB sockets that receive and count, nothing else.
 Leg run_floor(const pipeline::SimOptions& sim, int rcvhwm) {
   Leg leg{"transport floor (receive + count)"};
-  zmq::context_t ctx(1);
+  // One I/O thread per endpoint, as glintd's ingest has.
+  zmq::context_t ctx(static_cast<int>(std::max<std::size_t>(sim.endpoints.size(), 1)));
   std::atomic<uint64_t> messages{0}, bytes{0}, ends{0};
   std::atomic<int64_t> first_ns{0}, last_ns{0};
   std::vector<std::jthread> threads;
@@ -134,9 +136,21 @@ Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
     cfg.ingest.endpoints = *bound;
   }
   pipeline::Acquisition run(cfg, 1, std::nullopt);
-  clock::time_point first{};
+  clock::time_point first{}, last_frame{}, next_sample{};
+  uint64_t frames_seen = 0;
+  std::vector<uint64_t> received;  // messages received, every 50 ms from the first one
   while (!run.done()) {
-    if (first == clock::time_point{} && run.stats().messages > 0) first = clock::now();
+    const auto s = run.stats();
+    const auto now = clock::now();
+    if (first == clock::time_point{} && s.messages > 0) first = next_sample = now;
+    if (first != clock::time_point{} && now >= next_sample) {
+      received.push_back(s.messages);
+      next_sample += std::chrono::milliseconds(50);
+    }
+    if (s.dark_frames + s.data_frames != frames_seen) {
+      frames_seen = s.dark_frames + s.data_frames;
+      last_frame = now;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   const auto last = clock::now();
@@ -149,7 +163,12 @@ Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
   leg.bytes = leg.frames * image_bytes(sim);
   leg.lost = rep.images > leg.frames ? rep.images - leg.frames : 0;
   leg.seconds = std::chrono::duration<double>(last - first).count();
-  leg.extra = {{"backend", s.backend},         {"dark", s.dark_frames},     {"data", s.data_frames},
+  // The end of the run after its last frame was written (waiting for the last results, the end
+  // pedestal, closing the file): part of leg.seconds, shown apart.
+  const double closing =
+      last_frame > first ? std::chrono::duration<double>(last - last_frame).count() : 0.0;
+  leg.extra = {{"closing_seconds", closing},
+               {"messages_every_50ms", received},{"backend", s.backend},         {"dark", s.dark_frames},     {"data", s.data_frames},
                {"clusters", s.clusters},       {"dropped", s.dropped},      {"missing", s.missing},
                {"incomplete", s.incomplete},   {"bad_input", s.bad_total},  {"file", s.file},
                {"sender_seconds", rep.seconds}};
@@ -183,6 +202,7 @@ void add_bench_pipeline(CLI::App& bench) {
     int hwm = 1000;
     bool as_json = false;
     bool floor_only = false;
+    bool malloc_defaults = false;
     uint32_t recon_slices = 0;          // 0: no reconstruction leg
     uint32_t recon_frames_per_slice = 100;
   };
@@ -203,6 +223,9 @@ void add_bench_pipeline(CLI::App& bench) {
   cmd->add_option("--hwm", a->hwm, "ZeroMQ high-water mark, both sides (messages)")->capture_default_str();
   cmd->add_flag("--json", a->as_json, "print JSON");
   cmd->add_flag("--floor-only", a->floor_only, "measure the transport floor only");
+  cmd->add_flag("--malloc-defaults", a->malloc_defaults,
+                "keep glibc's default malloc thresholds in both legs instead of glintd's "
+                "(for comparison; see pipeline::keep_receive_buffers)");
   cmd->add_option("--recon-slices", a->recon_slices,
                   "also run the pipeline with reconstruction on (volumes of this many slices, "
                   ">= 2), to compare with the leg without it; 0 = off")
@@ -256,6 +279,8 @@ void add_bench_pipeline(CLI::App& bench) {
       fail("glint bench pipeline", "--recon-slices must be 0 or >= 2, --recon-frames-per-slice >= 1",
            kExitUsage);
 
+    // Both legs with the allocator settings glintd runs with (set once for the process).
+    if (!a->malloc_defaults) pipeline::keep_receive_buffers();
     std::vector<Leg> legs;
     try {
       sim.endpoints = endpoints(0);
@@ -297,9 +322,13 @@ void add_bench_pipeline(CLI::App& bench) {
     std::cout << fmt::format("glint bench pipeline: {}x{} uint16 ({:.2f} MB/image), {} port(s), {} images "
                              "({} dark) per leg, loopback TCP\n",
                              a->size, a->size, image_mb, a->ports, a->dark + a->frames, a->dark);
-    for (const auto& l : legs)
-      std::cout << fmt::format("  {:<42} {:>9.0f} frames/s  {:>6.2f} GB/s  lost {:>6}  ({:.2f} s)\n", l.name,
+    for (const auto& l : legs) {
+      std::cout << fmt::format("  {:<42} {:>9.0f} frames/s  {:>6.2f} GB/s  lost {:>6}  ({:.2f} s", l.name,
                                l.fps(), l.gbps(), l.lost, l.seconds);
+      if (l.extra.contains("closing_seconds"))
+        std::cout << fmt::format(", {:.3f} s of it after the last frame", l.extra["closing_seconds"].get<double>());
+      std::cout << ")\n";
+    }
     if (legs.size() >= 2) {
       const auto& x = legs[1].extra;
       std::cout << fmt::format("  backend {}; clusters {}; dropped {}, missing {}, incomplete {}\n",

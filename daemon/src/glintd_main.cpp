@@ -12,6 +12,7 @@
 #include "glint/config/config.hpp"
 #include "glint/daemon/daemon.hpp"
 #include "glint/log.hpp"
+#include "glint/pipeline/ingest.hpp"
 
 namespace {
 constexpr int kExitConfig = 2;
@@ -53,6 +54,9 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  // Received message buffers are reused instead of being faulted in afresh (see the function).
+  glint::pipeline::keep_receive_buffers();
 
   std::unique_ptr<glint::daemon::Daemon> daemon;
   try {

@@ -595,6 +595,386 @@ __global__ void __launch_bounds__(kTX* kTY, 4)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Register-marching kernels. A block of 8 warps owns a 32-column x-y region (lane = column) of
+// which warp w holds K consecutive rows, and walks a chunk of planes along z. Every value of a
+// point (r, z, p, and for two steps per pass the second r and z) is computed once per point of
+// the region, by the thread that owns the point, and kept in its registers as long as the point
+// itself still needs it (one or two planes). Neighbours: x through warp shuffles, y from the
+// thread's own rows or, across warps, from one shared-memory row per warp. Global loads run D
+// planes ahead of their use (D = 1 or 2; with 2, two register sets alternate). Addresses are a
+// per-plane base pointer plus the point's 32-bit in-plane offset. The outputs are the region less
+// a halo of H columns and rows on each side (H = number of steps per pass): 32 - 2H columns and
+// 8K - 2H rows.
+constexpr int kWarps = 8;
+
+template <int K, int H>
+struct MarchPoints {
+  static constexpr int kRows = kWarps * K;
+  static constexpr int kOutX = 32 - 2 * H, kOutY = kRows - 2 * H;
+  int off[K];                          // in-plane offset (0 for points outside the volume)
+  bool ok[K], hasym[K], lasty[K], tile[K];
+  bool hasxm, lastx;
+  __device__ __forceinline__ MarchPoints(const Geom& g, int px) {
+    const int lane = threadIdx.x, w = threadIdx.y;
+    const int gx = blockIdx.x * kOutX - H + lane;
+    const int y0 = blockIdx.y * kOutY - H;
+    const bool okx = gx >= 0 && gx < g.nx;
+    hasxm = gx > 0;
+    lastx = gx == g.nx - 1;
+    const bool tilex = lane >= H && lane < 32 - H;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int ly = w * K + k, gy = y0 + ly;
+      ok[k] = okx && gy >= 0 && gy < g.ny;
+      off[k] = ok[k] ? gy * px + gx : 0;
+      hasym[k] = gy > 0;
+      lasty[k] = gy == g.ny - 1;
+      tile[k] = ok[k] && tilex && ly >= H && ly < kRows - H;
+    }
+  }
+};
+
+/// p, opaque to the compiler: keeps a per-plane base pointer in a register so that each access
+/// is that base plus a 32-bit offset (instead of recomputing a 64-bit index per point).
+template <class T>
+__device__ __forceinline__ T* opaque(T* p) {
+  asm("" : "+l"(p));
+  return p;
+}
+
+__device__ __forceinline__ float shfl_up1(float v) { return __shfl_up_sync(0xffffffffu, v, 1); }
+__device__ __forceinline__ float shfl_down1(float v) {
+  return __shfl_down_sync(0xffffffffu, v, 1);
+}
+
+/// Stores one voxel's dual components at a plane base plus a 32-bit in-plane offset.
+__device__ __forceinline__ void store_at(const Dual& d, long long base, int o, const Vec3& v) {
+  const unsigned u = static_cast<unsigned>(o);
+  opaque(d.x + base)[u] = v.x;
+  opaque(d.y + base)[u] = v.y;
+  opaque(d.z + base)[u] = v.z;
+}
+
+/// Where the one-step marching kernel gets r, and what it keeps beside it: two-state computes r
+/// from p_k and p_{k-1}; fused reads the stored r and the old p (at output points only).
+struct MarchTwoState {
+  CDual cur, prev;
+  float m;
+  static constexpr bool kTwoState = true;
+};
+struct MarchStored {
+  CDual r;
+  Dual pold;  // the p written in place: plain loads, read before the same thread writes it
+  static constexpr bool kTwoState = false;
+};
+
+/// Runs body(q, L) for q = q0 .. q1, where L holds plane q's loads on entry (load(L, q) fills
+/// it); body refills L with plane q + D. D = 2: two register sets alternate, unrolled by two.
+template <int D, class Load, class Body, class Buf>
+__device__ __forceinline__ void march_planes(int q0, int q1, Buf& A, Buf& B, Load&& load,
+                                             Body&& body) {
+  load(A, q0);
+  if constexpr (D == 2) {
+    load(B, q0 + 1);
+    for (int q = q0; q <= q1; q += 2) {
+      body(q, A);
+      if (q + 1 <= q1) body(q + 1, B);
+    }
+  } else {
+    for (int q = q0; q <= q1; ++q) body(q, A);
+  }
+}
+
+/// One FGP step (two-state: 10 volumes; fused: 13), register marching, halo 1. p' to `out`
+/// (two-state) or p' to p in place and r' = momentum(p', p) to `out` (fused).
+template <class S, int K, int D>
+__global__ void __launch_bounds__(32 * kWarps)
+    march_step_kernel(Geom g, const float* __restrict__ b, S src, Dual p, Dual out, float w,
+                      bool nonneg, float cst, float mom, int chunk) {
+  using P = MarchPoints<K, 1>;
+  __shared__ float sry[2][kWarps][32];  // r_y of each warp's last row
+  __shared__ float szz[2][kWarps][32];  // z of each warp's first row
+  const int lane = threadIdx.x, wp = threadIdx.y;
+  const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < kWarps - 1 ? wp + 1 : wp;
+  const P pt(g, static_cast<int>(g.px));
+  const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
+  using Buf = float[K][7];
+  // Plane q's loads (zeros outside the volume): r sources in [0..5], b in [6].
+  auto load = [&](Buf& L, int q) {
+    const bool in = q >= 0 && q < g.nz && q <= zend;
+    const long long qb = static_cast<long long>(in ? q : 0) * g.plane;
+    const float* __restrict__ bq = opaque(b + qb);
+    if constexpr (S::kTwoState) {
+      const float *__restrict__ cx = opaque(src.cur.x + qb), *__restrict__ cy = opaque(src.cur.y + qb),
+                  *__restrict__ cz = opaque(src.cur.z + qb);
+      const float *__restrict__ px_ = opaque(src.prev.x + qb), *__restrict__ py = opaque(src.prev.y + qb),
+                  *__restrict__ pz = opaque(src.prev.z + qb);
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const bool ok = in && pt.ok[k];
+        const unsigned o = static_cast<unsigned>(pt.off[k]);
+        L[k][0] = ok ? __ldg(cx + o) : 0.f;
+        L[k][1] = ok ? __ldg(cy + o) : 0.f;
+        L[k][2] = ok ? __ldg(cz + o) : 0.f;
+        L[k][3] = ok ? __ldg(px_ + o) : 0.f;
+        L[k][4] = ok ? __ldg(py + o) : 0.f;
+        L[k][5] = ok ? __ldg(pz + o) : 0.f;
+        L[k][6] = ok ? __ldg(bq + o) : 0.f;
+      }
+    } else {
+      const float *__restrict__ rx = opaque(src.r.x + qb), *__restrict__ ry = opaque(src.r.y + qb),
+                  *__restrict__ rz = opaque(src.r.z + qb);
+      const float *ox = opaque(src.pold.x + qb), *oy = opaque(src.pold.y + qb), *oz = opaque(src.pold.z + qb);
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const bool ok = in && pt.ok[k], t = in && pt.tile[k];
+        const unsigned o = static_cast<unsigned>(pt.off[k]);
+        L[k][0] = ok ? __ldg(rx + o) : 0.f;
+        L[k][1] = ok ? __ldg(ry + o) : 0.f;
+        L[k][2] = ok ? __ldg(rz + o) : 0.f;
+        L[k][3] = t ? ox[o] : 0.f;
+        L[k][4] = t ? oy[o] : 0.f;
+        L[k][5] = t ? oz[o] : 0.f;
+        L[k][6] = ok ? __ldg(bq + o) : 0.f;
+      }
+    }
+  };
+  float ru[K][3], zu[K], pu[K][3];  // plane u = q - 1: r, z, old p (fused)
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    ru[k][0] = ru[k][1] = ru[k][2] = zu[k] = 0.f;
+    pu[k][0] = pu[k][1] = pu[k][2] = 0.f;
+  }
+  auto body = [&](int q, Buf& L) {
+    // r at plane q (zero outside the volume), then the loads of plane q + D.
+    float rq[K][3], bq[K], pq[K][3];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if constexpr (S::kTwoState) {
+        rq[k][0] = m::momentum(L[k][0], L[k][3], src.m);
+        rq[k][1] = m::momentum(L[k][1], L[k][4], src.m);
+        rq[k][2] = m::momentum(L[k][2], L[k][5], src.m);
+      } else {
+        rq[k][0] = L[k][0];
+        rq[k][1] = L[k][1];
+        rq[k][2] = L[k][2];
+        pq[k][0] = L[k][3];
+        pq[k][1] = L[k][4];
+        pq[k][2] = L[k][5];
+      }
+      bq[k] = L[k][6];
+    }
+    if (q + D <= zend) load(L, q + D);
+    sry[q & 1][wp][lane] = rq[K - 1][1];
+    __syncthreads();
+    // z at plane q.
+    float zq[K];
+    const bool zin = q >= z0 && q < g.nz;
+    float rxm[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) rxm[k] = shfl_up1(rq[k][0]);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float rym = k > 0 ? rq[k > 0 ? k - 1 : 0][1] : sry[q & 1][wdn][lane];
+      zq[k] = zin ? m::primal(bq[k], Vec3{rq[k][0], rq[k][1], rq[k][2]},
+                              pt.hasxm ? rxm[k] : 0.0f, pt.hasym[k] ? rym : 0.0f,
+                              q > 0 ? ru[k][2] : 0.0f, w, nonneg)
+                  : 0.0f;
+    }
+    szz[q & 1][wp][lane] = zq[0];
+    // p at plane u = q - 1.
+    const int u = q - 1;
+    float zxp[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) zxp[k] = shfl_down1(zu[k]);
+    if (u >= z0 && u < zend) {
+      const long long ub = static_cast<long long>(u) * g.plane;
+      const bool lz = u == g.nz - 1;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const float zyp = k < K - 1 ? zu[k < K - 1 ? k + 1 : k] : szz[u & 1][wup][lane];
+        const Vec3 pn =
+            m::project(Vec3{ru[k][0], ru[k][1], ru[k][2]},
+                       m::gradient(zu[k], zxp[k], zyp, zq[k], pt.lastx, pt.lasty[k], lz), cst);
+        if (pt.tile[k]) {
+          const int o = pt.off[k];
+          if constexpr (S::kTwoState) {
+            store_at(out, ub, o, pn);
+          } else {
+            store_at(p, ub, o, pn);
+            store_at(out, ub, o, m::momentum(pn, Vec3{pu[k][0], pu[k][1], pu[k][2]}, mom));
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      ru[k][0] = rq[k][0];
+      ru[k][1] = rq[k][1];
+      ru[k][2] = rq[k][2];
+      zu[k] = zq[k];
+      if constexpr (!S::kTwoState) {
+        pu[k][0] = pq[k][0];
+        pu[k][1] = pq[k][1];
+        pu[k][2] = pq[k][2];
+      }
+    }
+  };
+  Buf A, B;
+  march_planes<D>(z0 - 1, zend, A, B, load, body);
+}
+
+/// Temporally blocked two-state, register marching, halo 2: two FGP steps per pass. Reads p_k
+/// (cur) and p_{k-1} (prev), writes p_{k+1} (n1) and p_{k+2} (n2). Per plane q: r_{k+1} and
+/// z_{k+1} at q; p_{k+1} and r_{k+2} at u = q - 1; z_{k+2} at u; p_{k+2} at v = q - 2. Two
+/// barriers per plane.
+template <int K, int D>
+__global__ void __launch_bounds__(32 * kWarps, 2)
+    temporal_march_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1,
+                          Dual n2, float w, bool nonneg, float cst, float ma, float mb,
+                          int chunk) {
+  using P = MarchPoints<K, 2>;
+  __shared__ float s1y[2][kWarps][32];  // r_{k+1}.y of each warp's last row
+  __shared__ float s1z[2][kWarps][32];  // z_{k+1} of each warp's first row
+  __shared__ float s2y[2][kWarps][32];  // r_{k+2}.y of each warp's last row
+  __shared__ float s2z[2][kWarps][32];  // z_{k+2} of each warp's first row
+  const int lane = threadIdx.x, wp = threadIdx.y;
+  const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < kWarps - 1 ? wp + 1 : wp;
+  const P pt(g, static_cast<int>(g.px));
+  const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
+  using Buf = float[K][7];
+  auto load = [&](Buf& L, int q) {
+    const bool in = q >= 0 && q < g.nz && q <= zend + 1;
+    const long long qb = static_cast<long long>(in ? q : 0) * g.plane;
+    const float *__restrict__ cx = opaque(cur.x + qb), *__restrict__ cy = opaque(cur.y + qb),
+                *__restrict__ cz = opaque(cur.z + qb);
+    const float *__restrict__ px_ = opaque(prev.x + qb), *__restrict__ py = opaque(prev.y + qb),
+                *__restrict__ pz = opaque(prev.z + qb);
+    const float* __restrict__ bq = opaque(b + qb);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const bool ok = in && pt.ok[k];
+      const unsigned o = static_cast<unsigned>(pt.off[k]);
+      L[k][0] = ok ? __ldg(cx + o) : 0.f;
+      L[k][1] = ok ? __ldg(cy + o) : 0.f;
+      L[k][2] = ok ? __ldg(cz + o) : 0.f;
+      L[k][3] = ok ? __ldg(px_ + o) : 0.f;
+      L[k][4] = ok ? __ldg(py + o) : 0.f;
+      L[k][5] = ok ? __ldg(pz + o) : 0.f;
+      L[k][6] = ok ? __ldg(bq + o) : 0.f;
+    }
+  };
+  // Carried: at u = q - 1: r_{k+1}, p_k, b, z_{k+1}; at v = q - 2: r_{k+2}, z_{k+2}.
+  float r1u[K][3], cu[K][3], bu[K], z1u[K], r2v[K][3], z2v[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    r1u[k][0] = r1u[k][1] = r1u[k][2] = cu[k][0] = cu[k][1] = cu[k][2] = 0.f;
+    r2v[k][0] = r2v[k][1] = r2v[k][2] = 0.f;
+    bu[k] = z1u[k] = z2v[k] = 0.f;
+  }
+  auto body = [&](int q, Buf& L) {
+    // (1) r_{k+1} at q; the loads of plane q + D.
+    float r1q[K][3], cq[K][3], bq[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int a = 0; a < 3; ++a) {
+        cq[k][a] = L[k][a];
+        r1q[k][a] = m::momentum(L[k][a], L[k][3 + a], ma);
+      }
+      bq[k] = L[k][6];
+    }
+    if (q + D <= zend + 1) load(L, q + D);
+    s1y[q & 1][wp][lane] = r1q[K - 1][1];
+    __syncthreads();
+    // (2) z_{k+1} at q.
+    float z1q[K], sh[K];
+    const bool zin = q >= 0 && q < g.nz && q >= z0 - 1;
+#pragma unroll
+    for (int k = 0; k < K; ++k) sh[k] = shfl_up1(r1q[k][0]);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float rym = k > 0 ? r1q[k > 0 ? k - 1 : 0][1] : s1y[q & 1][wdn][lane];
+      z1q[k] = zin ? m::primal(bq[k], Vec3{r1q[k][0], r1q[k][1], r1q[k][2]},
+                               pt.hasxm ? sh[k] : 0.0f, pt.hasym[k] ? rym : 0.0f,
+                               q > 0 ? r1u[k][2] : 0.0f, w, nonneg)
+                   : 0.0f;
+    }
+    s1z[q & 1][wp][lane] = z1q[0];
+    // (3) p_{k+1} and r_{k+2} at u = q - 1.
+    const int u = q - 1;
+    float r2u[K][3];
+    const bool uin = u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend;
+#pragma unroll
+    for (int k = 0; k < K; ++k) sh[k] = shfl_down1(z1u[k]);
+    {
+      const long long ub = static_cast<long long>(u) * g.plane;
+      const bool lz = u == g.nz - 1, st = u >= z0 && u < zend;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const float zyp = k < K - 1 ? z1u[k < K - 1 ? k + 1 : k] : s1z[u & 1][wup][lane];
+        r2u[k][0] = r2u[k][1] = r2u[k][2] = 0.f;
+        if (uin) {
+          const Vec3 pn =
+              m::project(Vec3{r1u[k][0], r1u[k][1], r1u[k][2]},
+                         m::gradient(z1u[k], sh[k], zyp, z1q[k], pt.lastx, pt.lasty[k], lz), cst);
+          if (st && pt.tile[k]) store_at(n1, ub, pt.off[k], pn);
+          r2u[k][0] = m::momentum(pn.x, cu[k][0], mb);
+          r2u[k][1] = m::momentum(pn.y, cu[k][1], mb);
+          r2u[k][2] = m::momentum(pn.z, cu[k][2], mb);
+        }
+      }
+    }
+    s2y[u & 1][wp][lane] = r2u[K - 1][1];
+    __syncthreads();
+    // (4) z_{k+2} at u.
+    float z2u[K];
+    const bool z2in = u >= 0 && u < g.nz && u >= z0 && u <= zend;
+#pragma unroll
+    for (int k = 0; k < K; ++k) sh[k] = shfl_up1(r2u[k][0]);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float rym = k > 0 ? r2u[k > 0 ? k - 1 : 0][1] : s2y[u & 1][wdn][lane];
+      z2u[k] = z2in ? m::primal(bu[k], Vec3{r2u[k][0], r2u[k][1], r2u[k][2]},
+                                pt.hasxm ? sh[k] : 0.0f, pt.hasym[k] ? rym : 0.0f,
+                                u > 0 ? r2v[k][2] : 0.0f, w, nonneg)
+                    : 0.0f;
+    }
+    s2z[u & 1][wp][lane] = z2u[0];
+    // (5) p_{k+2} at v = q - 2.
+    const int v = q - 2;
+#pragma unroll
+    for (int k = 0; k < K; ++k) sh[k] = shfl_down1(z2v[k]);
+    if (v >= z0 && v < zend) {
+      const long long vb = static_cast<long long>(v) * g.plane;
+      const bool lz = v == g.nz - 1;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const float zyp = k < K - 1 ? z2v[k < K - 1 ? k + 1 : k] : s2z[v & 1][wup][lane];
+        const Vec3 pn =
+            m::project(Vec3{r2v[k][0], r2v[k][1], r2v[k][2]},
+                       m::gradient(z2v[k], sh[k], zyp, z2u[k], pt.lastx, pt.lasty[k], lz), cst);
+        if (pt.tile[k]) store_at(n2, vb, pt.off[k], pn);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int a = 0; a < 3; ++a) {
+        r1u[k][a] = r1q[k][a];
+        cu[k][a] = cq[k][a];
+        r2v[k][a] = r2u[k][a];
+      }
+      bu[k] = bq[k];
+      z1u[k] = z1q[k];
+      z2v[k] = z2u[k];
+    }
+  };
+  Buf A, B;
+  march_planes<D>(z0 - 2, zend + 1, A, B, load, body);
+}
+
+// ---------------------------------------------------------------------------------------------
 // FISTA element-wise kernels (x < nx only; padding is left alone).
 
 __global__ void init_kernel(Geom g, const float* __restrict__ y, bool nonneg, float* __restrict__ x,
@@ -643,16 +1023,24 @@ __global__ void setup_spectrum_kernel(long long n, float inv_n, float2* __restri
 
 /// b = xbar + t * residual, xbar recomputed from x and xprev; in place on the residual.
 /// For the identity the residual is y - xbar (y given), else it is already in `res`.
+/// Two x-neighbours per thread (8-byte accesses: rows have an even length); block (32, 8)
+/// covers 64 x 8 voxels of a plane.
 __global__ void gradient_step_kernel(Geom g, const float* __restrict__ x,
                                      const float* __restrict__ xprev, float mom, float t,
                                      const float* __restrict__ y, float* __restrict__ res) {
-  const int ix = blockIdx.x * blockDim.x + threadIdx.x;
+  const int ix = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
   const int iy = blockIdx.y * blockDim.y + threadIdx.y;
   if (ix >= g.nx || iy >= g.ny) return;
   const long long i = at(g, ix, iy, blockIdx.z);
-  const float xb = m::extrapolate(x[i], xprev[i], mom);
-  const float r = y ? m::sub(y[i], xb) : res[i];
-  res[i] = m::gradient_step(xb, r, t);
+  const float2 xv = ld2(x, i), pv = ld2(xprev, i);
+  const float2 rv = y ? ld2(y, i) : *reinterpret_cast<const float2*>(res + i);
+  const float xb0 = m::extrapolate(xv.x, pv.x, mom), xb1 = m::extrapolate(xv.y, pv.y, mom);
+  const float r0 = y ? m::sub(rv.x, xb0) : rv.x, r1 = y ? m::sub(rv.y, xb1) : rv.y;
+  const float b0 = m::gradient_step(xb0, r0, t), b1 = m::gradient_step(xb1, r1, t);
+  if (ix + 1 < g.nx)
+    st2(res, i, b0, b1);
+  else
+    res[i] = b0;
 }
 
 /// A plain float4 device copy, for the bandwidth floor measured in the same run.

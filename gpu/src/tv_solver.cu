@@ -88,6 +88,27 @@ int zrun_from_env(Variant v) {
   return (z == 1 || z == 2 || z == 4 || z == 8) ? z : fallback;
 }
 
+/// Planes per block of the register-marching kernels: about four waves of resident blocks, at
+/// least 16 planes (each block loads one or two planes on either side of its chunk), at most
+/// max_chunk (shorter chunks balance the last wave; measured on the H200: one step per pass 32,
+/// two steps 64).
+template <class K>
+int register_march_chunk(const Dims& d, K kernel, int out_x, int out_y, int sms, int max_chunk) {
+  int per_sm = 1;
+  GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
+                                                                 32 * tvk::kWarps, 0));
+  const long long tiles = static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
+  const long long resident = 4LL * std::max(1, per_sm) * sms;
+  const int chunk = ceil_div(static_cast<long long>(d.nz) * tiles, resident);
+  return std::clamp(chunk, std::min(16, d.nz), std::max(1, std::min(max_chunk, d.nz)));
+}
+
+/// An integer tuning knob from the environment (benchmarks), or `fallback`.
+int env_int(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  return e ? std::atoi(e) : fallback;
+}
+
 }  // namespace
 
 struct GpuReconstructor::Impl {
@@ -108,6 +129,13 @@ struct GpuReconstructor::Impl {
   int cur = 0, prev = 0, rcur = 1;
   int chunk = 8, chunk_march = 8, zrun = 2;
   bool pairs = true;  // fused and two-state: two x-neighbours per thread
+  // Register-marching kernels (tv_kernels.cuh) for fused-march and temporal, and for two-state
+  // with GLINT_TV_KERNEL=march (its one-voxel pair kernel is faster on the H200);
+  // GLINT_TV_KERNEL=classic selects the earlier shared-memory kernels of fused-march and
+  // temporal. `rows` rows per warp, loads `ahead` planes ahead, chunks of chunk1 (one step per
+  // pass) and chunk2 (two steps) planes per block.
+  bool regmarch = true, twostate_march = false;
+  int rows = 3, ahead = 1, chunk1 = 16, chunk2 = 16;
 
   cudaStream_t s() const { return stream->get(); }
   tvk::Dual dual(int k) const {
@@ -184,10 +212,46 @@ struct GpuReconstructor::Impl {
     }
   }
 
+  /// One step of the register-marching kernel (two-state or stored r).
+  template <class S>
+  void launch_march_step(const float* b, S src, tvk::Dual p, tvk::Dual out, float w,
+                         bool nonneg, float cst, float mom) {
+    auto go = [&](auto kernel, int rws) {
+      const dim3 gr(ceil_div(d.nx, 30), ceil_div(d.ny, tvk::kWarps * rws - 2),
+                    ceil_div(d.nz, chunk1));
+      kernel<<<gr, dim3(32, tvk::kWarps), 0, s()>>>(g, b, src, p, out, w, nonneg, cst, mom,
+                                                    chunk1);
+    };
+    if (rows == 2)
+      ahead == 2 ? go(tvk::march_step_kernel<S, 2, 2>, 2) : go(tvk::march_step_kernel<S, 2, 1>, 2);
+    else
+      ahead == 2 ? go(tvk::march_step_kernel<S, 3, 2>, 3) : go(tvk::march_step_kernel<S, 3, 1>, 3);
+  }
+
+  /// Two two-state steps in one register-marching pass.
+  void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
+                             tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb) {
+    auto go = [&](auto kernel, int rws) {
+      const dim3 gr(ceil_div(d.nx, 28), ceil_div(d.ny, tvk::kWarps * rws - 4),
+                    ceil_div(d.nz, chunk2));
+      kernel<<<gr, dim3(32, tvk::kWarps), 0, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma,
+                                                    mb, chunk2);
+    };
+    if (rows == 2)
+      ahead == 2 ? go(tvk::temporal_march_kernel<2, 2>, 2) : go(tvk::temporal_march_kernel<2, 1>, 2);
+    else
+      ahead == 2 ? go(tvk::temporal_march_kernel<3, 2>, 3) : go(tvk::temporal_march_kernel<3, 1>, 3);
+  }
+
   void two_state_step(const float* b, float w, bool nonneg, float cst, float mi) {
     const int out = free_set(cur, prev);
-    tvk::TwoStateR r{tvk::c(dual(cur)), tvk::c(dual(prev)), mi};
-    launch_fused<tvk::TwoStateR, true>(b, r, dual(cur), dual(out), w, nonneg, cst, 0.f);
+    if (twostate_march) {
+      launch_march_step(b, tvk::MarchTwoState{tvk::c(dual(cur)), tvk::c(dual(prev)), mi},
+                        dual(cur), dual(out), w, nonneg, cst, 0.f);
+    } else {
+      tvk::TwoStateR r{tvk::c(dual(cur)), tvk::c(dual(prev)), mi};
+      launch_fused<tvk::TwoStateR, true>(b, r, dual(cur), dual(out), w, nonneg, cst, 0.f);
+    }
     GLINT_CUDA_CHECK_LAUNCH();
     prev = cur;
     cur = out;
@@ -226,6 +290,9 @@ struct GpuReconstructor::Impl {
                           ceil_div(d.nz, tvk::kCZ));
             tvk::fused_cube_kernel<<<cg, cb, 0, s()>>>(g, b, tvk::c(dual(rcur)), dual(0),
                                                        dual(rout), w, nonneg, cst, m_out(k));
+          } else if (regmarch) {
+            launch_march_step(b, tvk::MarchStored{tvk::c(dual(rcur)), dual(0)}, dual(0),
+                              dual(rout), w, nonneg, cst, m_out(k));
           } else {
             const dim3 mg(ceil_div(d.nx, tvk::kTX), ceil_div(d.ny, tvk::kTY),
                           ceil_div(d.nz, chunk_march));
@@ -248,10 +315,14 @@ struct GpuReconstructor::Impl {
         const dim3 mg(ceil_div(d.nx, tvk::kTX), ceil_div(d.ny, tvk::kTY), ceil_div(d.nz, chunk));
         while (k + 2 <= steps) {
           const int n1 = free_set(cur, prev), n2 = free_set(cur, prev, n1);
-          tvk::temporal_kernel<<<mg, block(), 0, s()>>>(g, b, tvk::c(dual(cur)),
-                                                        tvk::c(dual(prev)), dual(n1), dual(n2),
-                                                        w, nonneg, cst, m_in(k + 1),
-                                                        m_in(k + 2), chunk);
+          if (regmarch)
+            launch_temporal_march(b, tvk::c(dual(cur)), tvk::c(dual(prev)), dual(n1), dual(n2),
+                                  w, nonneg, cst, m_in(k + 1), m_in(k + 2));
+          else
+            tvk::temporal_kernel<<<mg, block(), 0, s()>>>(g, b, tvk::c(dual(cur)),
+                                                          tvk::c(dual(prev)), dual(n1),
+                                                          dual(n2), w, nonneg, cst, m_in(k + 1),
+                                                          m_in(k + 2), chunk);
           GLINT_CUDA_CHECK_LAUNCH();
           prev = n1;
           cur = n2;
@@ -291,8 +362,30 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                   (long long)dims.padded_x() * dims.ny};
   m.chunk = march_chunk(dims, tvk::temporal_kernel, prop.multiProcessorCount);
   m.chunk_march = march_chunk(dims, tvk::fused_march_kernel, prop.multiProcessorCount);
+  if (const char* e = std::getenv("GLINT_TV_KERNEL")) {
+    m.regmarch = std::string(e) != "classic";
+    m.twostate_march = std::string(e) == "march";
+  }
+  // Defaults measured on the H200 (docs/performance.md): fused-march 2 rows per warp, loads two
+  // planes ahead; temporal 3 rows, one plane ahead; two-state (marching) 3 rows, two ahead.
+  const int rows0 = variant == Variant::fused_march ? 2 : 3;
+  const int ahead0 = variant == Variant::temporal ? 1 : 2;
+  m.rows = env_int("GLINT_TV_ROWS", rows0) == 2 ? 2 : 3;
+  m.ahead = env_int("GLINT_TV_AHEAD", ahead0) == 2 ? 2 : 1;
+  {
+    const int sms = prop.multiProcessorCount;
+    const int r = m.rows, oy1 = tvk::kWarps * r - 2, oy2 = tvk::kWarps * r - 4;
+    auto pick = [&](auto k1, auto k2) {
+      m.chunk1 = register_march_chunk(dims, k1, 30, oy1, sms, 32);
+      m.chunk2 = register_march_chunk(dims, k2, 28, oy2, sms, 64);
+    };
+    if (r == 2)
+      pick(tvk::march_step_kernel<tvk::MarchTwoState, 2, 1>, tvk::temporal_march_kernel<2, 1>);
+    else
+      pick(tvk::march_step_kernel<tvk::MarchTwoState, 3, 1>, tvk::temporal_march_kernel<3, 1>);
+  }
   if (const char* e = std::getenv("GLINT_TV_CHUNK"); e && std::atoi(e) > 0)
-    m.chunk = m.chunk_march = std::atoi(e);  // tuning override: planes per marching block
+    m.chunk = m.chunk_march = m.chunk1 = m.chunk2 = std::atoi(e);  // planes per marching block
   m.zrun = zrun_from_env(variant);
   if (const char* e = std::getenv("GLINT_TV_PAIRS")) m.pairs = std::atoi(e) != 0;
   m.stream = std::make_unique<Stream>(low_priority ? StreamPriority::low : StreamPriority::normal);
@@ -417,7 +510,7 @@ tv::SolveReport GpuReconstructor::solve(std::span<const float> y, const tv::Tran
       GLINT_CUFFT_CHECK(cufftExecC2R(m.c2r.get(), reinterpret_cast<cufftComplex*>(m.buf.get()),
                                      m.buf.get()));
     }
-    tvk::gradient_step_kernel<<<m.grid(d.nx), blk, 0, m.s()>>>(
+    tvk::gradient_step_kernel<<<m.grid((d.nx + 1) / 2), blk, 0, m.s()>>>(
         m.g, m.x.get(), m.xprev.get(), mom, t, identity ? m.yv.get() : nullptr, m.buf.get());
     GLINT_CUDA_CHECK_LAUNCH();
     if (!o.warm_start && it > 1) m.reset_dual();

@@ -1,5 +1,7 @@
 #include "glint/pipeline/acquisition.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstring>
 #include <condition_variable>
@@ -86,7 +88,11 @@ class FrameCopier {
  public:
   FrameCopier(unsigned threads, const config::DetectorConfig& det, FrameAssembler& assembler)
       : det_(det), assembler_(assembler) {
-    for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this](std::stop_token st) { loop(st); });
+    for (unsigned i = 0; i < threads; ++i)
+      threads_.emplace_back([this, i](std::stop_token st) {
+        pthread_setname_np(pthread_self(), fmt::format("glint-copy{}", i).substr(0, 15).c_str());
+        loop(st);
+      });
   }
   ~FrameCopier() {
     for (auto& t : threads_) t.request_stop();
@@ -380,6 +386,7 @@ void Acquisition::finish_reconstruction() {
 }
 
 void Acquisition::run(std::stop_token) {
+  pthread_setname_np(pthread_self(), "glint-run");
   Worker& w = *w_;
   const auto& cfg = cfg_;
   using clock = std::chrono::steady_clock;

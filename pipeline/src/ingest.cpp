@@ -1,5 +1,10 @@
 #include "glint/pipeline/ingest.hpp"
 
+#include <malloc.h>
+#include <pthread.h>
+
+#include <algorithm>
+
 #include <zmq.hpp>
 
 #include "glint/log.hpp"
@@ -30,13 +35,30 @@ void BadInputLog::record(BadInput kind, const std::string& endpoint, const std::
               to_string(kind), total, detail);
 }
 
+bool keep_receive_buffers() {
+  static const bool ok = [] {
+#if defined(__GLIBC__)
+    const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+    const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 512 << 20) == 1;
+    if (!mmap_ok || !trim_ok) log::warn("malloc thresholds for receive buffers not set");
+    return mmap_ok && trim_ok;
+#else
+    return false;
+#endif
+  }();
+  return ok;
+}
+
 std::array<uint64_t, kBadInputKinds> BadInputLog::counts() const {
   std::lock_guard lock(mu_);
   return count_;
 }
 
 Ingest::Ingest(const config::Config& cfg, FrameAssembler& assembler)
-    : cfg_(cfg), assembler_(assembler), ctx_(std::make_unique<zmq::context_t>(1)) {
+    : cfg_(cfg),
+      assembler_(assembler),
+      // One ZeroMQ I/O thread per endpoint: each port's TCP stream is read on its own core.
+      ctx_(std::make_unique<zmq::context_t>(static_cast<int>(std::max<std::size_t>(cfg.ingest.endpoints.size(), 1)))) {
   last_frame_of_port_.resize(cfg_.detector.n_ports());
   for (std::size_t i = 0; i < cfg_.ingest.endpoints.size(); ++i)
     ended_.push_back(std::make_unique<std::atomic<bool>>(false));
@@ -78,6 +100,7 @@ IngestCounters Ingest::counters() const {
 
 void Ingest::run(std::stop_token st, std::size_t index) {
   const std::string& ep = cfg_.ingest.endpoints[index];
+  pthread_setname_np(pthread_self(), fmt::format("glint-ingest{}", index).substr(0, 15).c_str());
   zmq::socket_t sock;
   try {
     sock = zmq::socket_t(*ctx_, zmq::socket_type::sub);

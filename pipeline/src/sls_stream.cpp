@@ -1,6 +1,8 @@
 #include "glint/pipeline/sls_stream.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -55,7 +57,296 @@ std::array<uint32_t, 2> get_pair(const json& j, const char* key) {
 
 }  // namespace
 
+namespace {
+
+/// A single-pass reader of the common header form; every method returns false (give up) on
+/// anything it does not handle, and the caller then uses the general parser.
+class CommonHeaderReader {
+ public:
+  explicit CommonHeaderReader(std::string_view t) : p_(t.data()), end_(t.data() + t.size()) {}
+
+  std::optional<SlsHeader> read() {
+    SlsHeader h;
+    skip_ws();
+    if (!eat('{')) return std::nullopt;
+    skip_ws();
+    if (!eat('}')) {
+      while (true) {
+        std::string_view key;
+        skip_ws();
+        if (!string(key)) return std::nullopt;
+        skip_ws();
+        if (!eat(':')) return std::nullopt;
+        skip_ws();
+        if (!member(key, h)) return std::nullopt;
+        skip_ws();
+        if (eat(',')) continue;
+        if (eat('}')) break;
+        return std::nullopt;
+      }
+    }
+    skip_ws();
+    if (p_ != end_) return std::nullopt;
+    // Required keys, as the general parser wants them (an end message needs only "data").
+    if (!(seen_ & bit(Key::data))) return std::nullopt;
+    if (h.is_end()) {
+      SlsHeader e;
+      e.data = h.data;
+      e.jsonversion = (seen_ & bit(Key::jsonversion)) ? h.jsonversion : 0;
+      return e;
+    }
+    const uint32_t required = bit(Key::bitmode) | bit(Key::detshape) | bit(Key::shape) |
+                                  bit(Key::size) | bit(Key::frameNumber) | bit(Key::row) |
+                                  bit(Key::column);
+    if ((seen_ & required) != required) return std::nullopt;
+    if (!(seen_ & bit(Key::jsonversion))) h.jsonversion = 0;
+    return h;
+  }
+
+ private:
+  enum class Key : uint32_t {
+    jsonversion, bitmode, fileIndex, detshape, shape, size, acqIndex, frameIndex, progress, fname,
+    data, completeImage, frameNumber, expLength, packetNumber, detSpec1, timestamp, modId, row,
+    column, detSpec2, detSpec3, detSpec4, detType, version, flipRows, quad, addJsonHeader, rx_roi,
+    other
+  };
+  static constexpr uint32_t bit(Key k) { return uint32_t{1} << static_cast<uint32_t>(k); }
+
+  static Key key_of(std::string_view k) {
+    static constexpr std::pair<std::string_view, Key> keys[] = {
+        {"jsonversion", Key::jsonversion}, {"bitmode", Key::bitmode}, {"fileIndex", Key::fileIndex},
+        {"detshape", Key::detshape}, {"shape", Key::shape}, {"size", Key::size},
+        {"acqIndex", Key::acqIndex}, {"frameIndex", Key::frameIndex}, {"progress", Key::progress},
+        {"fname", Key::fname}, {"data", Key::data}, {"completeImage", Key::completeImage},
+        {"frameNumber", Key::frameNumber}, {"expLength", Key::expLength},
+        {"packetNumber", Key::packetNumber}, {"detSpec1", Key::detSpec1},
+        {"timestamp", Key::timestamp}, {"modId", Key::modId}, {"row", Key::row},
+        {"column", Key::column}, {"detSpec2", Key::detSpec2}, {"detSpec3", Key::detSpec3},
+        {"detSpec4", Key::detSpec4}, {"detType", Key::detType}, {"version", Key::version},
+        {"flipRows", Key::flipRows}, {"quad", Key::quad}, {"addJsonHeader", Key::addJsonHeader},
+        {"rx_roi", Key::rx_roi}};
+    for (const auto& [name, key] : keys)
+      if (name == k) return key;
+    return Key::other;
+  }
+
+  bool member(std::string_view name, SlsHeader& h) {
+    const Key k = key_of(name);
+    if (k != Key::other) {
+      if (seen_ & bit(k)) return false;  // a repeated key: the general parser keeps the last
+      seen_ |= bit(k);
+    }
+    switch (k) {
+      case Key::jsonversion: return uint(h.jsonversion);
+      case Key::bitmode: return uint(h.bitmode);
+      case Key::fileIndex: return uint(h.file_index);
+      case Key::detshape: return pair(h.detshape);
+      case Key::shape: return pair(h.shape);
+      case Key::size: return uint(h.size);
+      case Key::acqIndex: return uint(h.acq_index);
+      case Key::frameIndex: return uint(h.frame_index);
+      case Key::progress: return number(h.progress);
+      case Key::fname: {
+        std::string_view v;
+        if (!string(v)) return false;
+        h.fname.assign(v);
+        return true;
+      }
+      case Key::data: return uint(h.data);
+      case Key::completeImage: return uint(h.complete_image);
+      case Key::frameNumber: return uint(h.frame_number);
+      case Key::expLength: return uint(h.exp_length);
+      case Key::packetNumber: return uint(h.packet_number);
+      case Key::detSpec1: return uint(h.det_spec1);
+      case Key::timestamp: return uint(h.timestamp);
+      case Key::modId: return uint(h.mod_id);
+      case Key::row: return uint(h.row);
+      case Key::column: return uint(h.column);
+      case Key::detSpec2: return uint(h.det_spec2);
+      case Key::detSpec3: return uint(h.det_spec3);
+      case Key::detSpec4: return uint(h.det_spec4);
+      case Key::detType: return uint(h.det_type);
+      case Key::version: return uint(h.version);
+      case Key::flipRows: return uint(h.flip_rows);
+      case Key::quad: return uint(h.quad);
+      case Key::addJsonHeader: return string_object(h.add_json_header);
+      case Key::rx_roi: return roi(h.rx_roi);
+      case Key::other: return skip_scalar();
+    }
+    return false;
+  }
+
+  static bool digit(char c) { return c >= '0' && c <= '9'; }
+  void skip_ws() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+  bool eat(char c) {
+    if (p_ == end_ || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+  /// A string without escapes, control characters or non-ASCII bytes (the general parser
+  /// validates UTF-8 and decodes escapes).
+  bool string(std::string_view& out) {
+    if (!eat('"')) return false;
+    const char* b = p_;
+    while (p_ != end_ && *p_ != '"') {
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c == '\\' || c < 0x20 || c >= 0x80) return false;
+      ++p_;
+    }
+    if (p_ == end_) return false;
+    out = std::string_view(b, static_cast<std::size_t>(p_ - b));
+    ++p_;
+    return true;
+  }
+  /// A JSON number's text: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+  bool number_text(std::string_view& out, bool& integer) {
+    const char* b = p_;
+    eat('-');
+    if (p_ == end_ || !digit(*p_)) return false;
+    if (*p_ == '0') ++p_;
+    else
+      while (p_ != end_ && digit(*p_)) ++p_;
+    integer = true;
+    if (p_ != end_ && *p_ == '.') {
+      integer = false;
+      ++p_;
+      if (p_ == end_ || !digit(*p_)) return false;
+      while (p_ != end_ && digit(*p_)) ++p_;
+    }
+    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
+      integer = false;
+      ++p_;
+      if (p_ != end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (p_ == end_ || !digit(*p_)) return false;
+      while (p_ != end_ && digit(*p_)) ++p_;
+    }
+    out = std::string_view(b, static_cast<std::size_t>(p_ - b));
+    return true;
+  }
+  /// A non-negative integer that fits 64 bits (what the general parser reads as unsigned).
+  bool u64(uint64_t& v) {
+    std::string_view t;
+    bool integer = false;
+    if (!number_text(t, integer) || !integer || t[0] == '-') return false;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    return ec == std::errc() && end == t.data() + t.size();
+  }
+  template <class T>
+  bool uint(T& out) {
+    uint64_t v = 0;
+    if (!u64(v)) return false;
+    out = static_cast<T>(v);
+    return true;
+  }
+  bool number(double& out) {
+    std::string_view t;
+    bool integer = false;
+    if (!number_text(t, integer)) return false;
+    if (integer) {  // as the general parser: an integer, converted
+      if (t[0] == '-') {
+        int64_t v = 0;
+        const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (ec != std::errc() || end != t.data() + t.size()) return false;
+        out = static_cast<double>(v);
+      } else {
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+        if (ec != std::errc() || end != t.data() + t.size()) return false;
+        out = static_cast<double>(v);
+      }
+      return true;
+    }
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
+    return ec == std::errc() && end == t.data() + t.size() && std::isfinite(out);
+  }
+  bool pair(std::array<uint32_t, 2>& out) {
+    uint64_t a = 0, b = 0;
+    if (!eat('[')) return false;
+    skip_ws();
+    if (!u64(a)) return false;
+    skip_ws();
+    if (!eat(',')) return false;
+    skip_ws();
+    if (!u64(b)) return false;
+    skip_ws();
+    if (!eat(']')) return false;
+    out = {static_cast<uint32_t>(a), static_cast<uint32_t>(b)};
+    return true;
+  }
+  bool roi(std::array<int, 4>& out) {
+    if (!eat('[')) return false;
+    for (int i = 0; i < 4; ++i) {
+      skip_ws();
+      std::string_view t;
+      bool integer = false;
+      if (!number_text(t, integer) || !integer) return false;
+      int64_t v = 0;
+      const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (ec != std::errc() || end != t.data() + t.size()) return false;
+      out[i] = static_cast<int>(v);
+      skip_ws();
+      if (!eat(i < 3 ? ',' : ']')) return false;
+    }
+    return true;
+  }
+  bool string_object(std::map<std::string, std::string>& out) {
+    if (!eat('{')) return false;
+    skip_ws();
+    if (eat('}')) return true;
+    while (true) {
+      std::string_view k, v;
+      skip_ws();
+      if (!string(k)) return false;
+      skip_ws();
+      if (!eat(':')) return false;
+      skip_ws();
+      if (!string(v)) return false;
+      if (!out.emplace(std::string(k), std::string(v)).second) return false;  // repeated key
+      skip_ws();
+      if (eat(',')) continue;
+      return eat('}');
+    }
+  }
+  /// The value of a key glint does not use: a string, a number, true, false or null.
+  bool skip_scalar() {
+    if (p_ == end_) return false;
+    if (*p_ == '"') {
+      std::string_view v;
+      return string(v);
+    }
+    for (std::string_view word : {"true", "false", "null"})
+      if (static_cast<std::size_t>(end_ - p_) >= word.size() && std::string_view(p_, word.size()) == word) {
+        p_ += word.size();
+        return true;
+      }
+    std::string_view t;
+    bool integer = false;
+    return number_text(t, integer);
+  }
+
+  const char* p_;
+  const char* end_;
+  uint32_t seen_ = 0;
+};
+
+}  // namespace
+
+std::optional<SlsHeader> parse_sls_header_common(std::string_view text) {
+  return CommonHeaderReader(text).read();
+}
+
 ParsedHeader parse_sls_header(std::string_view text) {
+  if (auto h = parse_sls_header_common(text)) {
+    ParsedHeader r;
+    r.header = std::move(h);
+    return r;
+  }
+  return parse_sls_header_general(text);
+}
+
+ParsedHeader parse_sls_header_general(std::string_view text) {
   ParsedHeader r;
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -73,6 +74,64 @@ TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
         }
       }
   }
+}
+
+// The kernel choices kept for comparisons (GLINT_TV_KERNEL, rows per warp, loads ahead, planes
+// per block, planes and voxels per thread) compute the same bits as the CPU reference too: two-state's
+// register-marching kernel, the earlier shared-memory kernels, and chunks of 1 and 3 planes.
+TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
+  GLINT_REQUIRE_GPU();
+  struct Setting {
+    const char* kernel;
+    const char* rows;
+    const char* ahead;
+    const char* chunk;
+    const char* zrun;
+    const char* pairs;
+  };
+  const Setting settings[] = {{"march", "3", "2", nullptr, nullptr, nullptr},
+                              {"march", "2", "1", "3", nullptr, nullptr},
+                              {"march", "2", "2", "1", nullptr, nullptr},
+                              {"march", "3", "1", "5", "1", nullptr},
+                              {"classic", nullptr, nullptr, nullptr, "8", nullptr},
+                              {"classic", nullptr, nullptr, nullptr, "2", "0"}};
+  auto set = [](const char* name, const char* value) {
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  };
+  for (const Dims& d : {kOdd, kChunked}) {
+    const std::size_t n = d.voxels();
+    const auto b = random_volume(n, 11, -0.5f, 1.5f);
+    const auto p0 = random_volume(3 * n, 12, -0.5f, 0.5f);
+    glint::recon::CpuReconstructor cpu(d, 2);
+    for (int steps : {2, 7}) {
+      std::vector<float> pc(p0), xc(n);
+      cpu.denoise(b, 0.08f, steps, true, pc, xc);
+      for (const Setting& st : settings) {
+        set("GLINT_TV_KERNEL", st.kernel);
+        set("GLINT_TV_ROWS", st.rows);
+        set("GLINT_TV_AHEAD", st.ahead);
+        set("GLINT_TV_CHUNK", st.chunk);
+        set("GLINT_TV_ZRUN", st.zrun);
+        set("GLINT_TV_PAIRS", st.pairs);
+        for (Variant v : glint::tv::kAllVariants) {
+          glint::gpu::GpuReconstructor gpu(d, v, false);
+          std::vector<float> pg(p0), xg(n, std::numeric_limits<float>::quiet_NaN());
+          gpu.denoise(b, 0.08f, steps, true, pg, xg);
+          EXPECT_EQ(bit_mismatches(pg, pc), 0u)
+              << glint::tv::variant_name(v) << " kernel " << st.kernel << " steps " << steps;
+          EXPECT_EQ(bit_mismatches(xg, xc), 0u)
+              << glint::tv::variant_name(v) << " kernel " << st.kernel << " steps " << steps;
+        }
+      }
+    }
+  }
+  for (const char* name :
+       {"GLINT_TV_KERNEL", "GLINT_TV_ROWS", "GLINT_TV_AHEAD", "GLINT_TV_CHUNK", "GLINT_TV_ZRUN",
+        "GLINT_TV_PAIRS"})
+    unsetenv(name);
 }
 
 // Denoising (identity, no FFT): the whole solve is the shared arithmetic only, so CPU and every

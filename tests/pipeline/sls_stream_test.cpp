@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <array>
+#include <random>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "glint/pipeline/sls_stream.hpp"
@@ -98,6 +102,122 @@ TEST(SlsStream, RejectsWithReason) {
   k = j;
   k["frameNumber"] = -4;
   EXPECT_EQ(parse_sls_header(k.dump()).reason, BadInput::missing_field);
+}
+
+namespace {
+
+/// parse_sls_header must give exactly what the general JSON parse gives, whichever path it took.
+void expect_same_as_general(const std::string& text) {
+  const ParsedHeader g = parse_sls_header_general(text);
+  const ParsedHeader p = parse_sls_header(text);
+  ASSERT_EQ(p.header.has_value(), g.header.has_value()) << text;
+  if (g.header) {
+    EXPECT_TRUE(*p.header == *g.header) << text;
+  } else {
+    EXPECT_EQ(p.reason, g.reason) << text;
+    EXPECT_EQ(p.detail, g.detail) << text;
+  }
+  if (const auto c = parse_sls_header_common(text)) {
+    ASSERT_TRUE(g.header) << "one-pass read accepted what the JSON parser rejects: " << text;
+    EXPECT_TRUE(*c == *g.header) << text;
+  }
+}
+
+SlsHeader random_header(std::mt19937_64& rng, bool plain_strings) {
+  SlsHeader h;
+  auto u = [&](uint64_t max) { return std::uniform_int_distribution<uint64_t>(0, max)(rng); };
+  h.jsonversion = u(1) ? 5 : 4;
+  h.bitmode = std::array<uint32_t, 4>{4, 8, 16, 32}[u(3)];
+  h.file_index = u(1000);
+  h.detshape = {static_cast<uint32_t>(u(4)), static_cast<uint32_t>(u(4))};
+  h.shape = {static_cast<uint32_t>(u(1024)), static_cast<uint32_t>(u(1024))};
+  h.size = u(~uint64_t{0});
+  h.acq_index = u(10);
+  h.frame_index = u(~uint64_t{0});
+  h.progress = static_cast<double>(u(10000)) / 100.0;
+  h.fname = plain_strings ? "/data/run_" + std::to_string(u(99)) : "/data/r\u00e9n \"" + std::to_string(u(99)) + "\"";
+  h.data = u(20) == 0 ? 0 : 1;
+  h.complete_image = static_cast<uint32_t>(u(1));
+  h.frame_number = u(~uint64_t{0});
+  h.exp_length = u(1000000);
+  h.packet_number = u(64);
+  h.det_spec1 = u(~uint64_t{0});
+  h.timestamp = u(~uint64_t{0});
+  h.mod_id = static_cast<uint32_t>(u(31));
+  h.row = static_cast<uint32_t>(u(3));
+  h.column = static_cast<uint32_t>(u(3));
+  h.det_spec2 = static_cast<uint32_t>(u(0xFFFFFFFF));
+  h.det_type = static_cast<uint32_t>(u(20));
+  h.version = static_cast<uint32_t>(u(3));
+  h.flip_rows = static_cast<uint32_t>(u(1));
+  h.quad = static_cast<uint32_t>(u(1));
+  for (uint64_t k = u(3); k > 0; --k) h.add_json_header["key" + std::to_string(k)] = "value " + std::to_string(u(9));
+  h.rx_roi = {static_cast<int>(u(800)) - 400, static_cast<int>(u(400)), -1, static_cast<int>(u(400))};
+  return h;
+}
+
+}  // namespace
+
+TEST(SlsStream, OnePassReadOfSlsReceiverHeadersEqualsTheJsonParse) {
+  std::mt19937_64 rng(20261129);
+  for (int i = 0; i < 300; ++i) {
+    const SlsHeader h = random_header(rng, /*plain_strings=*/true);
+    const std::string text = format_sls_header(h);
+    const auto c = parse_sls_header_common(text);
+    ASSERT_TRUE(c) << "slsReceiver's own form must take the one-pass path: " << text;
+    EXPECT_EQ(c->frame_number, h.is_end() ? 0 : h.frame_number);
+    expect_same_as_general(text);
+    // The same header re-serialised (keys sorted, then indented), with keys glint ignores.
+    auto j = nlohmann::json::parse(text);
+    j["bunchId"] = i;
+    j["note"] = "x";
+    j["flag"] = i % 2 == 0;
+    j["nothing"] = nullptr;
+    j["ratio"] = -1.5e-3;
+    for (const std::string& t : {j.dump(), j.dump(2)}) {
+      EXPECT_TRUE(parse_sls_header_common(t)) << t;
+      expect_same_as_general(t);
+    }
+  }
+  for (uint32_t v : {4u, 5u}) {
+    ASSERT_TRUE(parse_sls_header_common(format_sls_end(v)));
+    EXPECT_TRUE(parse_sls_header_common(format_sls_end(v))->is_end());
+    expect_same_as_general(format_sls_end(v));
+  }
+}
+
+TEST(SlsStream, HeadersOutsideTheCommonFormGoThroughTheJsonParse) {
+  std::mt19937_64 rng(7);
+  // Escapes in strings: decoded by the JSON parser.
+  const std::string escaped = format_sls_header(random_header(rng, /*plain_strings=*/false));
+  EXPECT_FALSE(parse_sls_header_common(escaped));
+  expect_same_as_general(escaped);
+  // A repeated key (the JSON parser keeps the last), a float where an integer is expected, a
+  // nested value under an unknown key, a non-string addJsonHeader value, a negative number.
+  const std::string base = format_sls_header(random_header(rng, true));
+  const std::string body = base.substr(0, base.rfind('}'));
+  for (const std::string& extra : {",\"frameNumber\":5", ",\"frameNumber\":5.0", ",\"extra\":{\"a\":[1]}",
+                                   ",\"extra\":[1,2]", ",\"addJsonHeader\":{\"n\":3}", ",\"size\":-1",
+                                   ",\"progress\":1e999", ",\"rx_roi\":[1,2,3]"}) {
+    const std::string t = body + extra + "}\n";
+    EXPECT_FALSE(parse_sls_header_common(t)) << t;
+    expect_same_as_general(t);
+  }
+}
+
+TEST(SlsStream, DamagedHeadersGiveTheJsonParsersVerdict) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 3; ++i) {
+    const std::string text = format_sls_header(random_header(rng, true));
+    // Every truncation, and every byte replaced by characters that matter to JSON.
+    for (std::size_t n = 0; n <= text.size(); ++n) expect_same_as_general(text.substr(0, n));
+    for (std::size_t at = 0; at < text.size(); ++at)
+      for (char c : {'"', '}', '{', ']', ',', ':', '-', '0', '7', '.', 'e', 'x', ' ', '\\', '\0', '\x80', '\x01'}) {
+        std::string t = text;
+        t[at] = c;
+        expect_same_as_general(t);
+      }
+  }
 }
 
 TEST(SlsStream, PayloadBytesPerBitmode) {
