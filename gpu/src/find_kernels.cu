@@ -27,7 +27,7 @@ int find_threads();
 namespace {
 
 constexpr int kFindThreadsMax = 1024;
-
+constexpr std::size_t kFindSharedMax = 200 * 1024;  ///< dynamic shared memory per find block
 
 constexpr int kPackThreads = 256;
 
@@ -107,26 +107,57 @@ __device__ __forceinline__ Decision decide_bounds(double v, double rms, double t
   return {upd, never_stored ? kNo : kUnknown};
 }
 
-struct Band {
-  int y0, y1;        // rows of this block
-  int h;             // half window
-  int cols;
-};
+/// Shared memory of one find block, for a segment of `seg` pixels and the window halo
+/// H = h*cols + h (how far a window reaches before or after its centre in raster order).
+/// Pixel j of [p0-H, p1+H) sits at j - (p0-H); own pixel o = j - p0 at o.
+struct FindLayout {
+  std::size_t d0 = 0;      ///< double [seg + 2H]: f - frame-start mean
+  std::size_t dprev = 0;   ///< double [H]: previous frame's f - final mean, of [p0-H, p0)
+  std::size_t state = 0;   ///< double [5][seg]: own sum, sum2, mean, noise, sum2/N (resident)
+  std::size_t lohi = 0;    ///< bounds of the final f - mean, of [p0-H, p1): double lo[seg + H]
+                           ///< and hi[seg + H] (resident), else float2 [seg + H]
+  std::size_t lists = 0;   ///< uint32 [4][seg]: undecided, stored, sorted (two frames)
+  std::size_t f = 0;       ///< uint16 [2][f_stride]: frame values of [p0-H, p1+H), two frames
+  std::size_t full = 0;    ///< uint8 [seg + H]: count == window, of [p0-H, p1)
+  std::size_t status = 0;  ///< uint8 [seg]
+  std::size_t bytes = 0;
+  uint32_t f_stride = 0;   ///< uint16 per frame buffer (even: 4-byte copies)
 
-template <int S>
-struct FindSmem {
-  // For a segment of `seg` pixels and halo H = h*cols + h: d0 of [p0-H, p1+H), lo/hi of
-  // [p0-H, p1), three pixel lists and the status bytes of the segment.
-  static __host__ __device__ std::size_t bytes(int cols, int seg) {
-    constexpr int h = S / 2;
-    const std::size_t halo = static_cast<std::size_t>(h) * cols + h;
-    const std::size_t n = static_cast<std::size_t>(seg);
-    return 8 * ((n + 2 * halo) + 2 * (n + halo)) + n * (1 + 3 * 4) + 16;
+  __host__ __device__ FindLayout(uint32_t cols, uint32_t seg, int cluster_size, bool resident) {
+    const std::size_t h = static_cast<std::size_t>(cluster_size / 2);
+    const std::size_t halo = h * cols + h;
+    const std::size_t n = seg;
+    std::size_t o = 0;
+    d0 = o;
+    o += 8 * (n + 2 * halo);
+    dprev = o;
+    o += 8 * halo;
+    state = o;
+    o += resident ? 40 * n : 0;
+    lohi = o;
+    o += (resident ? 16 : 8) * (n + halo);
+    lists = o;
+    o += 16 * n;
+    f_stride = static_cast<uint32_t>((n + 2 * halo + 5) & ~std::size_t{1});
+    f = o;
+    o += 4 * static_cast<std::size_t>(f_stride);
+    full = o;
+    o += n + halo;
+    status = o;
+    o += n;
+    bytes = (o + 15) / 16 * 16;
   }
 };
 
 /// Phases timed per block when FindLaunch::profile is set (cycles, summed over frames).
-enum Phase { kWait = 0, kLoop1, kLoop2, kResolve, kEmit, kPhases };
+enum Phase { kWait = 0, kLoop1, kLoop2, kResolve, kRelease, kEmit, kPhases };
+static_assert(kPhases == kFindPhases);
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 /// Row of pixel j (j < 2^24 rows*cols): float reciprocal, then an exact correction.
 __device__ __forceinline__ int row_of(int j, int cols, float inv_cols) {
@@ -136,7 +167,35 @@ __device__ __forceinline__ int row_of(int j, int cols, float inv_cols) {
   return y;
 }
 
-template <int S>
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* gmem_src) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/// Named block barrier `id` over n threads: wait for all, or only count this warp in.
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/// The persistent find kernel. One block owns the segment [p0, p1) of the band and walks through
+/// the batch's frames. With kResident, the pedestal state of its own pixels stays in shared memory
+/// for the whole launch: only the means (which the neighbouring segments read, double-buffered by
+/// frame parity) go to global memory every frame, sum and sum2 only for pixels whose window is
+/// not full, everything else once at the end. Per frame, on the path that the neighbours wait
+/// for: the halo's frame-start means (loop 1, with the own pixels' f - mean prepared while those
+/// loads are in flight), pass-0 decisions and commits of the segment (loop 2), resolution of the
+/// undecided pixels, then the progress counter. After it: cluster emission, which never waits
+/// for the segment above: window entries that lie there are written one frame later, from the
+/// means that loop 1 of the next frame reads anyway (or at the end of the launch).
+template <int S, bool kResident>
 __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_constant__ FindLaunch p) {
   constexpr int h = S / 2;
   constexpr int S2 = S * S;
@@ -144,6 +203,8 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   const int rows = static_cast<int>(p.rows);
   const float inv_cols = 1.0f / static_cast<float>(cols);
   const int b = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nt = static_cast<int>(blockDim.x);
   const int halo = h * cols + h;
   // The block's segment of the band in raster order. Segments hold at least `halo` pixels, so a
   // pixel's window reaches into the neighbouring segments only.
@@ -158,33 +219,69 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   const int band_last = static_cast<int>(band0 + band_px);
   const cm::Thresholds thr = p.thresholds;
   const double inv_window = 1.0 / static_cast<double>(p.window);
+  const double window_d = static_cast<double>(p.window);
+  const std::size_t frame_elems = static_cast<std::size_t>(p.frame_rows) * cols;
+  const int frame_first = static_cast<int>(p.frame_row0) * cols;
+  // Frame pixels the block reads: the segment and the halo on both sides, within the rows held.
+  const int q0 = max(frame_first, base);
+  const int q1 = min(frame_first + static_cast<int>(frame_elems), p1 + halo);
 
+  const FindLayout lay(p.cols, p.segment_max, S, kResident);
   extern __shared__ __align__(16) unsigned char smem[];
-  double* sh_d0 = reinterpret_cast<double*>(smem);                        // [p0-H, p1+H)
-  double* sh_lo = sh_d0 + (seg_max + 2 * halo);                           // [p0-H, p1)
+  double* sh_d0 = reinterpret_cast<double*>(smem + lay.d0);
+  double* sh_dprev = reinterpret_cast<double*>(smem + lay.dprev);
+  double* sh_sum = reinterpret_cast<double*>(smem + lay.state);
+  double* sh_sum2 = sh_sum + seg_max;
+  double* sh_mean = sh_sum2 + seg_max;
+  double* sh_noise = sh_mean + seg_max;
+  double* sh_s2n = sh_noise + seg_max;  // sum2 / N, as cm::div gives it
+  // Bounds of f - mean: two double arrays when the state is resident (no conversions), else one
+  // float2 array rounded outwards (less shared memory).
+  double* sh_lo = reinterpret_cast<double*>(smem + lay.lohi);
   double* sh_hi = sh_lo + (seg_max + halo);
-  uint32_t* sh_ulist = reinterpret_cast<uint32_t*>(sh_hi + (seg_max + halo));
+  float2* sh_lohi = reinterpret_cast<float2*>(smem + lay.lohi);
+  const auto put_bounds = [&](int s, double lo, double hi) {
+    if constexpr (kResident) {
+      sh_lo[s] = lo;
+      sh_hi[s] = hi;
+    } else {
+      sh_lohi[s] = make_float2(__double2float_rd(lo), __double2float_ru(hi));
+    }
+  };
+  const auto get_bounds = [&](int s, double& lo, double& hi) {
+    if constexpr (kResident) {
+      lo = sh_lo[s];
+      hi = sh_hi[s];
+    } else {
+      const float2 q = sh_lohi[s];
+      lo = q.x;
+      hi = q.y;
+    }
+  };
+  uint32_t* sh_ulist = reinterpret_cast<uint32_t*>(smem + lay.lists);
   uint32_t* sh_slist = sh_ulist + seg_max;
-  uint32_t* sh_sorted = sh_slist + seg_max;
-  uint8_t* sh_status = reinterpret_cast<uint8_t*>(sh_sorted + seg_max);
-  __shared__ int sh_nu, sh_ns, sh_umin, sh_left;
+  uint32_t* sh_sorted = sh_slist + seg_max;  // [2][seg_max], by frame parity within the launch
+  uint16_t* sh_f = reinterpret_cast<uint16_t*>(smem + lay.f);
+  uint8_t* sh_full = smem + lay.full;
+  uint8_t* sh_status = smem + lay.status;
+  __shared__ int sh_nu, sh_ns, sh_left;
 
   const unsigned long long* prog_above = b > 0 ? &p.progress[b - 1] : p.progress_above;
   const unsigned long long* prog_below =
       b + 1 < static_cast<int>(p.blocks) ? &p.progress[b + 1] : p.progress_below;
   unsigned long long* prog_self = &p.progress[b];
   const bool sys = p.system_scope;
+  const PedestalArrays& own = p.own;
 
   const unsigned long long g0 = __ldcg(p.frames_done);
-  const std::size_t frame_elems = static_cast<std::size_t>(p.frame_rows) * cols;
-  const int frame_first = static_cast<int>(p.frame_row0) * cols;
-  long long clk[kPhases] = {0, 0, 0, 0, 0};
-  long long t_mark = clock64();
+  // Profile counters (thread 0 only; in shared memory to spare registers).
+  __shared__ unsigned long long sh_prof[kFindProfileSlots + 1];  // + the last time stamp
+  if (tid <= kFindProfileSlots) sh_prof[tid] = tid == kFindProfileSlots ? clock64() : 0;
   const auto lap = [&](int phase) {
-    if (p.profile != nullptr && threadIdx.x == 0) {
-      const long long now = clock64();
-      clk[phase] += now - t_mark;
-      t_mark = now;
+    if (p.profile != nullptr && tid == 0) {
+      const unsigned long long now = clock64();
+      sh_prof[phase] += now - sh_prof[kFindProfileSlots];
+      sh_prof[kFindProfileSlots] = now;
     }
   };
 
@@ -193,181 +290,354 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     return j < band_first ? p.above : (j >= band_last ? p.below : p.own);
   };
 
-  for (uint32_t k = 0; k < p.n_frames; ++k) {
-    const unsigned long long g = g0 + k;
-    const int par = static_cast<int>(g & 1ull);
-    const int nxt = par ^ 1;
-    const uint16_t* fr = p.frames + k * frame_elems - frame_first;
-    const auto fval = [&](int j) -> double { return static_cast<double>(fr[j]); };
-
-    // Progress counter of a segment: g+1 once frame g's decisions and state are final there.
-    // This frame starts when the neighbours' frame g-1 state (our halo) is final; they are then
-    // past reading our frame g-1 start state, the buffers this frame writes.
-    if (threadIdx.x == 0) {
-      if (prog_above) while (load_acquire(prog_above, sys) < g) __nanosleep(20);
-      if (prog_below) while (load_acquire(prog_below, sys) < g) __nanosleep(20);
-      sh_nu = 0;
-      sh_ns = 0;
-      sh_umin = own_pixels;
+  // Frame k's values of [q0, q1) go to sh_f buffer k & 1 by 4-byte asynchronous copies from an
+  // aligned start a0(k) (q0 or q0 - 1); pixel j sits at j - a0(k).
+  const auto frame_src = [&](uint32_t k) { return p.frames + k * frame_elems - frame_first; };
+  const auto frame_a0 = [&](uint32_t k) {
+    return q0 - static_cast<int>((reinterpret_cast<uintptr_t>(frame_src(k) + q0) >> 1) & 1u);
+  };
+  const auto fetch_frame = [&](uint32_t k) {
+    const uint16_t* src = frame_src(k);
+    const int a0 = frame_a0(k);
+    uint16_t* dst = sh_f + (k & 1u) * lay.f_stride;
+    const int words = (q1 - a0 + 1) / 2;
+    for (int i = tid; i < words; i += nt) {
+      const int j = a0 + 2 * i;
+      if (j >= q0 && j + 1 < q1) {
+        cp_async4(dst + 2 * i, src + j);
+      } else {
+        if (j >= q0 && j < q1) dst[2 * i] = src[j];
+        if (j + 1 >= q0 && j + 1 < q1) dst[2 * i + 1] = src[j + 1];
+      }
     }
-    __syncthreads();
-    lap(kWait);
+    cp_async_commit();
+  };
 
-    // Loop 1: d0 = f - frame-start mean over [p0-H, p1+H). For pixels that can precede one of
-    // the segment ([p0-H, p1)) also [lo, hi] covering both d0 and d1 = f - (mean after this
-    // frame's update). With a full window (count == N) the mean moves by d0/N up to rounding, so
-    // an interval with a generous rounding slack needs no division; otherwise d1 is computed.
-    const int q0 = max(frame_first, p0 - halo);
-    const int q1 = min(frame_first + static_cast<int>(frame_elems), p1 + halo);
-    const auto first_pass = [&](int j, uint16_t fv, double m0, uint32_t count) {
-      const double f = static_cast<double>(fv);
+  // Bounds [lo, hi] of pixel j's f - mean as a successor in raster order sees it: both the
+  // frame-start value d0 and d1 = f - (mean after this frame's update). With a full window
+  // (count == N) the mean moves by d0/N up to rounding, so an interval with a generous rounding
+  // slack needs no division; otherwise d1 is computed.
+  const auto store_bounds = [&](int j, double f, double d0, double m0, bool full, double s,
+                                double s2) {
+    double lo, hi;
+    if (full) {
+      const double step = d0 * inv_window;  // d1 - d0 is about -step
+      const double slack = fabs(step) * 1e-6 + 1e-12 * (fabs(m0) + fabs(f)) + 1e-300;
+      const double d1 = d0 - step;
+      lo = (d1 < d0 ? d1 : d0) - slack;
+      hi = (d1 < d0 ? d0 : d1) + slack;
+    } else {
+      const double d1 = cm::sub(f, cm::fast_push(s, s2, f, p.window));
+      lo = d1 < d0 ? d1 : d0;
+      hi = d1 < d0 ? d0 : d1;
+    }
+    put_bounds(j - base, lo, hi);
+  };
+
+  // d0 and bounds of the own pixels for frame k, from their state at the start of frame k.
+  const auto prepare_own = [&](uint32_t k) {
+    const uint16_t* fk = sh_f + (k & 1u) * lay.f_stride;
+    const int ak = frame_a0(k);
+    const int park = static_cast<int>((g0 + k) & 1ull);
+    for (int o = tid; o < own_pixels; o += nt) {
+      const int j = p0 + o;
+      const double f = static_cast<double>(fk[j - ak]);
+      const bool full = sh_full[j - base] != 0;
+      double m0, s = 0.0, s2 = 0.0;
+      if constexpr (kResident) {
+        m0 = sh_mean[o];
+        if (!full) {
+          s = sh_sum[o];
+          s2 = sh_sum2[o];
+        }
+      } else {
+        m0 = __ldcg(own.mean[park] + j);
+        if (!full) {
+          s = __ldcg(own.sum[park] + j);
+          s2 = __ldcg(own.sum2[park] + j);
+        }
+      }
       const double d0 = cm::sub(f, m0);
       sh_d0[j - base] = d0;
-      if (j < p1) {
-        double lo, hi;
-        if (count == p.window) {
-          const double step = d0 * inv_window;  // d1 - d0 is about -step
-          const double slack = fabs(step) * 1e-6 + 1e-12 * (fabs(m0) + fabs(f)) + 1e-300;
-          lo = fmin(d0, d0 - step) - slack;
-          hi = fmax(d0, d0 - step) + slack;
-        } else {
-          const PedestalArrays& a = arrays_for(j);
-          double s = __ldcg(a.sum[par] + j);
-          double s2 = __ldcg(a.sum2[par] + j);
-          const double d1 = cm::sub(f, cm::fast_push(s, s2, f, p.window));
-          lo = fmin(d0, d1);
-          hi = fmax(d0, d1);
-        }
-        sh_lo[j - base] = lo;
-        sh_hi[j - base] = hi;
-      }
-    };
-    // Two pixels per thread and iteration, loads first: half the memory round trips.
-    for (int j = q0 + static_cast<int>(threadIdx.x); j < q1; j += 2 * blockDim.x) {
-      const int j2 = j + blockDim.x;
-      const bool two = j2 < q1;
-      const uint16_t fa = fr[j];
-      const double ma = __ldcg(arrays_for(j).mean[par] + j);
-      const uint32_t ca = j < p1 ? __ldg(arrays_for(j).count + j) : 0u;
-      uint16_t fb = 0;
-      double mb = 0.0;
-      uint32_t cb = 0;
-      if (two) {
-        fb = fr[j2];
-        mb = __ldcg(arrays_for(j2).mean[par] + j2);
-        cb = j2 < p1 ? __ldg(arrays_for(j2).count + j2) : 0u;
-      }
-      first_pass(j, fa, ma, ca);
-      if (two) first_pass(j2, fb, mb, cb);
+      store_bounds(j, f, d0, m0, full, s, s2);
     }
-    __syncthreads();
-    lap(kLoop1);
+  };
 
-    // Commit of pixel j of the segment: the fast push (new sum, sum2, mean into the next
-    // buffers, noise in place), or a copy of its unchanged state.
-    const double window_d = static_cast<double>(p.window);
-    const auto commit_loaded = [&](int j, bool update, double s, double s2, uint32_t count) {
-      if (update) {
-        const double f = fval(j);
-        double m1, rms;
-        if (count == p.window) {
-          // fast_push and noise_of with count == N: sum/N is the cached mean (so f - sum/N is
-          // d0), and every division by N is exact (div_known): the same operations, same bits.
-          s = cm::add(s, sh_d0[j - base]);
-          s2 = cm::add(s2, cm::sub(cm::mul(f, f), div_known(s2, window_d, inv_window)));
-          m1 = div_known(s, window_d, inv_window);
-          rms = cm::root(cm::sub(div_known(s2, window_d, inv_window), cm::mul(m1, m1)));
-        } else {
-          m1 = cm::fast_push(s, s2, f, p.window);
-          rms = cm::noise_of(s2, count, m1);
-        }
-        __stcg(p.own.mean[nxt] + j, m1);
-        __stcg(p.own.noise + j, rms);
+  // Writes the entries of frame kp's clusters that lie in the segment above (left out when the
+  // frame was emitted), with final_d(jj) = f - that segment's final mean of frame kp.
+  const auto patch_above = [&](uint32_t kp, int nsp, const uint32_t* sorted, int stride,
+                               auto&& final_d) {
+    const std::size_t region = static_cast<std::size_t>(kp) * p.blocks + b;
+    const int n_write = min(nsp, static_cast<int>(p.region_capacity));
+    for (int e = tid; e < n_write * S2; e += stride) {
+      const int c = e / S2;
+      const int w = e - c * S2;
+      const int dy = w / S - h;
+      const int dx = w - (w / S) * S - h;
+      if (!(dy < 0 || (dy == 0 && dx < 0))) continue;
+      const int j = p0 + static_cast<int>(sorted[c]);
+      const int jj = j + dy * cols + dx;
+      if (jj >= p0) continue;
+      const int y = row_of(j, cols, inv_cols);
+      const int x = j - y * cols;
+      if (y + dy < 0 || x + dx < 0 || x + dx >= cols) continue;
+      const std::size_t slot = region * p.region_capacity + c;
+      p.region_data[slot * S2 + w] = cm::cluster_value(final_d(jj));
+    }
+  };
+
+  // The segment's interior [i0, i1): pixels that no neighbour reads (none when the segment is
+  // shorter than two halos).
+  const int i0 = min(halo, own_pixels);
+  const int i1 = max(i0, own_pixels - halo);
+  // The frame being decided (set_frame).
+  int par = 0, nxt = 1, acur = 0;
+  const uint16_t* fcur = sh_f;
+  const auto set_frame = [&](uint32_t k) {
+    par = static_cast<int>((g0 + k) & 1ull);
+    nxt = par ^ 1;
+    fcur = sh_f + (k & 1u) * lay.f_stride;
+    acur = frame_a0(k);
+  };
+  const auto fval = [&](int j) -> double { return static_cast<double>(fcur[j - acur]); };
+
+  // Commit of own pixel o from its frame-start sum and sum2: the fast push (new state; the mean
+  // into the next buffer), or the unchanged mean into the next buffer.
+  const auto commit = [&](int o, bool update, double s, double s2) {
+    const int j = p0 + o;
+    const bool full = sh_full[j - base] != 0;
+    double m1;
+    if (update) {
+      const double f = fval(j);
+      double rms;
+      if (full) {
+        // fast_push and noise_of with count == N: sum/N is the cached mean (so f - sum/N is
+        // d0), and every division by N is exact (div_known): the same operations, same bits.
+        // With the state resident, sum2/N is kept from the last update (same bits).
+        s = cm::add(s, sh_d0[j - base]);
+        const double s2n_old = kResident ? sh_s2n[o] : div_known(s2, window_d, inv_window);
+        s2 = cm::add(s2, cm::sub(cm::mul(f, f), s2n_old));
+        m1 = div_known(s, window_d, inv_window);
+        const double s2n = div_known(s2, window_d, inv_window);
+        rms = cm::root(cm::sub(s2n, cm::mul(m1, m1)));
+        if constexpr (kResident) sh_s2n[o] = s2n;
       } else {
-        __stcg(p.own.mean[nxt] + j, __ldcg(p.own.mean[par] + j));
+        m1 = cm::fast_push(s, s2, f, p.window);
+        rms = cm::noise_of(s2, __ldg(own.count + j), m1);
       }
-      __stcg(p.own.sum[nxt] + j, s);
-      __stcg(p.own.sum2[nxt] + j, s2);
-    };
-    const auto commit = [&](int j, bool update) {
-      commit_loaded(j, update, __ldcg(p.own.sum[par] + j), __ldcg(p.own.sum2[par] + j),
-                    __ldg(p.own.count + j));
-    };
+      if constexpr (kResident) {
+        sh_sum[o] = s;
+        sh_sum2[o] = s2;
+        sh_mean[o] = m1;
+        sh_noise[o] = rms;
+      } else {
+        __stcg(own.noise + j, rms);
+      }
+    } else {
+      m1 = kResident ? sh_mean[o] : __ldcg(own.mean[par] + j);
+    }
+    // Published for the neighbours (edge pixels; with the state resident, nothing else).
+    const bool edge = o < i0 || o >= i1;
+    if (!kResident || edge) __stcg(own.mean[nxt] + j, m1);
+    if (!kResident || (edge && !full)) {
+      __stcg(own.sum[nxt] + j, s);
+      __stcg(own.sum2[nxt] + j, s2);
+    }
+  };
+  // An own pixel's frame-start noise, sum and sum2.
+  const auto start_state = [&](int o, double& rms, double& s, double& s2) {
+    if constexpr (kResident) {
+      rms = sh_noise[o];
+      s = sh_sum[o];
+      s2 = sh_sum2[o];
+    } else {
+      const int j = p0 + o;
+      rms = __ldcg(own.noise + j);
+      s = __ldcg(own.sum[par] + j);
+      s2 = __ldcg(own.sum2[par] + j);
+    }
+  };
+  // This frame's final f - mean of an own pixel whose decision is final.
+  const auto final_own = [&](int jj) -> double {
+    const double m = kResident ? sh_mean[jj - p0] : __ldcg(own.mean[nxt] + jj);
+    return cm::sub(fval(jj), m);
+  };
 
-    // Loop 2 (pass 0): decide every pixel of the segment, commit the certain ones.
-    for (int o = threadIdx.x; o < own_pixels; o += blockDim.x) {
+  // Pass 0: decide the own pixels, commit the certain ones.
+  const auto pass0 = [&]() {
+    for (int o = tid; o < own_pixels; o += nt) {
       const int j = p0 + o;
       const int y = row_of(j, cols, inv_cols);
       const int x = j - y * cols;
       const double v = sh_d0[j - base];
-      // Everything the pixel may need from memory, loaded at once (one round trip).
-      const double rms = __ldcg(p.own.noise + j);
-      const double s_old = __ldcg(p.own.sum[par] + j);
-      const double s2_old = __ldcg(p.own.sum2[par] + j);
-      const uint32_t count = __ldg(p.own.count + j);
+      double rms, s_old, s2_old;
+      start_state(o, rms, s_old, s2_old);
       Decision d;
       if (cm::is_negative_outlier(v, rms, thr)) {
         d = {kNo, kNo};
       } else {
-        double tlo = 0.0, thi = 0.0, mlo = 0.0, mhi = 0.0;
-#pragma unroll
-        for (int dy = -h; dy <= h; ++dy) {
-          const int yy = y + dy;
-          if (yy < 0 || yy >= rows) continue;
-#pragma unroll
-          for (int dx = -h; dx <= h; ++dx) {
-            const int xx = x + dx;
-            if (xx < 0 || xx >= cols) continue;
-            const int s = j + dy * cols + dx - base;
+        // Totals summed in row-major order from 0.0 (so the bounds are those of the exact sum),
+        // maxima from 0.0 (the successors' part once for both).
+        double tlo = 0.0, thi = 0.0, plo = 0.0, phi = 0.0, msucc = 0.0;
+        const auto add_pixel = [&](int s, bool predecessor) {
+          if (predecessor) {
             double lo, hi;
-            if (dy < 0 || (dy == 0 && dx < 0)) {
-              lo = sh_lo[s];
-              hi = sh_hi[s];
-            } else {
-              lo = hi = sh_d0[s];
-            }
+            get_bounds(s, lo, hi);
             tlo = cm::add(tlo, lo);
             thi = cm::add(thi, hi);
-            if (mlo < lo) mlo = lo;
-            if (mhi < hi) mhi = hi;
+            if (plo < lo) plo = lo;
+            if (phi < hi) phi = hi;
+          } else {
+            const double d = sh_d0[s];
+            tlo = cm::add(tlo, d);
+            thi = cm::add(thi, d);
+            if (msucc < d) msucc = d;
+          }
+        };
+        if (y >= h && y < rows - h && x >= h && x < cols - h) {
+          // The whole window lies inside the frame.
+#pragma unroll
+          for (int dy = -h; dy <= h; ++dy)
+#pragma unroll
+            for (int dx = -h; dx <= h; ++dx)
+              add_pixel(j + dy * cols + dx - base, dy < 0 || (dy == 0 && dx < 0));
+        } else {
+          // A window at the frame border (not unrolled: rare, and keeps the code small).
+#pragma unroll 1
+          for (int dy = -h; dy <= h; ++dy) {
+            const int yy = y + dy;
+            if (yy < 0 || yy >= rows) continue;
+#pragma unroll 1
+            for (int dx = -h; dx <= h; ++dx) {
+              const int xx = x + dx;
+              if (xx < 0 || xx >= cols) continue;
+              add_pixel(j + dy * cols + dx - base, dy < 0 || (dy == 0 && dx < 0));
+            }
           }
         }
+        const double mlo = plo < msucc ? msucc : plo, mhi = phi < msucc ? msucc : phi;
         d = decide_bounds(v, rms, tlo, thi, mlo, mhi, thr);
       }
-      if (d.update != kUnknown) commit_loaded(j, d.update == kYes, s_old, s2_old, count);
+      if (d.update != kUnknown) commit(o, d.update == kYes, s_old, s2_old);
       if (d.update == kUnknown || d.stored == kUnknown) {
         sh_ulist[atomicAdd(&sh_nu, 1)] = static_cast<uint32_t>(o);
-        atomicMin(&sh_umin, o);
       } else if (d.stored == kYes) {
         sh_slist[atomicAdd(&sh_ns, 1)] = static_cast<uint32_t>(o);
       }
       sh_status[o] = static_cast<uint8_t>(d.update | (d.stored << 2));
     }
+  };
+
+  // Launch start: count flags of [q0, p1), the resident state, frame 0's values.
+  {
+    const int par0 = static_cast<int>(g0 & 1ull);
+    fetch_frame(0);
+    for (int j = q0 + tid; j < p1; j += nt)
+      sh_full[j - base] = __ldg(arrays_for(j).count + j) == p.window ? 1 : 0;
+    if constexpr (kResident) {
+      for (int o = tid; o < own_pixels; o += nt) {
+        const int j = p0 + o;
+        sh_sum[o] = __ldcg(own.sum[par0] + j);
+        sh_sum2[o] = __ldcg(own.sum2[par0] + j);
+        sh_mean[o] = __ldcg(own.mean[par0] + j);
+        sh_noise[o] = __ldcg(own.noise + j);
+        sh_s2n[o] = div_known(sh_sum2[o], window_d, inv_window);
+      }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+  }
+
+  int prev_ns = 0;  // clusters of the previous frame (uniform)
+  for (uint32_t k = 0; k < p.n_frames; ++k) {
+    const unsigned long long g = g0 + k;
+    set_frame(k);
+    const uint16_t* fprev = sh_f + ((k & 1u) ^ 1u) * lay.f_stride;
+    const int aprev = k > 0 ? frame_a0(k - 1) : 0;
+    uint32_t* sorted_cur = sh_sorted + (k & 1u) * seg_max;
+    const uint32_t* sorted_prev = sh_sorted + ((k & 1u) ^ 1u) * seg_max;
+
+    // Progress counter of a segment: g+1 once frame g's decisions and state are final there.
+    // This frame starts when the neighbours' frame g-1 state (our halo) is final; they are then
+    // past reading our frame g-1 start means, the buffers this frame writes.
+    if (tid == 0) {
+      if (prog_above && load_acquire(prog_above, sys) < g) {
+        while (load_acquire(prog_above, sys) < g) __nanosleep(20);
+        if (p.profile != nullptr && b > 0 && k > 0) {
+          sh_prof[kPhases] +=
+              global_ns() - __ldcg(p.release_ns + ((g - 1) & 1ull) * p.blocks + (b - 1));
+          ++sh_prof[kPhases + 1];
+        }
+      }
+      sh_nu = 0;
+      sh_ns = 0;
+    } else if (tid == 32) {
+      if (prog_below) while (load_acquire(prog_below, sys) < g) __nanosleep(20);
+    }
+    __syncthreads();
+    lap(kWait);
+
+    // Loop 1: d0 of the halo pixels with the neighbours' frame-start means, bounds for the halo
+    // above, and its previous frame's final f - mean for the deferred cluster entries; d0 and
+    // bounds of the own pixels from the resident state.
+    const int n_above = p0 - q0;
+    const int n_halo = n_above + (q1 - p1);
+    const auto halo_pixel = [&](int i) { return i < n_above ? q0 + i : p1 + (i - n_above); };
+    const auto halo_pass = [&](int j, double m, double s, double s2) {
+      const double f = fval(j);
+      const double d0 = cm::sub(f, m);
+      sh_d0[j - base] = d0;
+      if (j < p0) {
+        store_bounds(j, f, d0, m, sh_full[j - base] != 0, s, s2);
+        if (k > 0) sh_dprev[j - base] = cm::sub(static_cast<double>(fprev[j - aprev]), m);
+      }
+    };
+    const auto halo_load = [&](int j, double& m, double& s, double& s2) {
+      const PedestalArrays& a = arrays_for(j);
+      m = __ldcg(a.mean[par] + j);
+      if (j < p0 && !sh_full[j - base]) {
+        s = __ldcg(a.sum[par] + j);
+        s2 = __ldcg(a.sum2[par] + j);
+      }
+    };
+    // Up to two halo pixels per thread: loads first, the own pixels' d0 and bounds (shared
+    // memory) while they are in flight.
+    {
+      const int ja = halo_pixel(min(tid, n_halo - 1)), jb = halo_pixel(min(tid + nt, n_halo - 1));
+      double ma = 0.0, sa = 0.0, s2a = 0.0, mb = 0.0, sb = 0.0, s2b = 0.0;
+      if (tid < n_halo) halo_load(ja, ma, sa, s2a);
+      if (tid + nt < n_halo) halo_load(jb, mb, sb, s2b);
+      prepare_own(k);
+      if (tid < n_halo) halo_pass(ja, ma, sa, s2a);
+      if (tid + nt < n_halo) halo_pass(jb, mb, sb, s2b);
+    }
+    for (int i = tid + 2 * nt; i < n_halo; i += nt) {
+      const int j = halo_pixel(i);
+      double m = 0.0, s = 0.0, s2 = 0.0;
+      halo_load(j, m, s, s2);
+      halo_pass(j, m, s, s2);
+    }
+    __syncthreads();
+    lap(kLoop1);
+    // The previous frame's buffer is free: the next frame's values are copied meanwhile.
+    if (k + 1 < p.n_frames) fetch_frame(k + 1);
+
+    // Loop 2 (pass 0): decide every pixel of the segment, commit the certain ones.
+    pass0();
     __syncthreads();
     lap(kLoop2);
 
-    // The value f - mean of window pixel jj as the pixel being visited sees it: this frame's
-    // final mean for a predecessor, the frame-start mean otherwise.
-    const auto final_d = [&](int jj, bool predecessor) -> double {
-      if (!predecessor) return sh_d0[jj - base];
-      return cm::sub(fval(jj), __ldcg(arrays_for(jj).mean[nxt] + jj));
-    };
-
-    // Resolution of the undecided pixels. A pixel is re-decided exactly once none of its
-    // predecessors in the segment is undecided; rounds of such pixels run in parallel, which
-    // gives the raster-order result (each depends only on its window's predecessors).
+    // Resolution of the undecided pixels. A pixel is re-decided once none of its predecessors in
+    // the segment is undecided; rounds of such pixels run in parallel, which gives the
+    // raster-order result (each depends only on its window's predecessors). Predecessors in the
+    // segment above enter first by their bounds; only a pixel that these leave undecided waits
+    // for that segment's final means.
     const int nu = sh_nu;
     if (nu > 0) {
-      // Pixels whose window reaches before the segment read the segment above's final means.
-      if (sh_umin < halo) {
-        if (threadIdx.x == 0 && prog_above)
-          while (load_acquire(prog_above, sys) < g + 1) __nanosleep(20);
-        __syncthreads();
-      }
       for (;;) {
-        if (threadIdx.x == 0) sh_left = 0;
+        if (tid == 0) sh_left = 0;
         __syncthreads();
-        for (int t = threadIdx.x; t < nu; t += blockDim.x) {
+        for (int t = tid; t < nu; t += nt) {
           const int o = static_cast<int>(sh_ulist[t]);
           const uint8_t before = sh_status[o];
           if (before & 0x10) continue;  // resolved in an earlier round
@@ -393,26 +663,73 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
           }
           __threadfence_block();  // the predecessors' statuses before their committed means
           const double v = sh_d0[j - base];
-          const double rms = __ldcg(p.own.noise + j);
+          double rms, s_old, s2_old;
+          start_state(o, rms, s_old, s2_old);
           bool update = false, stored = false;
           if (!cm::is_negative_outlier(v, rms, thr)) {
-            double total = 0.0, mx = 0.0;
+            double tlo = 0.0, thi = 0.0, mlo = 0.0, mhi = 0.0;
+            bool above = false;
             for (int dy = -h; dy <= h; ++dy) {
               const int yy = y + dy;
               if (yy < 0 || yy >= rows) continue;
               for (int dx = -h; dx <= h; ++dx) {
                 const int xx = x + dx;
                 if (xx < 0 || xx >= cols) continue;
-                const double dd = final_d(j + dy * cols + dx, dy < 0 || (dy == 0 && dx < 0));
-                total = cm::add(total, dd);
-                if (mx < dd) mx = dd;
+                const int jj = j + dy * cols + dx;
+                double lo, hi;
+                if (dy < 0 || (dy == 0 && dx < 0)) {
+                  if (jj < p0) {
+                    get_bounds(jj - base, lo, hi);
+                    above = true;
+                  } else {
+                    lo = hi = final_own(jj);
+                  }
+                } else {
+                  lo = hi = sh_d0[jj - base];
+                }
+                tlo = cm::add(tlo, lo);
+                thi = cm::add(thi, hi);
+                if (mlo < lo) mlo = lo;
+                if (mhi < hi) mhi = hi;
               }
             }
-            const cm::PixelAction act = cm::classify(v, rms, total, mx, thr);
-            update = act == cm::PixelAction::update;
-            stored = act == cm::PixelAction::candidate && v == mx;
+            const Decision db = above ? decide_bounds(v, rms, tlo, thi, mlo, mhi, thr)
+                                      : Decision{kUnknown, kUnknown};
+            if (!above) {
+              // Every value exact: tlo is the total, mlo the max.
+              const cm::PixelAction act = cm::classify(v, rms, tlo, mlo, thr);
+              update = act == cm::PixelAction::update;
+              stored = act == cm::PixelAction::candidate && v == mlo;
+            } else if (db.update != kUnknown && db.stored != kUnknown) {
+              update = db.update == kYes;
+              stored = db.stored == kYes;
+            } else {
+              while (load_acquire(prog_above, sys) < g + 1) __nanosleep(20);
+              double total = 0.0, mx = 0.0;
+              for (int dy = -h; dy <= h; ++dy) {
+                const int yy = y + dy;
+                if (yy < 0 || yy >= rows) continue;
+                for (int dx = -h; dx <= h; ++dx) {
+                  const int xx = x + dx;
+                  if (xx < 0 || xx >= cols) continue;
+                  const int jj = j + dy * cols + dx;
+                  double dd;
+                  if (dy < 0 || (dy == 0 && dx < 0)) {
+                    dd = jj < p0 ? cm::sub(fval(jj), __ldcg(arrays_for(jj).mean[nxt] + jj))
+                                 : final_own(jj);
+                  } else {
+                    dd = sh_d0[jj - base];
+                  }
+                  total = cm::add(total, dd);
+                  if (mx < dd) mx = dd;
+                }
+              }
+              const cm::PixelAction act = cm::classify(v, rms, total, mx, thr);
+              update = act == cm::PixelAction::update;
+              stored = act == cm::PixelAction::candidate && v == mx;
+            }
           }
-          if ((before & 3) == kUnknown) commit(j, update);
+          if ((before & 3) == kUnknown) commit(o, update, s_old, s2_old);
           __threadfence_block();  // the commit's mean before the status that releases successors
           sh_status[o] = static_cast<uint8_t>(0x10 | (update ? kYes : kNo) |
                                               ((stored ? kYes : kNo) << 2));
@@ -424,59 +741,106 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       }
     }
     lap(kResolve);
-    // Frame g is final in this segment.
-    __syncthreads();
-    if (threadIdx.x == 0) store_release(prog_self, g + 1, sys);
-
-    // Emission: the segment's clusters in raster order into this (frame, segment) region.
+    // Frame g is final in this segment (every commit precedes the last barrier). The last warp
+    // publishes it; it arrives at the emission barrier first, so the other warps need not wait
+    // for the release's memory fence. Off the neighbours' path from here on.
     const int ns = sh_ns;
-    if (ns > 0) {
-      for (int t = threadIdx.x; t < ns; t += blockDim.x) {
+    const int workers = nt - 32;
+    if (tid >= workers) {
+      named_arrive(1, nt);
+      if (tid == workers) {
+        const long long t0 = clock64();
+        if (p.profile != nullptr) __stcg(p.release_ns + (g & 1ull) * p.blocks + b, global_ns());
+        store_release(prog_self, g + 1, sys);
+        if (p.profile != nullptr) sh_prof[kRelease] += static_cast<unsigned long long>(clock64() - t0);
+      }
+    } else {
+      // The previous frame's entries in the segment above.
+      if (k > 0 && prev_ns > 0 && static_cast<int>(sorted_prev[0]) < halo)
+        patch_above(k - 1, prev_ns, sorted_prev, workers,
+                    [&](int jj) { return sh_dprev[jj - base]; });
+      // Emission: the segment's clusters in raster order into this (frame, segment) region.
+      for (int t = tid; t < ns; t += workers) {
         const uint32_t v = sh_slist[t];
         int rank = 0;
         for (int u = 0; u < ns; ++u) rank += sh_slist[u] < v;
-        sh_sorted[rank] = v;
+        sorted_cur[rank] = v;
       }
-      __syncthreads();
-      if (static_cast<int>(sh_sorted[0]) < halo) {
-        if (threadIdx.x == 0 && prog_above)
-          while (load_acquire(prog_above, sys) < g + 1) __nanosleep(20);
-        __syncthreads();
+      named_sync(1, nt);
+      if (ns > 0) {
+        const std::size_t region = static_cast<std::size_t>(k) * p.blocks + b;
+        const int n_write = min(ns, static_cast<int>(p.region_capacity));
+        for (int e = tid; e < n_write * S2; e += workers) {
+          const int c = e / S2;
+          const int w = e - c * S2;
+          const int j = p0 + static_cast<int>(sorted_cur[c]);
+          const int y = row_of(j, cols, inv_cols);
+          const int x = j - y * cols;
+          const int dy = w / S - h;
+          const int dx = w - (w / S) * S - h;
+          const int yy = y + dy, xx = x + dx;
+          const std::size_t slot = region * p.region_capacity + c;
+          if (w == 0) p.region_xy[slot] = static_cast<uint32_t>(x) | (static_cast<uint32_t>(y) << 16);
+          int32_t value = 0;
+          if (yy >= 0 && yy < rows && xx >= 0 && xx < cols) {
+            const int jj = j + dy * cols + dx;
+            if (!(dy < 0 || (dy == 0 && dx < 0))) {
+              value = cm::cluster_value(sh_d0[jj - base]);
+            } else if (jj >= p0) {
+              value = cm::cluster_value(final_own(jj));
+            } else {
+              continue;  // in the segment above: written with the next frame (patch_above)
+            }
+          }
+          p.region_data[slot * S2 + w] = value;
+        }
       }
-      const std::size_t region = static_cast<std::size_t>(k) * p.blocks + b;
-      const int n_write = min(ns, static_cast<int>(p.region_capacity));
-      for (int e = threadIdx.x; e < n_write * S2; e += blockDim.x) {
-        const int c = e / S2;
-        const int w = e - c * S2;
-        const int j = p0 + static_cast<int>(sh_sorted[c]);
-        const int y = row_of(j, cols, inv_cols);
-        const int x = j - y * cols;
-        const int dy = w / S - h;
-        const int dx = w - (w / S) * S - h;
-        const int yy = y + dy, xx = x + dx;
-        int32_t value = 0;
-        if (yy >= 0 && yy < rows && xx >= 0 && xx < cols)
-          value = cm::cluster_value(final_d(j + dy * cols + dx, dy < 0 || (dy == 0 && dx < 0)));
-        const std::size_t slot = region * p.region_capacity + c;
-        p.region_data[slot * S2 + w] = value;
-        if (w == 0) p.region_xy[slot] = static_cast<uint32_t>(x) | (static_cast<uint32_t>(y) << 16);
+      if (tid == 0) {
+        p.region_counts[static_cast<std::size_t>(k) * p.blocks + b] = static_cast<uint32_t>(ns);
+        if (ns > 0) atomicAdd(&p.frame_totals[k], static_cast<uint32_t>(ns));
       }
     }
-    if (threadIdx.x == 0) {
-      p.region_counts[static_cast<std::size_t>(k) * p.blocks + b] = static_cast<uint32_t>(ns);
-      if (ns > 0) atomicAdd(&p.frame_totals[k], static_cast<uint32_t>(ns));
-    }
-    // The lists and counters are reset by the next frame only after this barrier.
+    prev_ns = ns;
+    // The next frame's values have arrived (its own d0 is prepared in its loop 1).
+    cp_async_wait_all();
     __syncthreads();
     lap(kEmit);
   }
 
-  if (p.profile != nullptr && threadIdx.x == 0)
-    for (int i = 0; i < kPhases; ++i) atomicAdd(&p.profile[b * kPhases + i],
-                                                static_cast<unsigned long long>(clk[i]));
+  // The last frame's cluster entries in the segment above, once that segment has finished it.
+  const int fin = static_cast<int>((g0 + p.n_frames) & 1ull);
+  if (p.n_frames > 0 && prev_ns > 0) {
+    const uint32_t kl = p.n_frames - 1;
+    const uint32_t* sorted_last = sh_sorted + (kl & 1u) * seg_max;
+    if (static_cast<int>(sorted_last[0]) < halo) {
+      if (tid == 0 && prog_above)
+        while (load_acquire(prog_above, sys) < g0 + p.n_frames) __nanosleep(20);
+      __syncthreads();
+      const uint16_t* fl = sh_f + (kl & 1u) * lay.f_stride;
+      const int al = frame_a0(kl);
+      patch_above(kl, prev_ns, sorted_last, nt, [&](int jj) {
+        return cm::sub(static_cast<double>(fl[jj - al]), __ldcg(arrays_for(jj).mean[fin] + jj));
+      });
+    }
+  }
+  // The resident state back to global memory.
+  if constexpr (kResident) {
+    for (int o = tid; o < own_pixels; o += nt) {
+      const int j = p0 + o;
+      __stcg(own.mean[fin] + j, sh_mean[o]);
+      __stcg(own.sum[fin] + j, sh_sum[o]);
+      __stcg(own.sum2[fin] + j, sh_sum2[o]);
+      __stcg(own.noise + j, sh_noise[o]);
+    }
+  }
+
+  if (p.profile != nullptr && tid == 0) {
+    unsigned long long* slot = p.profile + static_cast<std::size_t>(b) * kFindProfileSlots;
+    for (int i = 0; i < kFindProfileSlots; ++i) atomicAdd(slot + i, sh_prof[i]);
+  }
 
   // The last block to finish advances the frame counter (every block has read it by then).
-  if (threadIdx.x == 0) {
+  if (tid == 0) {
     __threadfence();
     const unsigned int prev = atomicAdd(p.blocks_done, 1u);
     if (prev + 1 == p.blocks) {
@@ -489,23 +853,32 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
 
 template <int S>
 void launch_find_s(const FindLaunch& p, cudaStream_t stream) {
-  const std::size_t smem = FindSmem<S>::bytes(static_cast<int>(p.cols),
-                                              static_cast<int>(p.segment_max));
-  // The shared-memory limit was raised by find_max_resident_blocks() on this device.
-  find_kernel<S><<<p.blocks, find_threads(), smem, stream>>>(p);
+  const std::size_t smem = FindLayout(p.cols, p.segment_max, S, p.resident).bytes;
+  // The shared-memory limit was raised by find_blocks_per_sm() on this device.
+  if (p.resident)
+    find_kernel<S, true><<<p.blocks, find_threads(), smem, stream>>>(p);
+  else
+    find_kernel<S, false><<<p.blocks, find_threads(), smem, stream>>>(p);
   GLINT_CUDA_CHECK_LAUNCH();
 }
 
-template <int S>
+template <int S, bool kResident>
 int max_resident_s(uint32_t cols, uint32_t segment) {
-  const std::size_t smem = FindSmem<S>::bytes(static_cast<int>(cols), static_cast<int>(segment));
-  if (smem > 200 * 1024) return 0;
-  GLINT_CUDA_CHECK(cudaFuncSetAttribute(find_kernel<S>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  const std::size_t smem = FindLayout(cols, segment, S, kResident).bytes;
+  if (smem > kFindSharedMax) return 0;
+  GLINT_CUDA_CHECK(cudaFuncSetAttribute(find_kernel<S, kResident>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kFindSharedMax)));
   int per_sm = 0;
-  GLINT_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, find_kernel<S>, find_threads(), smem));
+  GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, find_kernel<S, kResident>, find_threads(), smem));
   return per_sm;
+}
+
+template <int S>
+int max_resident_s(uint32_t cols, uint32_t segment, bool resident) {
+  return resident ? max_resident_s<S, true>(cols, segment)
+                  : max_resident_s<S, false>(cols, segment);
 }
 
 __global__ void pack_kernel(const PackLaunch p) {
@@ -611,35 +984,30 @@ int grid_for(std::size_t n) {
 
 }  // namespace
 
-FindShape find_shape(uint32_t cols, uint32_t segment, int cluster_size) {
+FindShape find_shape(uint32_t cols, uint32_t segment, int cluster_size, bool resident) {
   FindShape s;
   s.threads = find_threads();
-  switch (cluster_size) {
-    case 3: s.shared_bytes = FindSmem<3>::bytes(cols, segment); break;
-    case 5: s.shared_bytes = FindSmem<5>::bytes(cols, segment); break;
-    case 7: s.shared_bytes = FindSmem<7>::bytes(cols, segment); break;
-    default: s.shared_bytes = FindSmem<9>::bytes(cols, segment); break;
-  }
+  s.shared_bytes = FindLayout(cols, segment, cluster_size, resident).bytes;
   return s;
 }
 
-/// Threads per find block: 512 (two blocks per SM), or GLINT_FIND_THREADS (256, 768, 1024; a
-/// tuning knob).
+/// Threads per find block: 512 (two blocks per SM), or GLINT_FIND_THREADS (a multiple of 32 from
+/// 128 to 1024; a tuning knob).
 int find_threads() {
   static const int t = [] {
     const char* e = std::getenv("GLINT_FIND_THREADS");
     const int v = e ? std::atoi(e) : 512;
-    return (v == 256 || v == 512 || v == 768 || v == 1024) ? v : 512;
+    return (v >= 128 && v <= kFindThreadsMax && v % 32 == 0) ? v : 512;
   }();
   return t;
 }
 
-int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size) {
+int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident) {
   switch (cluster_size) {
-    case 3: return max_resident_s<3>(cols, segment);
-    case 5: return max_resident_s<5>(cols, segment);
-    case 7: return max_resident_s<7>(cols, segment);
-    default: return max_resident_s<9>(cols, segment);
+    case 3: return max_resident_s<3>(cols, segment, resident);
+    case 5: return max_resident_s<5>(cols, segment, resident);
+    case 7: return max_resident_s<7>(cols, segment, resident);
+    default: return max_resident_s<9>(cols, segment, resident);
   }
 }
 

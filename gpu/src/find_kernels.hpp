@@ -2,11 +2,14 @@
 // Launchers of the cluster-finding kernels (find_kernels.cu). Internal to glint::gpu.
 //
 // A GPU's band of rows is cut into segments of consecutive pixels in raster order; one block of
-// the persistent find kernel owns one segment and walks through the batch's frames in order. Pedestal state per pixel: sum, sum2 and the
-// cached mean double-buffered by frame parity (frame G reads buffer G&1 and writes buffer
-// (G+1)&1), noise cached in place, count read-only. Blocks synchronise only with the bands above
-// and below through monotonic progress counters (G+1 once frame G's decisions and state are final
-// in the band), so frames pipeline through the frame as a wavefront.
+// the persistent find kernel owns one segment and walks through the batch's frames in order.
+// Pedestal state per pixel in global memory: sum, sum2 and the cached mean double-buffered by
+// frame parity (frame G reads buffer G&1 and writes buffer (G+1)&1), noise cached in place, count
+// read-only. With `resident`, a block keeps its own pixels' state in shared memory during the
+// launch and writes only the means (and sum, sum2 of pixels whose window is not full) every
+// frame, the rest at the end. Blocks synchronise only with the segments before and after through
+// monotonic progress counters (G+1 once frame G's decisions and state are final in the segment),
+// so frames pipeline through the frame as a wavefront.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -32,6 +35,7 @@ struct FindLaunch {
   uint32_t segment_max = 1;               ///< most pixels a block owns
   uint32_t blocks = 0;                   ///< grid size (segments of this launch)
   uint32_t window = 1000;
+  bool resident = true;                  ///< own pixels' state in shared memory (find_shape)
   cluster_math::Thresholds thresholds{};
   PedestalArrays own, above, below;      ///< above/below: rows owned by neighbouring GPUs
   unsigned long long* progress = nullptr;              ///< [blocks]
@@ -47,20 +51,27 @@ struct FindLaunch {
   int32_t* region_data = nullptr;        ///< [n_frames * blocks * capacity * S*S]
   uint32_t region_capacity = 0;
   uint32_t* frame_totals = nullptr;      ///< [n_frames], zeroed before the launch
-  unsigned long long* profile = nullptr; ///< optional [blocks * 5] cycles per phase
+  /// Optional [blocks * kFindProfileSlots]: cycles per phase, then the nanoseconds from the
+  /// previous segment's release of a frame to this segment seeing it, summed over the frames
+  /// this segment had to wait for, and their number.
+  unsigned long long* profile = nullptr;
+  unsigned long long* release_ns = nullptr;  ///< with profile: [2][blocks] release timestamps
 };
-inline constexpr int kFindPhases = 5;    ///< wait, loop 1, loop 2, resolve, emit
+/// wait, loop 1 (with the own pixels' d0), loop 2 (pass 0), resolve, release (the releasing
+/// thread's fence), emit
+inline constexpr int kFindPhases = 6;
+inline constexpr int kFindProfileSlots = kFindPhases + 2;
 
 /// Shared memory and threads of one find block.
 struct FindShape {
   int threads = 512;
   std::size_t shared_bytes = 0;
 };
-FindShape find_shape(uint32_t cols, uint32_t segment, int cluster_size);
+FindShape find_shape(uint32_t cols, uint32_t segment, int cluster_size, bool resident);
 /// Find blocks resident at once per multiprocessor of the current device for segments of
-/// `segment` pixels (they wait for each other, so every block must be resident). Also raises
-/// the kernel's shared-memory limit on this device.
-int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size);
+/// `segment` pixels (they wait for each other, so every block must be resident); 0 when the
+/// shared memory does not fit. Also raises the kernel's shared-memory limit on this device.
+int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident);
 /// Threads per find block.
 int find_threads();
 void launch_find(const FindLaunch& p, cudaStream_t stream);

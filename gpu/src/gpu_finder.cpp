@@ -101,12 +101,14 @@ struct Lane {
   uint32_t r0 = 0, r1 = 0;    // band computed here
   uint32_t fr0 = 0, fr1 = 0;  // frame rows uploaded here (band plus halo)
   uint32_t segment_max = 1, blocks = 0;  // pixels per find block (most), find blocks
+  bool resident = true;                  // find blocks keep their pixels' state in shared memory
   Stream compute{StreamPriority::high};
   StateBuffers live;
   StateBuffers rescue;        // re-runs after an overflow (allocated on first need)
   bool has_rescue = false;
   DeviceBuffer<uint16_t> dark_frames;
   DeviceBuffer<unsigned long long> profile;  // GLINT_FIND_PROFILE: cycles per band and phase
+  DeviceBuffer<unsigned long long> release_ns;  // GLINT_FIND_PROFILE: release timestamps
   std::vector<LaneSlot> slots;
 };
 
@@ -338,18 +340,30 @@ class GpuEngine final : public GpuClusterFinder {
     std::vector<unsigned long long> c(lane.profile.size());
     GLINT_CUDA_CHECK(cudaMemcpy(c.data(), lane.profile.get(), c.size() * sizeof(c[0]),
                                 cudaMemcpyDeviceToHost));
-    static const char* names[kFindPhases] = {"wait", "loop1", "loop2", "resolve", "emit"};
-    std::string line = "find kernel cycles/frame (band average):";
+    static const char* names[kFindPhases] = {"wait",    "loop1", "loop2",
+                                             "resolve", "release", "emit"};
+    std::string line = "find kernel cycles/frame (segment average):";
     for (int ph = 0; ph < kFindPhases; ++ph) {
       double sum = 0, mx = 0;
       for (uint32_t b = 0; b < lane.blocks; ++b) {
-        sum += static_cast<double>(c[b * kFindPhases + ph]);
-        mx = std::max(mx, static_cast<double>(c[b * kFindPhases + ph]));
+        sum += static_cast<double>(c[b * kFindProfileSlots + ph]);
+        mx = std::max(mx, static_cast<double>(c[b * kFindProfileSlots + ph]));
       }
       line += " " + std::string(names[ph]) + " " +
               std::to_string(static_cast<long long>(sum / lane.blocks / stats_.frames)) + " (max " +
               std::to_string(static_cast<long long>(mx / stats_.frames)) + ")";
     }
+    double ns = 0, waited = 0;
+    for (uint32_t b = 0; b < lane.blocks; ++b) {
+      ns += static_cast<double>(c[b * kFindProfileSlots + kFindPhases]);
+      waited += static_cast<double>(c[b * kFindProfileSlots + kFindPhases + 1]);
+    }
+    if (waited > 0)
+      line += "; hand-off from the segment before: " +
+              std::to_string(static_cast<long long>(ns / waited)) + " ns (over " +
+              std::to_string(static_cast<long long>(100.0 * waited / lane.blocks /
+                                                    static_cast<double>(stats_.frames))) +
+              " % of frames, where the segment waited)";
     log::write(log::Level::info, line);
   }
 
@@ -374,8 +388,10 @@ class GpuEngine final : public GpuClusterFinder {
                                                 cols * options_.batch_frames);
       lane.slots.resize(options_.streams);
       if (li == 0 && std::getenv("GLINT_FIND_PROFILE") != nullptr) {
-        lane.profile = DeviceBuffer<unsigned long long>(lane.blocks * kFindPhases);
+        lane.profile = DeviceBuffer<unsigned long long>(lane.blocks * kFindProfileSlots);
         lane.profile.zero(lane.compute.get());
+        lane.release_ns = DeviceBuffer<unsigned long long>(2 * lane.blocks);
+        lane.release_ns.zero(lane.compute.get());
       }
     }
     if (n_lanes > 1) {
@@ -401,26 +417,42 @@ class GpuEngine final : public GpuClusterFinder {
   }
 
   /// Cuts the lane's band into one segment of consecutive pixels per resident find block: as
-  /// many blocks as the GPU holds at once, each segment at least one window halo long.
+  /// many blocks as the GPU holds at once, each segment at least one window halo long. Blocks
+  /// keep their pixels' state in shared memory where it fits (GLINT_FIND_RESIDENT=0 turns that
+  /// off), at the same number of blocks per multiprocessor before fewer are tried.
+  /// GLINT_FIND_SEGMENTS caps the number of segments where the longer segments still fit (a
+  /// tuning and test aid).
   void choose_segments(Lane& lane) {
     const uint64_t cols = params_.shape.cols;
     const uint64_t band_px = static_cast<uint64_t>(lane.r1 - lane.r0) * cols;
     const uint64_t h = static_cast<uint64_t>(params_.cluster_size / 2);
     const uint64_t halo = std::max<uint64_t>(1, h * cols + h);
+    const char* env = std::getenv("GLINT_FIND_RESIDENT");
+    const bool allow_resident = env == nullptr || std::string(env) != "0";
+    const char* cap_env = std::getenv("GLINT_FIND_SEGMENTS");
+    const long long cap = cap_env ? std::atoll(cap_env) : 0;
     int sms = 0;
     GLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, lane.device));
     const uint64_t by_halo = band_px / halo;
-    for (int per_sm = 4; per_sm >= 1; --per_sm) {
-      const uint64_t blocks = std::min<uint64_t>(static_cast<uint64_t>(per_sm) * sms, by_halo);
-      if (blocks == 0) break;
-      const uint64_t seg = (band_px + blocks - 1) / blocks;
-      const int fit = find_blocks_per_sm(params_.shape.cols, static_cast<uint32_t>(seg),
-                                         params_.cluster_size);
-      if (fit >= per_sm || (fit >= 1 && blocks <= static_cast<uint64_t>(fit) * sms)) {
-        lane.blocks = static_cast<uint32_t>(blocks);
-        lane.segment_max = static_cast<uint32_t>(seg);
-        break;
+    for (const uint64_t limit : {cap > 0 ? static_cast<uint64_t>(cap) : by_halo, by_halo}) {
+      for (int per_sm = 4; per_sm >= 1 && lane.blocks == 0; --per_sm) {
+        const uint64_t blocks =
+            std::min({static_cast<uint64_t>(per_sm) * sms, by_halo, limit});
+        if (blocks == 0) break;
+        const uint64_t seg = (band_px + blocks - 1) / blocks;
+        for (const bool resident : {true, false}) {
+          if (resident && !allow_resident) continue;
+          const int fit = find_blocks_per_sm(params_.shape.cols, static_cast<uint32_t>(seg),
+                                             params_.cluster_size, resident);
+          if (fit >= per_sm || (fit >= 1 && blocks <= static_cast<uint64_t>(fit) * sms)) {
+            lane.blocks = static_cast<uint32_t>(blocks);
+            lane.segment_max = static_cast<uint32_t>(seg);
+            lane.resident = resident;
+            break;
+          }
+        }
       }
+      if (lane.blocks != 0) break;
     }
     if (lane.blocks == 0)
       throw std::invalid_argument(
@@ -432,7 +464,8 @@ class GpuEngine final : public GpuClusterFinder {
                                       std::to_string(lane.r0) + ".." + std::to_string(lane.r1) +
                                       " in " + std::to_string(lane.blocks) + " segments of <= " +
                                       std::to_string(lane.segment_max) + " pixels, " +
-                                      std::to_string(find_threads()) + " threads each");
+                                      std::to_string(find_threads()) + " threads each, state " +
+                                      (lane.resident ? "in shared memory" : "in global memory"));
   }
 
   uint32_t region_capacity_for(const Lane& lane) const {
@@ -499,6 +532,7 @@ class GpuEngine final : public GpuClusterFinder {
     p.frame_rows = lane.fr1 - lane.fr0;
     p.cluster_size = params_.cluster_size;
     p.segment_max = lane.segment_max;
+    p.resident = lane.resident;
     p.blocks = lane.blocks;
     p.window = params_.pedestal_window;
     p.thresholds = thresholds_;
@@ -527,6 +561,7 @@ class GpuEngine final : public GpuClusterFinder {
     p.region_capacity = region_capacity;
     p.frame_totals = totals;
     p.profile = rescue ? nullptr : lane.profile.get();
+    p.release_ns = lane.release_ns.get();
     return p;
   }
 
