@@ -11,7 +11,7 @@ packages=(
   libyaml-cpp-dev
   libgtest-dev libgmock-dev libssl-dev
   libcli11-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libsimdjson-dev
   libfftw3-dev
   libsystemd-dev systemd
   python3 python3-h5py python3-numpy
