@@ -7,8 +7,9 @@
 // frame's update, which depends only on that pixel's own state and value), so it bounds the
 // window's total and max from below and above. Rounded addition and max are monotone, so the
 // bounds hold for every mix of updated and not-updated predecessors; a pixel whose decision is the
-// same at both ends is final. The rest (a few per frame) are re-decided exactly, in raster order,
-// by one thread of the band, with the final means of their predecessors. Frames stay sequential.
+// same at both ends is final. The rest (a few per frame) are re-decided exactly, each once its
+// undecided predecessors are final, with their final means: the raster-order result. Frames stay
+// sequential; the segments of a frame hand frames on to each other as a wavefront.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
