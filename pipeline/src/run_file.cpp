@@ -190,12 +190,13 @@ Hid make_volume_table(const Context& c, hid_t parent, const char* name, hsize_t 
 
 /// Writes volume row `row` (already within the extent) slice by slice: each H5Dwrite is one
 /// chunk, so that the frame writer's calls interleave with a large volume's.
-void write_volume_row(const Context& c, hid_t ds, hsize_t row, const ReconstructionVolume& v,
-                      const float* data) {
+void write_volume_row(const Context& c, std::mutex& io, hid_t ds, hsize_t row,
+                      const ReconstructionVolume& v, const float* data) {
   const hsize_t plane = hsize_t(v.nx) * v.ny;
   Hid file_space(c.id(H5Dget_space(ds), "dataspace"), H5Sclose);
   Hid mem_space(c.id(H5Screate_simple(1, &plane, nullptr), "dataspace"), H5Sclose);
   for (hsize_t z = 0; z < v.nz; ++z) {
+    std::lock_guard lock(io);
     const std::array<hsize_t, 4> start{row, z, 0, 0}, count{1, 1, v.ny, v.nx};
     c.check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
                                 count.data(), nullptr),
@@ -242,8 +243,12 @@ struct RunFileWriter::Impl {
   uint64_t clusters = 0;
   bool closed = false;
 
-  // Reconstruction results, appended in place (possibly from the reconstruction thread, hence
-  // the mutex; HDF5 itself serialises the calls).
+  // Serialises the HDF5 calls of the run's thread and the reconstruction thread (HDF5 does too
+  // when built thread-safe, as Debian's is; this keeps other builds correct). Held per call
+  // group, so that a volume's slices interleave with frame appends.
+  std::mutex io_mu;
+  // Reconstruction results, appended in place (possibly from the reconstruction thread). Taken
+  // before io_mu.
   std::mutex recon_mu;
   std::optional<ReconstructionLayout> recon;
   Hid r_input, r_output, r_first_frame, r_last_frame, r_slices, r_iterations, r_solve_seconds,
@@ -426,6 +431,7 @@ RunFileWriter& RunFileWriter::operator=(RunFileWriter&&) noexcept = default;
 
 void RunFileWriter::write_start_pedestal(const PedestalState& p) {
   Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
   if (p.shape != m.finder.shape) throw OutputError(m.path.string() + ": pedestal shape differs");
   const auto mean = p.means();
   const auto noise = p.noises();
@@ -436,6 +442,7 @@ void RunFileWriter::write_start_pedestal(const PedestalState& p) {
 void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> timestamps,
                            std::span<const uint8_t> flags) {
   Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
   if (m.closed) throw OutputError(m.path.string() + ": append after close");
   if (table.cluster_size() != m.finder.cluster_size)
     throw OutputError(m.path.string() + ": cluster size differs from the file's");
@@ -466,6 +473,7 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
 
 void RunFileWriter::append_empty_frames(std::span<const FrameRow> rows) {
   Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
   if (m.closed) throw OutputError(m.path.string() + ": append after close");
   std::vector<FrameRow> fixed(rows.begin(), rows.end());
   for (auto& r : fixed) {
@@ -494,10 +502,14 @@ void RunFileWriter::add_reconstruction(const ReconstructionVolume& v) {
   // The volume data first, flushed; then one row in every table (a reader counts a volume once
   // it is in all of them).
   const std::array<hsize_t, 4> size{row + 1, l.slices, l.ny, l.nx};
-  c.check(H5Dset_extent(m.r_input.get(), size.data()), "extending /entry/reconstruction/input");
-  c.check(H5Dset_extent(m.r_output.get(), size.data()), "extending /entry/reconstruction/output");
-  write_volume_row(c, m.r_input.get(), row, v, v.input.data());
-  write_volume_row(c, m.r_output.get(), row, v, v.output.data());
+  {
+    std::lock_guard io(m.io_mu);
+    c.check(H5Dset_extent(m.r_input.get(), size.data()), "extending /entry/reconstruction/input");
+    c.check(H5Dset_extent(m.r_output.get(), size.data()), "extending /entry/reconstruction/output");
+  }
+  write_volume_row(c, m.io_mu, m.r_input.get(), row, v, v.input.data());
+  write_volume_row(c, m.io_mu, m.r_output.get(), row, v, v.output.data());
+  std::lock_guard io(m.io_mu);
   c.check(H5Dflush(m.r_input.get()), "flushing /entry/reconstruction/input");
   c.check(H5Dflush(m.r_output.get()), "flushing /entry/reconstruction/output");
   const uint32_t iterations = v.outer * v.tv_inner;
@@ -543,6 +555,7 @@ void write_recon_summary(const Context& c, hid_t entry, const ReconstructionSumm
 
 void RunFileWriter::flush() {
   Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
   if (m.closed) return;
   m.ctx.check(H5Fflush(m.file.get(), H5F_SCOPE_LOCAL), "flushing");
 }
@@ -554,6 +567,7 @@ void RunFileWriter::close(const PedestalState* end) {
   // No more volumes from here on (one being written finishes first).
   std::unique_lock recon_lock(m.recon_mu);
   m.recon_closed = true;
+  std::lock_guard io(m.io_mu);
   std::string failure;
   try {
     if (end) {

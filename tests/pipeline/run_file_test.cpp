@@ -309,6 +309,33 @@ TEST(RunFile, ReconstructionIsAppendedInPlaceDuringTheRun) {
   fs::remove_all(dir);
 }
 
+// Volumes from the reconstruction thread while the run's thread appends frames and flushes.
+TEST(RunFile, VolumesAndFramesWrittenConcurrently) {
+  const fs::path dir = temp_dir();
+  const fs::path file = dir / "run_000010.h5";
+  std::vector<ReconstructionVolume> volumes;
+  for (int i = 0; i < 24; ++i) volumes.push_back(recon_volume(30 * i, i % 4 == 3 ? 2 : 3, 1.0f + i));
+  {
+    RunFileWriter w(file, recon_metadata());
+    std::thread recon([&] {
+      for (const auto& v : volumes) w.add_reconstruction(v);
+    });
+    for (int i = 0; i < 300; ++i) {
+      w.append(two_frames());
+      if (i % 10 == 0) w.flush();
+    }
+    recon.join();
+    w.close(nullptr);
+  }
+  const RunFileContents r = read_run_file(file);
+  EXPECT_EQ(r.frames.size(), 900u);
+  EXPECT_EQ(r.clusters.n_clusters(), 900u);
+  EXPECT_EQ(r.frames.back(), (FrameRow{1002, 0, 899, 1, 0}));
+  ASSERT_EQ(r.reconstruction.size(), volumes.size());
+  for (std::size_t i = 0; i < volumes.size(); ++i) expect_volume(r.reconstruction[i], volumes[i]);
+  fs::remove_all(dir);
+}
+
 // A reader in another process (SWMR) sees each volume once it is appended, and the volumes stay
 // readable when the writing process dies without closing the file.
 TEST(RunFile, ReconstructionVisibleToAnotherProcessAndAfterACrash) {
