@@ -182,8 +182,13 @@ Hid make_volume_table(const Context& c, hid_t parent, const char* name, hsize_t 
   c.check(H5Pset_chunk(dcpl.get(), 4, chunk.data()), "chunking");
   const float nan = std::numeric_limits<float>::quiet_NaN();
   c.check(H5Pset_fill_value(dcpl.get(), H5T_NATIVE_FLOAT, &nan), "fill value");
+  // Every write is one whole chunk: no chunk cache, straight to the file.
+  Hid dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+  c.check(H5Pset_chunk_cache(dapl.get(), H5D_CHUNK_CACHE_NSLOTS_DEFAULT, 0,
+                             H5D_CHUNK_CACHE_W0_DEFAULT),
+          "chunk cache");
   return Hid(c.id(H5Dcreate2(parent, name, H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(),
-                             H5P_DEFAULT),
+                             dapl.get()),
                   std::string("dataset ") + name),
              H5Dclose);
 }
@@ -193,11 +198,14 @@ Hid make_volume_table(const Context& c, hid_t parent, const char* name, hsize_t 
 void write_volume_row(const Context& c, std::mutex& io, hid_t ds, hsize_t row,
                       const ReconstructionVolume& v, const float* data) {
   const hsize_t plane = hsize_t(v.nx) * v.ny;
+  const std::array<hsize_t, 4> count{1, 1, v.ny, v.nx};
   Hid file_space(c.id(H5Dget_space(ds), "dataspace"), H5Sclose);
-  Hid mem_space(c.id(H5Screate_simple(1, &plane, nullptr), "dataspace"), H5Sclose);
+  // The memory space has the selection's shape: HDF5 then maps it to the chunk in one piece
+  // (a flat one makes it walk every element, ~3x slower than the copy itself).
+  Hid mem_space(c.id(H5Screate_simple(4, count.data(), nullptr), "dataspace"), H5Sclose);
   for (hsize_t z = 0; z < v.nz; ++z) {
     std::lock_guard lock(io);
-    const std::array<hsize_t, 4> start{row, z, 0, 0}, count{1, 1, v.ny, v.nx};
+    const std::array<hsize_t, 4> start{row, z, 0, 0};
     c.check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
                                 count.data(), nullptr),
             "selection");
