@@ -142,7 +142,10 @@ void add_recon_command(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "recon", "TV-regularised 3D reconstruction (denoising, deconvolution, Fourier inpainting)");
   c->add_option("--input", a->input, "HDF5 file with a float32/float64 (Z, Y, X) volume");
-  c->add_option("--dataset", a->dataset, "dataset in --input")->capture_default_str();
+  c->add_option("--dataset", a->dataset,
+                "dataset in --input; NAME[I] for volume I of an (n, Z, Y, X) stack, e.g. a run "
+                "file's /entry/reconstruction/input[I]")
+      ->capture_default_str();
   c->add_option("--output", a->output, "HDF5 file to write (/volume, float32)")->required();
   c->add_option("--phantom", a->phantom,
                 "reconstruct the N^3 phantom after the forward model and noise");

@@ -330,6 +330,7 @@ void read_reconstruction(Section s, ReconstructionConfig& c) {
   s.read_string("variant", c.variant,
                 {"separate", "fused", "fused-cube", "fused-march", "two-state", "temporal"});
   s.read_string("backend", c.backend, {"cpu", "gpu", "auto"});
+  s.read_bool("solve_partial", c.solve_partial);
   s.reject_unknown();
 }
 
@@ -462,6 +463,7 @@ std::string to_yaml(const Config& c) {
   e << YAML::Key << "nonneg" << YAML::Value << r.nonneg;
   e << YAML::Key << "variant" << YAML::Value << r.variant;
   e << YAML::Key << "backend" << YAML::Value << c.reconstruction.backend;
+  e << YAML::Key << "solve_partial" << YAML::Value << r.solve_partial;
   e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

@@ -80,6 +80,27 @@ recon::StageOptions stage_options(const config::Config& c) {
   return o;
 }
 
+/// /entry/reconstruction's datasets and run-constant attributes, created with the run file.
+ReconstructionLayout reconstruction_layout(const config::Config& c) {
+  const auto& r = c.reconstruction;
+  ReconstructionLayout l;
+  l.nx = c.detector.cols;
+  l.ny = c.detector.rows;
+  l.slices = r.slices;
+  l.frames_per_slice = r.frames_per_slice;
+  l.weight = r.weight;
+  l.lambda = r.lambda;
+  l.outer = r.outer;
+  l.tv_inner = r.tv_inner;
+  l.warm_start = !r.cold_start;
+  l.nonneg = r.nonneg;
+  l.forward = r.forward;
+  l.variant = r.variant;
+  l.backend = r.backend;
+  l.solve_partial = r.solve_partial;
+  return l;
+}
+
 /// Copies assembled images into the finder's input (the GPU's pinned staging or the batch
 /// buffer) on a few threads, so that the run's thread only orders frames and hands batches on;
 /// each image goes back to the assembler's pool as soon as it is copied. With no threads the
@@ -331,7 +352,7 @@ void Acquisition::start_reconstruction() {
     return;
   }
   RunFileWriter* writer = &*w.writer;
-  auto sink = [writer, r](recon::StageResult&& res) {
+  auto sink = [writer](recon::StageResult&& res) {
     ReconstructionVolume v;
     v.first_frame = res.first_frame;
     v.last_frame = res.last_frame;
@@ -340,16 +361,12 @@ void Acquisition::start_reconstruction() {
     v.nz = static_cast<uint32_t>(res.input.dims.nz);
     v.input = std::move(res.input.data);
     v.output = std::move(res.output.data);
-    v.lambda = r.lambda;
     v.outer = static_cast<uint32_t>(res.report.outer);
     v.tv_inner = static_cast<uint32_t>(res.report.tv_inner);
-    v.warm_start = !r.cold_start;
-    v.nonneg = r.nonneg;
-    v.forward = r.forward;
-    v.variant = r.variant;
     v.backend = res.backend;
     v.solve_seconds = res.report.seconds;
-    writer->add_reconstruction(v);  // throws on failure: the stage counts the volume as failed
+    // Appended to the run file in place; throws on failure: the stage counts it as failed.
+    writer->add_reconstruction(v);
   };
   try {
     w.stage_owner = std::make_unique<recon::ReconstructionStage>(o, std::move(sink));
@@ -534,6 +551,7 @@ void Acquisition::run(std::stop_token) {
     meta.source = fmt::format("slsReceiver stream {}", fmt::join(cfg.ingest.endpoints, " "));
     meta.pixel_type = cfg.detector.pixel_type;
     meta.backend = w.finder->description();
+    if (cfg.reconstruction.enabled) meta.reconstruction = reconstruction_layout(cfg);
     w.writer.emplace(file_, meta, cfg.output.overwrite);
     log::info("run {}: writing {} ({} backend)", run_index_, file_.string(), meta.backend);
     if (cfg.reconstruction.enabled) start_reconstruction();
@@ -643,9 +661,11 @@ void Acquisition::run(std::stop_token) {
     }
     if (w.gpu) w.gpu->set_sink({});
     if (cfg.reconstruction.enabled) {
-      // The partial volume too (not after an abort), then the worker's queue: the results must
-      // reach the writer before it closes.
-      if (w.stage_owner && !abort_requested_.load()) w.stage_owner->flush();
+      // The worker's queue (full volumes, each appended to the file as it is solved) must reach
+      // the writer before it closes; the partial volume is solved only when configured (not
+      // after an abort): otherwise its frames are counted in `frames` but in no volume.
+      if (w.stage_owner && cfg.reconstruction.solve_partial && !abort_requested_.load())
+        w.stage_owner->flush();
       finish_reconstruction();
     }
     PedestalState end = w.finder->pedestal();

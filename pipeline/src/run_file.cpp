@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <limits>
 #include <mutex>
@@ -161,6 +162,59 @@ void append_rows(const Context& c, hid_t ds, hid_t mem_type, hsize_t old_rows, h
           "writing (disk full?)");
 }
 
+/// Bytes of /entry/reconstruction/device per row (a fixed size keeps the table SWMR-appendable).
+constexpr std::size_t kDeviceChars = 64;
+
+Hid make_device_type() {
+  Hid t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), kDeviceChars);
+  H5Tset_strpad(t.get(), H5T_STR_NULLPAD);
+  return t;
+}
+
+/// An extendible (n, Z, Y, X) float32 dataset, one chunk per slice, NaN until written.
+Hid make_volume_table(const Context& c, hid_t parent, const char* name, hsize_t nz, hsize_t ny,
+                      hsize_t nx) {
+  const std::array<hsize_t, 4> dims{0, nz, ny, nx}, maxdims{H5S_UNLIMITED, nz, ny, nx},
+      chunk{1, 1, ny, nx};
+  Hid space(c.id(H5Screate_simple(4, dims.data(), maxdims.data()), "dataspace"), H5Sclose);
+  Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  c.check(H5Pset_chunk(dcpl.get(), 4, chunk.data()), "chunking");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  c.check(H5Pset_fill_value(dcpl.get(), H5T_NATIVE_FLOAT, &nan), "fill value");
+  // Every write is one whole chunk: no chunk cache, straight to the file.
+  Hid dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+  c.check(H5Pset_chunk_cache(dapl.get(), H5D_CHUNK_CACHE_NSLOTS_DEFAULT, 0,
+                             H5D_CHUNK_CACHE_W0_DEFAULT),
+          "chunk cache");
+  return Hid(c.id(H5Dcreate2(parent, name, H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(),
+                             dapl.get()),
+                  std::string("dataset ") + name),
+             H5Dclose);
+}
+
+/// Writes volume row `row` (already within the extent) slice by slice: each H5Dwrite is one
+/// chunk, so that the frame writer's calls interleave with a large volume's.
+void write_volume_row(const Context& c, std::mutex& io, hid_t ds, hsize_t row,
+                      const ReconstructionVolume& v, const float* data) {
+  const hsize_t plane = hsize_t(v.nx) * v.ny;
+  const std::array<hsize_t, 4> count{1, 1, v.ny, v.nx};
+  Hid file_space(c.id(H5Dget_space(ds), "dataspace"), H5Sclose);
+  // The memory space has the selection's shape: HDF5 then maps it to the chunk in one piece
+  // (a flat one makes it walk every element, ~3x slower than the copy itself).
+  Hid mem_space(c.id(H5Screate_simple(4, count.data(), nullptr), "dataspace"), H5Sclose);
+  for (hsize_t z = 0; z < v.nz; ++z) {
+    std::lock_guard lock(io);
+    const std::array<hsize_t, 4> start{row, z, 0, 0};
+    c.check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                count.data(), nullptr),
+            "selection");
+    c.check(H5Dwrite(ds, H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT,
+                     data + z * plane),
+            "writing a reconstructed volume (disk full?)");
+  }
+}
+
 std::string iso8601_now() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
@@ -197,22 +251,62 @@ struct RunFileWriter::Impl {
   uint64_t clusters = 0;
   bool closed = false;
 
-  // Reconstruction results: volumes spilled to a side file until close() (may be added from the
-  // reconstruction thread, hence the mutex; HDF5 is not touched there).
+  // Serialises the HDF5 calls of the run's thread and the reconstruction thread (HDF5 does too
+  // when built thread-safe, as Debian's is; this keeps other builds correct). Held per call
+  // group, so that a volume's slices interleave with frame appends.
+  std::mutex io_mu;
+  // Reconstruction results, appended in place (possibly from the reconstruction thread). Taken
+  // before io_mu.
   std::mutex recon_mu;
-  std::filesystem::path spill_path;
-  std::FILE* spill = nullptr;
-  std::vector<ReconstructionVolume> recon_volumes;  ///< metadata only; data in the spill file
+  std::optional<ReconstructionLayout> recon;
+  Hid r_input, r_output, r_first_frame, r_last_frame, r_slices, r_iterations, r_solve_seconds,
+      r_status, r_device;
+  Hid device_type;
+  uint64_t recon_rows = 0;
   std::optional<ReconstructionSummary> recon_summary;
   bool recon_closed = false;
 
-  void drop_spill() {
-    if (spill) std::fclose(spill);
-    spill = nullptr;
-    if (!spill_path.empty()) {
-      std::error_code ec;
-      std::filesystem::remove(spill_path, ec);
-    }
+  void close_recon() {
+    for (Hid* h : {&r_input, &r_output, &r_first_frame, &r_last_frame, &r_slices, &r_iterations,
+                   &r_solve_seconds, &r_status, &r_device, &device_type})
+      h->reset();
+  }
+
+  /// /entry/reconstruction: the run-constant attributes and the empty extendible datasets.
+  void create_recon(hid_t entry, const ReconstructionLayout& l) {
+    const Context& c = ctx;
+    if (l.nx == 0 || l.ny == 0 || l.slices == 0)
+      throw OutputError(path.string() + ": reconstruction volumes of " + std::to_string(l.nx) +
+                        "x" + std::to_string(l.ny) + "x" + std::to_string(l.slices));
+    Hid g = make_group(c, entry, "reconstruction", "NXprocess");
+    write_string_attr(c, g.get(), "program", "glint TV reconstruction (FISTA + FGP)");
+    write_string_attr(c, g.get(), "weight", l.weight);
+    write_numeric_attr<uint32_t>(c, g.get(), "frames_per_slice", l.frames_per_slice);
+    write_numeric_attr<uint32_t>(c, g.get(), "slices", l.slices);
+    write_numeric_attr<uint32_t>(c, g.get(), "rows", l.ny);
+    write_numeric_attr<uint32_t>(c, g.get(), "cols", l.nx);
+    write_numeric_attr<double>(c, g.get(), "lambda", l.lambda);
+    write_numeric_attr<uint32_t>(c, g.get(), "outer", l.outer);
+    write_numeric_attr<uint32_t>(c, g.get(), "tv_inner", l.tv_inner);
+    write_numeric_attr<uint8_t>(c, g.get(), "warm_start", l.warm_start ? 1 : 0);
+    write_numeric_attr<uint8_t>(c, g.get(), "nonneg", l.nonneg ? 1 : 0);
+    write_string_attr(c, g.get(), "forward", l.forward);
+    write_string_attr(c, g.get(), "variant", l.variant);
+    write_string_attr(c, g.get(), "backend", l.backend);
+    write_numeric_attr<uint8_t>(c, g.get(), "solve_partial", l.solve_partial ? 1 : 0);
+    write_string_attr(c, g.get(), "status_values", "0 complete, 1 partial (end of the run)");
+    r_input = make_volume_table(c, g.get(), "input", l.slices, l.ny, l.nx);
+    r_output = make_volume_table(c, g.get(), "output", l.slices, l.ny, l.nx);
+    constexpr hsize_t kRows = 64;
+    r_first_frame = make_table(c, g.get(), "first_frame", H5T_STD_U64LE, {}, kRows);
+    r_last_frame = make_table(c, g.get(), "last_frame", H5T_STD_U64LE, {}, kRows);
+    r_slices = make_table(c, g.get(), "slices", H5T_STD_U32LE, {}, kRows);
+    r_iterations = make_table(c, g.get(), "iterations", H5T_STD_U32LE, {}, kRows);
+    r_solve_seconds = make_table(c, g.get(), "solve_seconds", H5T_IEEE_F64LE, {}, kRows);
+    r_status = make_table(c, g.get(), "status", H5T_STD_U8LE, {}, kRows);
+    device_type = make_device_type();
+    r_device = make_table(c, g.get(), "device", device_type.get(), {}, kRows);
+    recon = l;
   }
 
   std::array<hsize_t, 2> cluster_dims() const {
@@ -323,6 +417,8 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
     m.p_end_sum = make_image<double>(c, ped.get(), "end_sum", meta.finder.shape, nan);
     m.p_end_sum2 = make_image<double>(c, ped.get(), "end_sum2", meta.finder.shape, nan);
     m.p_end_count = make_image<uint32_t>(c, ped.get(), "end_count", meta.finder.shape, 0u);
+
+    if (meta.reconstruction) m.create_recon(entry.get(), *meta.reconstruction);
   }
   c.check(H5Fstart_swmr_write(f), "starting SWMR writing");
 }
@@ -336,8 +432,6 @@ RunFileWriter::~RunFileWriter() {
       log::error("closing {}: {}", impl_->path.string(), e.what());
     }
   }
-  std::lock_guard lock(impl_->recon_mu);
-  impl_->drop_spill();
 }
 
 RunFileWriter::RunFileWriter(RunFileWriter&&) noexcept = default;
@@ -345,6 +439,7 @@ RunFileWriter& RunFileWriter::operator=(RunFileWriter&&) noexcept = default;
 
 void RunFileWriter::write_start_pedestal(const PedestalState& p) {
   Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
   if (p.shape != m.finder.shape) throw OutputError(m.path.string() + ": pedestal shape differs");
   const auto mean = p.means();
   const auto noise = p.noises();
@@ -355,6 +450,7 @@ void RunFileWriter::write_start_pedestal(const PedestalState& p) {
 void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> timestamps,
                            std::span<const uint8_t> flags) {
   Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
   if (m.closed) throw OutputError(m.path.string() + ": append after close");
   if (table.cluster_size() != m.finder.cluster_size)
     throw OutputError(m.path.string() + ": cluster size differs from the file's");
@@ -385,6 +481,7 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
 
 void RunFileWriter::append_empty_frames(std::span<const FrameRow> rows) {
   Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
   if (m.closed) throw OutputError(m.path.string() + ": append after close");
   std::vector<FrameRow> fixed(rows.begin(), rows.end());
   for (auto& r : fixed) {
@@ -401,91 +498,72 @@ void RunFileWriter::add_reconstruction(const ReconstructionVolume& v) {
     throw std::invalid_argument("RunFileWriter::add_reconstruction: input and output must hold nx*ny*nz values");
   std::lock_guard lock(m.recon_mu);
   if (m.recon_closed) throw OutputError(m.path.string() + ": reconstruction handed over after close");
-  if (!m.spill) {
-    m.spill_path = m.path;
-    m.spill_path += ".recon.tmp";
-    m.spill = std::fopen(m.spill_path.c_str(), "w+b");
-    if (!m.spill)
-      throw OutputError(m.spill_path.string() + ": cannot create the reconstruction side file");
+  if (!m.recon)
+    throw OutputError(m.path.string() + ": the file was created without reconstruction datasets");
+  const ReconstructionLayout& l = *m.recon;
+  if (v.nx != l.nx || v.ny != l.ny || v.nz > l.slices)
+    throw std::invalid_argument(fmt::format(
+        "RunFileWriter::add_reconstruction: volume {}x{}x{} does not fit the file's {}x{}x{}",
+        v.nx, v.ny, v.nz, l.nx, l.ny, l.slices));
+  const Context& c = m.ctx;
+  const hsize_t row = m.recon_rows;
+  // The volume data first, flushed; then one row in every table (a reader counts a volume once
+  // it is in all of them).
+  const std::array<hsize_t, 4> size{row + 1, l.slices, l.ny, l.nx};
+  {
+    std::lock_guard io(m.io_mu);
+    c.check(H5Dset_extent(m.r_input.get(), size.data()), "extending /entry/reconstruction/input");
+    c.check(H5Dset_extent(m.r_output.get(), size.data()), "extending /entry/reconstruction/output");
   }
-  if (std::fwrite(v.input.data(), sizeof(float), n, m.spill) != n ||
-      std::fwrite(v.output.data(), sizeof(float), n, m.spill) != n)
-    throw OutputError(m.spill_path.string() + ": writing a reconstructed volume failed (disk full?)");
-  ReconstructionVolume meta = v;
-  meta.input.clear();
-  meta.input.shrink_to_fit();
-  meta.output.clear();
-  meta.output.shrink_to_fit();
-  m.recon_volumes.push_back(std::move(meta));
+  write_volume_row(c, m.io_mu, m.r_input.get(), row, v, v.input.data());
+  write_volume_row(c, m.io_mu, m.r_output.get(), row, v, v.output.data());
+  std::lock_guard io(m.io_mu);
+  c.check(H5Dflush(m.r_input.get()), "flushing /entry/reconstruction/input");
+  c.check(H5Dflush(m.r_output.get()), "flushing /entry/reconstruction/output");
+  const uint32_t iterations = v.outer * v.tv_inner;
+  const uint8_t status = v.nz < l.slices ? 1 : 0;
+  std::array<char, kDeviceChars> device{};
+  std::copy_n(v.backend.begin(), std::min(v.backend.size(), kDeviceChars), device.begin());
+  append_rows(c, m.r_first_frame.get(), H5T_NATIVE_UINT64, row, 1, {}, &v.first_frame);
+  append_rows(c, m.r_last_frame.get(), H5T_NATIVE_UINT64, row, 1, {}, &v.last_frame);
+  append_rows(c, m.r_slices.get(), H5T_NATIVE_UINT32, row, 1, {}, &v.nz);
+  append_rows(c, m.r_iterations.get(), H5T_NATIVE_UINT32, row, 1, {}, &iterations);
+  append_rows(c, m.r_solve_seconds.get(), H5T_NATIVE_DOUBLE, row, 1, {}, &v.solve_seconds);
+  append_rows(c, m.r_device.get(), m.device_type.get(), row, 1, {}, device.data());
+  append_rows(c, m.r_status.get(), H5T_NATIVE_UINT8, row, 1, {}, &status);
+  for (const Hid* h : {&m.r_first_frame, &m.r_last_frame, &m.r_slices, &m.r_iterations,
+                       &m.r_solve_seconds, &m.r_device, &m.r_status})
+    c.check(H5Dflush(h->get()), "flushing /entry/reconstruction");
+  ++m.recon_rows;
 }
 
 void RunFileWriter::set_reconstruction_summary(const ReconstructionSummary& summary) {
   std::lock_guard lock(impl_->recon_mu);
+  if (!impl_->recon)
+    throw OutputError(impl_->path.string() +
+                      ": the file was created without reconstruction datasets");
   impl_->recon_summary = summary;
 }
 
 namespace {
 
-/// A float32 (Z, Y, X) dataset written at once.
-void write_volume(const Context& c, hid_t group, const char* name, const ReconstructionVolume& v,
-                  const float* data) {
-  const std::array<hsize_t, 3> dims{v.nz, v.ny, v.nx};
-  Hid space(c.id(H5Screate_simple(3, dims.data(), nullptr), "dataspace"), H5Sclose);
-  Hid ds(c.id(H5Dcreate2(group, name, H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                         H5P_DEFAULT),
-              std::string("dataset ") + name),
-         H5Dclose);
-  c.check(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
-          std::string("writing ") + name + " (disk full?)");
-}
-
-/// /entry/reconstruction from the side file, in the file reopened in normal mode.
-void write_reconstruction(const Context& c, hid_t entry, const std::filesystem::path& spill_path,
-                          std::FILE* spill, const std::vector<ReconstructionVolume>& volumes,
-                          const ReconstructionSummary& sum) {
-  Hid g = make_group(c, entry, "reconstruction", "NXprocess");
-  write_string_attr(c, g.get(), "program", "glint TV reconstruction (FISTA + FGP)");
-  write_string_attr(c, g.get(), "weight", sum.weight);
-  write_numeric_attr<uint32_t>(c, g.get(), "frames_per_slice", sum.frames_per_slice);
-  write_numeric_attr<uint32_t>(c, g.get(), "slices", sum.slices);
+/// The stage's totals as attributes of /entry/reconstruction (file reopened in normal mode).
+void write_recon_summary(const Context& c, hid_t entry, const ReconstructionSummary& sum,
+                         uint64_t written) {
+  Hid g(c.id(H5Gopen2(entry, "reconstruction", H5P_DEFAULT), "group /entry/reconstruction"),
+        H5Gclose);
   write_numeric_attr<uint64_t>(c, g.get(), "frames", sum.frames);
   write_numeric_attr<uint64_t>(c, g.get(), "volumes_done", sum.volumes_done);
   write_numeric_attr<uint64_t>(c, g.get(), "volumes_dropped", sum.volumes_dropped);
   write_numeric_attr<uint64_t>(c, g.get(), "volumes_failed", sum.volumes_failed);
-  write_numeric_attr<uint64_t>(c, g.get(), "volumes_written", volumes.size());
-  if (spill && std::fseek(spill, 0, SEEK_SET) != 0)
-    throw OutputError(spill_path.string() + ": cannot rewind the reconstruction side file");
-  std::vector<float> buf;
-  for (std::size_t i = 0; i < volumes.size(); ++i) {
-    const auto& v = volumes[i];
-    const std::size_t n = std::size_t(v.nx) * v.ny * v.nz;
-    buf.resize(2 * n);
-    if (std::fread(buf.data(), sizeof(float), 2 * n, spill) != 2 * n)
-      throw OutputError(spill_path.string() + ": the reconstruction side file is short");
-    char name[32];
-    std::snprintf(name, sizeof name, "volume_%06zu", i);
-    Hid vg = make_group(c, g.get(), name, "NXcollection");
-    write_volume(c, vg.get(), "input", v, buf.data());
-    write_volume(c, vg.get(), "output", v, buf.data() + n);
-    write_numeric_attr<uint64_t>(c, vg.get(), "first_frame", v.first_frame);
-    write_numeric_attr<uint64_t>(c, vg.get(), "last_frame", v.last_frame);
-    write_numeric_attr<double>(c, vg.get(), "lambda", v.lambda);
-    write_numeric_attr<uint32_t>(c, vg.get(), "outer", v.outer);
-    write_numeric_attr<uint32_t>(c, vg.get(), "tv_inner", v.tv_inner);
-    write_numeric_attr<uint32_t>(c, vg.get(), "iterations", v.outer * v.tv_inner);
-    write_numeric_attr<uint8_t>(c, vg.get(), "warm_start", v.warm_start ? 1 : 0);
-    write_numeric_attr<uint8_t>(c, vg.get(), "nonneg", v.nonneg ? 1 : 0);
-    write_string_attr(c, vg.get(), "forward", v.forward);
-    write_string_attr(c, vg.get(), "variant", v.variant);
-    write_string_attr(c, vg.get(), "backend", v.backend);
-    write_numeric_attr<double>(c, vg.get(), "solve_seconds", v.solve_seconds);
-  }
+  write_numeric_attr<uint64_t>(c, g.get(), "volumes_written", written);
 }
 
 }  // namespace
 
 void RunFileWriter::flush() {
   Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
   if (m.closed) return;
   m.ctx.check(H5Fflush(m.file.get(), H5F_SCOPE_LOCAL), "flushing");
 }
@@ -494,6 +572,10 @@ void RunFileWriter::close(const PedestalState* end) {
   Impl& m = *impl_;
   if (m.closed) return;
   m.closed = true;
+  // No more volumes from here on (one being written finishes first).
+  std::unique_lock recon_lock(m.recon_mu);
+  m.recon_closed = true;
+  std::lock_guard io(m.io_mu);
   std::string failure;
   try {
     if (end) {
@@ -511,27 +593,20 @@ void RunFileWriter::close(const PedestalState* end) {
     failure = e.what();
   }
   m.close_all();
+  m.close_recon();
   if (m.file.reset() < 0 && failure.empty())
     failure = m.path.string() + ": closing: " + hdf5_message();
-  // No more volumes from here on; the side file goes away whatever happens below.
-  std::unique_lock recon_lock(m.recon_mu);
-  m.recon_closed = true;
-  struct DropSpill {
-    Impl& m;
-    ~DropSpill() { m.drop_spill(); }
-  } drop_spill{m};
   if (!failure.empty()) throw OutputError(failure);
-  // SWMR forbids new objects and attributes; the end time and the reconstruction are added once
-  // the file is closed.
+  // SWMR forbids new attributes; the end time and the reconstruction totals (small attributes;
+  // the volumes are already in place) are added once the file is closed.
   Hid fapl = make_fapl();
   Hid file(m.ctx.id(H5Fopen(m.path.c_str(), H5F_ACC_RDWR, fapl.get()), "reopening"),
            H5Fclose);
   Hid entry(m.ctx.id(H5Gopen2(file.get(), "entry", H5P_DEFAULT), "group entry"), H5Gclose);
-  if (m.recon_summary || !m.recon_volumes.empty()) {
-    if (m.spill && std::fflush(m.spill) != 0)
-      throw OutputError(m.spill_path.string() + ": writing the reconstruction side file failed");
-    write_reconstruction(m.ctx, entry.get(), m.spill_path, m.spill, m.recon_volumes,
-                         m.recon_summary.value_or(ReconstructionSummary{}));
+  if (m.recon) {
+    ReconstructionSummary sum = m.recon_summary.value_or(ReconstructionSummary{});
+    if (!m.recon_summary) sum.volumes_done = m.recon_rows;
+    write_recon_summary(m.ctx, entry.get(), sum, m.recon_rows);
   }
   write_string_attr(m.ctx, entry.get(), "end_time", iso8601_now());
   entry.reset();
@@ -585,6 +660,126 @@ std::vector<T> read_all(const Context& c, hid_t file, const char* name) {
   std::vector<T> v(static_cast<std::size_t>(n));
   if (n > 0) c.check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), name);
   return v;
+}
+
+/// The first `rows` rows of an (n, Z, Y, X) float32 dataset.
+std::vector<float> read_volume_rows(const Context& c, hid_t ds, hsize_t rows,
+                                    const std::array<hsize_t, 4>& dims, const char* what) {
+  const std::array<hsize_t, 4> start{0, 0, 0, 0}, count{rows, dims[1], dims[2], dims[3]};
+  std::vector<float> v(static_cast<std::size_t>(rows * dims[1] * dims[2] * dims[3]));
+  if (v.empty()) return v;
+  Hid file_space(c.id(H5Dget_space(ds), what), H5Sclose);
+  c.check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+                              count.data(), nullptr),
+          what);
+  Hid mem_space(c.id(H5Screate_simple(4, count.data(), nullptr), what), H5Sclose);
+  c.check(H5Dread(ds, H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT, v.data()),
+          what);
+  return v;
+}
+
+/// /entry/reconstruction: the layout, the totals (from the table when the run never closed)
+/// and every volume that is in all per-volume tables.
+void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
+  Hid g(c.id(H5Gopen2(f, "entry/reconstruction", H5P_DEFAULT), "group /entry/reconstruction"),
+        H5Gclose);
+  const hid_t gid = g.get();
+  auto u32 = [&](const char* name) { return read_numeric_attr<uint32_t>(c, gid, name).at(0); };
+  auto u64_or = [&](const char* name, uint64_t dflt) {
+    return has_attr(gid, name) ? read_numeric_attr<uint64_t>(c, gid, name).at(0) : dflt;
+  };
+  if (!has_attr(gid, "rows") || H5Lexists(gid, "input", H5P_DEFAULT) <= 0)
+    c.fail("/entry/reconstruction is not in the per-volume table layout (written by an older "
+           "glint?)");
+  ReconstructionLayout l;
+  l.weight = read_string_attr(c, gid, "weight");
+  l.frames_per_slice = u32("frames_per_slice");
+  l.slices = u32("slices");
+  l.ny = u32("rows");
+  l.nx = u32("cols");
+  l.lambda = read_numeric_attr<double>(c, gid, "lambda").at(0);
+  l.outer = u32("outer");
+  l.tv_inner = u32("tv_inner");
+  l.warm_start = read_numeric_attr<uint8_t>(c, gid, "warm_start").at(0) != 0;
+  l.nonneg = read_numeric_attr<uint8_t>(c, gid, "nonneg").at(0) != 0;
+  l.forward = read_string_attr(c, gid, "forward");
+  l.variant = read_string_attr(c, gid, "variant");
+  l.backend = read_string_attr(c, gid, "backend");
+  l.solve_partial = read_numeric_attr<uint8_t>(c, gid, "solve_partial").at(0) != 0;
+  out.reconstruction_layout = l;
+
+  const auto first = read_all<uint64_t>(c, gid, "first_frame");
+  const auto last = read_all<uint64_t>(c, gid, "last_frame");
+  const auto slices = read_all<uint32_t>(c, gid, "slices");
+  const auto iterations = read_all<uint32_t>(c, gid, "iterations");
+  const auto seconds = read_all<double>(c, gid, "solve_seconds");
+  const auto status = read_all<uint8_t>(c, gid, "status");
+  Hid in(c.id(H5Dopen2(gid, "input", H5P_DEFAULT), "/entry/reconstruction/input"), H5Dclose);
+  Hid outp(c.id(H5Dopen2(gid, "output", H5P_DEFAULT), "/entry/reconstruction/output"), H5Dclose);
+  Hid dev(c.id(H5Dopen2(gid, "device", H5P_DEFAULT), "/entry/reconstruction/device"), H5Dclose);
+  std::array<hsize_t, 4> din{}, dout{};
+  for (auto [ds, dims] : {std::pair{in.get(), &din}, std::pair{outp.get(), &dout}}) {
+    Hid space(c.id(H5Dget_space(ds), "/entry/reconstruction volume space"), H5Sclose);
+    if (H5Sget_simple_extent_ndims(space.get()) != 4)
+      c.fail("/entry/reconstruction/input and output must be (n, Z, Y, X)");
+    H5Sget_simple_extent_dims(space.get(), dims->data(), nullptr);
+  }
+  if (din[1] != l.slices || din[2] != l.ny || din[3] != l.nx || dout[1] != din[1] ||
+      dout[2] != din[2] || dout[3] != din[3])
+    c.fail("/entry/reconstruction/input and output do not match the slices, rows and cols "
+           "attributes");
+  Hid dev_space(c.id(H5Dget_space(dev.get()), "/entry/reconstruction/device"), H5Sclose);
+  const hsize_t n_dev = static_cast<hsize_t>(H5Sget_simple_extent_npoints(dev_space.get()));
+  const hsize_t n = std::min<hsize_t>({first.size(), last.size(), slices.size(),
+                                       iterations.size(), seconds.size(), status.size(), n_dev,
+                                       din[0], dout[0]});
+  std::vector<char> devices(static_cast<std::size_t>(n_dev) * kDeviceChars);
+  if (n_dev > 0) {
+    Hid type = make_device_type();
+    c.check(H5Dread(dev.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, devices.data()),
+            "/entry/reconstruction/device");
+  }
+  const auto inputs = read_volume_rows(c, in.get(), n, din, "/entry/reconstruction/input");
+  const auto outputs = read_volume_rows(c, outp.get(), n, dout, "/entry/reconstruction/output");
+
+  ReconstructionSummary sum;
+  sum.weight = l.weight;
+  sum.frames_per_slice = l.frames_per_slice;
+  sum.slices = l.slices;
+  sum.frames = u64_or("frames", 0);
+  sum.volumes_done = u64_or("volumes_done", n);
+  sum.volumes_dropped = u64_or("volumes_dropped", 0);
+  sum.volumes_failed = u64_or("volumes_failed", 0);
+  out.reconstruction_summary = sum;
+
+  const std::size_t plane = std::size_t(l.nx) * l.ny;
+  const std::size_t row = plane * l.slices;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (slices[i] == 0 || slices[i] > l.slices)
+      c.fail("/entry/reconstruction/slices[" + std::to_string(i) + "] is " +
+             std::to_string(slices[i]) + ", not 1.." + std::to_string(l.slices));
+    ReconstructionVolume v;
+    v.first_frame = first[i];
+    v.last_frame = last[i];
+    v.nx = l.nx;
+    v.ny = l.ny;
+    v.nz = slices[i];
+    const std::size_t len = plane * v.nz;
+    v.input.assign(inputs.begin() + i * row, inputs.begin() + i * row + len);
+    v.output.assign(outputs.begin() + i * row, outputs.begin() + i * row + len);
+    v.lambda = l.lambda;
+    v.outer = l.outer;
+    v.tv_inner = l.outer ? iterations[i] / l.outer : 0;
+    v.warm_start = l.warm_start;
+    v.nonneg = l.nonneg;
+    v.forward = l.forward;
+    v.variant = l.variant;
+    const char* d = devices.data() + i * kDeviceChars;
+    v.backend.assign(d, strnlen(d, kDeviceChars));
+    v.solve_seconds = seconds[i];
+    v.partial = status[i] == 1;
+    out.reconstruction.push_back(std::move(v));
+  }
 }
 
 }  // namespace
@@ -650,52 +845,7 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
   out.end_noise = read_all<double>(c, f, "entry/pedestal/end_noise");
   auto end_sum = read_all<double>(c, f, "entry/pedestal/end_sum");
   auto end_count = read_all<uint32_t>(c, f, "entry/pedestal/end_count");
-  if (H5Lexists(f, "entry/reconstruction", H5P_DEFAULT) > 0) {
-    Hid g(c.id(H5Gopen2(f, "entry/reconstruction", H5P_DEFAULT), "group /entry/reconstruction"),
-          H5Gclose);
-    ReconstructionSummary sum;
-    sum.weight = read_string_attr(c, g.get(), "weight");
-    sum.frames_per_slice = read_numeric_attr<uint32_t>(c, g.get(), "frames_per_slice").at(0);
-    sum.slices = read_numeric_attr<uint32_t>(c, g.get(), "slices").at(0);
-    sum.frames = read_numeric_attr<uint64_t>(c, g.get(), "frames").at(0);
-    sum.volumes_done = read_numeric_attr<uint64_t>(c, g.get(), "volumes_done").at(0);
-    sum.volumes_dropped = read_numeric_attr<uint64_t>(c, g.get(), "volumes_dropped").at(0);
-    sum.volumes_failed = read_numeric_attr<uint64_t>(c, g.get(), "volumes_failed").at(0);
-    const uint64_t n = read_numeric_attr<uint64_t>(c, g.get(), "volumes_written").at(0);
-    out.reconstruction_summary = sum;
-    for (uint64_t i = 0; i < n; ++i) {
-      char name[32];
-      std::snprintf(name, sizeof name, "volume_%06llu", static_cast<unsigned long long>(i));
-      Hid vg(c.id(H5Gopen2(g.get(), name, H5P_DEFAULT), std::string("group ") + name), H5Gclose);
-      ReconstructionVolume v;
-      v.first_frame = read_numeric_attr<uint64_t>(c, vg.get(), "first_frame").at(0);
-      v.last_frame = read_numeric_attr<uint64_t>(c, vg.get(), "last_frame").at(0);
-      v.lambda = read_numeric_attr<double>(c, vg.get(), "lambda").at(0);
-      v.outer = read_numeric_attr<uint32_t>(c, vg.get(), "outer").at(0);
-      v.tv_inner = read_numeric_attr<uint32_t>(c, vg.get(), "tv_inner").at(0);
-      v.warm_start = read_numeric_attr<uint8_t>(c, vg.get(), "warm_start").at(0) != 0;
-      v.nonneg = read_numeric_attr<uint8_t>(c, vg.get(), "nonneg").at(0) != 0;
-      v.forward = read_string_attr(c, vg.get(), "forward");
-      v.variant = read_string_attr(c, vg.get(), "variant");
-      v.backend = read_string_attr(c, vg.get(), "backend");
-      v.solve_seconds = read_numeric_attr<double>(c, vg.get(), "solve_seconds").at(0);
-      {
-        Hid ds(c.id(H5Dopen2(vg.get(), "input", H5P_DEFAULT), std::string(name) + "/input"), H5Dclose);
-        Hid space(H5Dget_space(ds.get()), H5Sclose);
-        std::array<hsize_t, 3> dims{};
-        if (H5Sget_simple_extent_ndims(space.get()) != 3) c.fail(std::string(name) + "/input is not 3D");
-        H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-        v.nz = static_cast<uint32_t>(dims[0]);
-        v.ny = static_cast<uint32_t>(dims[1]);
-        v.nx = static_cast<uint32_t>(dims[2]);
-      }
-      const std::string base = std::string("entry/reconstruction/") + name;
-      v.input = read_all<float>(c, f, (base + "/input").c_str());
-      v.output = read_all<float>(c, f, (base + "/output").c_str());
-      if (v.output.size() != v.input.size()) c.fail(base + ": input and output differ in size");
-      out.reconstruction.push_back(std::move(v));
-    }
-  }
+  if (H5Lexists(f, "entry/reconstruction", H5P_DEFAULT) > 0) read_reconstruction(c, f, out);
   if (!end_sum.empty() && !std::isnan(end_sum[0])) {
     PedestalState s(out.shape, out.pedestal_window);
     s.sum = std::move(end_sum);

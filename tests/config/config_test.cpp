@@ -66,6 +66,7 @@ TEST(Config, ExampleEqualsDefaults) {
   EXPECT_EQ(ex.reconstruction.nonneg, def.reconstruction.nonneg);
   EXPECT_EQ(ex.reconstruction.variant, def.reconstruction.variant);
   EXPECT_EQ(ex.reconstruction.backend, def.reconstruction.backend);
+  EXPECT_EQ(ex.reconstruction.solve_partial, def.reconstruction.solve_partial);
   EXPECT_EQ(ex.source, kExample.string());
   EXPECT_NE(ex.yaml.find("detector:"), std::string::npos);
 }
@@ -84,7 +85,7 @@ control: {endpoint: "tcp://127.0.0.1:6000"}
 logging: {level: debug}
 reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5, weight: signal,
                  forward: "gaussian:1.5,1,2", outer: 5, tv_inner: 4, cold_start: true,
-                 nonneg: false, variant: fused-march, backend: cpu}
+                 nonneg: false, variant: fused-march, backend: cpu, solve_partial: true}
 )");
   EXPECT_EQ(c.detector.type, "jungfrau");
   EXPECT_EQ(c.detector.rows, 512u);
@@ -131,6 +132,7 @@ reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5, wei
   EXPECT_EQ(again.reconstruction.tv_inner, 4u);
   EXPECT_TRUE(again.reconstruction.cold_start);
   EXPECT_FALSE(again.reconstruction.nonneg);
+  EXPECT_TRUE(again.reconstruction.solve_partial);
   EXPECT_EQ(gc::parse("reconstruction: {forward: \"mask:/data/m.h5:/mask\"}\n").reconstruction.forward,
             "mask:/data/m.h5:/mask");
 }

@@ -1,10 +1,12 @@
 // The reconstruction stage inside real glintd runs over loopback: /entry/reconstruction holds the
-// hit images of the file's own clusters and their TV reconstruction; clusters are unchanged by it.
+// hit images of the file's own clusters and their TV reconstruction, appended during the run
+// (visible to a reader then, and kept when the daemon is killed); clusters are unchanged by it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include "../pipeline/stream_test_util.hpp"
 #include "control_client.hpp"
@@ -61,26 +63,44 @@ class ReconRig {
 
   std::string log() { return daemon_->log(); }
 
-  /// One run of kDark dark and kDataFrames photon frames, started with `overrides`.
-  RunResult run(const json& overrides, uint64_t runs_before) {
-    RunResult out;
+  /// Starts a run with `overrides`; returns its file (empty on failure).
+  std::string start(const json& overrides) {
     EXPECT_TRUE(wait_status(control_ep_, [](const json&) { return true; }, 10s).value("ok", false)) << log();
     json req{{"command", "start"}, {"overrides", overrides}};
     const json started = control(control_ep_, req);
     EXPECT_TRUE(started.value("ok", false)) << started.dump() << log();
-    if (!started.value("ok", false)) return out;
-    const std::vector<std::string> sim{bin("glint").string(), "sim", "--endpoint", data_ep_, "--rows",
-                                       std::to_string(kSize), "--cols", std::to_string(kSize), "--dark",
-                                       std::to_string(kDark), "--frames", std::to_string(kDataFrames),
-                                       "--rate", "500", "--photons", "12", "--seed", "11"};
-    Process s(sim, dir_ / ("sim_" + std::to_string(runs_before) + ".log"));
-    EXPECT_EQ(s.wait_exit(30s), 0) << s.log();
+    if (!started.value("ok", false)) return {};
+    return started["file"].get<std::string>();
+  }
+
+  /// The simulator sending kDark dark and `frames` photon frames at `rate` per second.
+  std::unique_ptr<Process> sim(uint64_t frames, int rate, const std::string& tag) {
+    const std::vector<std::string> argv{bin("glint").string(), "sim", "--endpoint", data_ep_, "--rows",
+                                        std::to_string(kSize), "--cols", std::to_string(kSize), "--dark",
+                                        std::to_string(kDark), "--frames", std::to_string(frames),
+                                        "--rate", std::to_string(rate), "--photons", "12", "--seed", "11"};
+    return std::make_unique<Process>(argv, dir_ / ("sim_" + tag + ".log"));
+  }
+
+  /// One run of kDark dark and kDataFrames photon frames, started with `overrides`.
+  RunResult run(const json& overrides, uint64_t runs_before) {
+    RunResult out;
+    const std::string file = start(overrides);
+    if (file.empty()) return out;
+    auto s = sim(kDataFrames, 500, std::to_string(runs_before));
+    EXPECT_EQ(s->wait_exit(30s), 0) << s->log();
     const json st = wait_status(
         control_ep_, [&](const json& j) { return j.value("runs_completed", 0u) > runs_before; }, 60s);
     EXPECT_GT(st.value("runs_completed", 0u), runs_before) << st.dump() << log();
     out.stats = control(control_ep_, "stats");
-    out.file = pipeline::read_run_file(started["file"].get<std::string>());
+    out.file = pipeline::read_run_file(file);
     return out;
+  }
+
+  /// Ends the daemon at once (no close of the run file).
+  void kill() {
+    daemon_->signal(SIGKILL);
+    daemon_->wait_exit(10s);
   }
 
  private:
@@ -91,9 +111,10 @@ class ReconRig {
 };
 
 /// The volumes the stage must have been given: hit images (counts of cluster centres) of the
-/// data frames in file order, kFramesPerSlice frames per slice, kSlices slices per volume, the
-/// last one partial.
-std::vector<pipeline::ReconstructionVolume> expected_inputs(const pipeline::RunFileContents& f) {
+/// data frames in file order, kFramesPerSlice frames per slice, kSlices slices per volume, and
+/// with `partial` the last one partial.
+std::vector<pipeline::ReconstructionVolume> expected_inputs(const pipeline::RunFileContents& f,
+                                                            bool partial) {
   std::vector<std::size_t> data_rows;
   for (std::size_t i = 0; i < f.frames.size(); ++i)
     if ((f.frames[i].flags & ~uint8_t(pipeline::kFlagClusterOverflow)) == 0) data_rows.push_back(i);
@@ -106,10 +127,11 @@ std::vector<pipeline::ReconstructionVolume> expected_inputs(const pipeline::RunF
   for (std::size_t first = 0; first < data_rows.size(); first += per_volume) {
     const std::size_t n = std::min(per_volume, data_rows.size() - first);
     const uint32_t slices = static_cast<uint32_t>((n + kFramesPerSlice - 1) / kFramesPerSlice);
-    if (slices < 2) break;  // the stage does not reconstruct a single slice
+    if (n < per_volume && (!partial || slices < 2)) break;  // never a single slice
     pipeline::ReconstructionVolume v;
     v.nx = v.ny = kSize;
     v.nz = slices;
+    v.partial = n < per_volume;
     v.input.assign(plane * slices, 0.0f);
     v.first_frame = f.frames[data_rows[first]].frame_number;
     v.last_frame = f.frames[data_rows[first + n - 1]].frame_number;
@@ -123,45 +145,10 @@ std::vector<pipeline::ReconstructionVolume> expected_inputs(const pipeline::RunF
   return out;
 }
 
-/// Runs with reconstruction, then without it on the same daemon, and checks both files.
-void check_reconstruction_run(const std::string& name, const std::string& backend, double tolerance) {
-  ReconRig rig(name, backend);
-  const RunResult with = rig.run(json::object(), 0);
-  const RunResult without = rig.run(json{{"reconstruction", {{"enabled", false}}}, {"output", {{"run_name", "plain"}}}}, 1);
-  const auto& f = with.file;
-  ASSERT_FALSE(f.end_time.empty()) << rig.log();
-  ASSERT_EQ(glint::testing::count_rows(f, 0), kDataFrames) << rig.log();
-  ASSERT_GT(f.clusters.n_clusters(), 0u);
-
-  // Cluster finding does not depend on the stage.
-  EXPECT_EQ(f.frames, without.file.frames);
-  EXPECT_TRUE(f.clusters == without.file.clusters) << "clusters differ with reconstruction enabled";
-  EXPECT_FALSE(without.file.reconstruction_summary.has_value());
-  EXPECT_TRUE(without.file.reconstruction.empty());
-
-  // The stage's totals, in the file and in `stats`.
-  const auto want = expected_inputs(f);
-  ASSERT_EQ(want.size(), 5u);
-  EXPECT_EQ(want.back().nz, 3u);
-  ASSERT_TRUE(f.reconstruction_summary.has_value()) << rig.log();
-  const auto& sum = *f.reconstruction_summary;
-  EXPECT_EQ(sum.weight, "centres");
-  EXPECT_EQ(sum.frames_per_slice, kFramesPerSlice);
-  EXPECT_EQ(sum.slices, kSlices);
-  EXPECT_EQ(sum.frames, kDataFrames);
-  EXPECT_EQ(sum.volumes_failed, 0u) << rig.log();
-  EXPECT_EQ(sum.volumes_done + sum.volumes_dropped, want.size());
-  EXPECT_GE(sum.volumes_done, 1u);
-  EXPECT_EQ(f.reconstruction.size(), sum.volumes_done);
-  const json& rs = with.stats["reconstruction"];
-  EXPECT_TRUE(rs["enabled"].get<bool>()) << with.stats.dump();
-  EXPECT_EQ(rs["frames"].get<uint64_t>(), kDataFrames);
-  EXPECT_EQ(rs["volumes_done"].get<uint64_t>(), sum.volumes_done);
-  EXPECT_EQ(rs["volumes_dropped"].get<uint64_t>(), sum.volumes_dropped);
-  EXPECT_EQ(rs["volumes_failed"].get<uint64_t>(), 0u);
-  EXPECT_FALSE(without.stats["reconstruction"]["enabled"].get<bool>());
-
-  // Every written volume: the hit images of its frames in, a TV reconstruction of them out.
+/// Every volume in the file: the hit images of its frames in (one of `want`, in order), a TV
+/// reconstruction of them out (the same solve on the CPU here, within `tolerance`).
+void check_volumes(const pipeline::RunFileContents& f, const std::vector<pipeline::ReconstructionVolume>& want,
+                   const std::string& backend, double tolerance) {
   std::size_t next = 0;
   for (const auto& got : f.reconstruction) {
     while (next < want.size() && want[next].first_frame != got.first_frame) ++next;
@@ -171,6 +158,7 @@ void check_reconstruction_run(const std::string& name, const std::string& backen
     ASSERT_EQ(got.nx, kSize);
     ASSERT_EQ(got.ny, kSize);
     ASSERT_EQ(got.nz, w.nz);
+    EXPECT_EQ(got.partial, w.partial);
     EXPECT_EQ(got.input, w.input) << "input volume from " << got.first_frame << " is not the hit image";
     EXPECT_EQ(got.lambda, 0.5);
     EXPECT_EQ(got.outer, 20u);
@@ -201,6 +189,71 @@ void check_reconstruction_run(const std::string& name, const std::string& backen
   }
 }
 
+/// The stage's totals in the file and in `stats`, for `want` volumes given to the stage.
+void check_totals(const RunResult& r, std::size_t want) {
+  const auto& f = r.file;
+  ASSERT_TRUE(f.reconstruction_summary.has_value());
+  const auto& sum = *f.reconstruction_summary;
+  EXPECT_EQ(sum.weight, "centres");
+  EXPECT_EQ(sum.frames_per_slice, kFramesPerSlice);
+  EXPECT_EQ(sum.slices, kSlices);
+  EXPECT_EQ(sum.frames, kDataFrames);
+  EXPECT_EQ(sum.volumes_failed, 0u);
+  EXPECT_EQ(sum.volumes_done + sum.volumes_dropped, want);
+  EXPECT_GE(sum.volumes_done, 1u);
+  EXPECT_EQ(f.reconstruction.size(), sum.volumes_done);
+  const json& rs = r.stats["reconstruction"];
+  EXPECT_TRUE(rs["enabled"].get<bool>()) << r.stats.dump();
+  EXPECT_EQ(rs["frames"].get<uint64_t>(), kDataFrames);
+  EXPECT_EQ(rs["volumes_done"].get<uint64_t>(), sum.volumes_done);
+  EXPECT_EQ(rs["volumes_dropped"].get<uint64_t>(), sum.volumes_dropped);
+  EXPECT_EQ(rs["volumes_failed"].get<uint64_t>(), 0u);
+}
+
+/// Runs with reconstruction (the partial volume solved), without it, and with the default
+/// (partial volume not solved) on the same daemon, and checks the files.
+void check_reconstruction_run(const std::string& name, const std::string& backend, double tolerance) {
+  ReconRig rig(name, backend);
+  const RunResult with = rig.run(json{{"reconstruction", {{"solve_partial", true}}}}, 0);
+  const RunResult without = rig.run(json{{"reconstruction", {{"enabled", false}}}, {"output", {{"run_name", "plain"}}}}, 1);
+  const RunResult plain = rig.run(json{{"output", {{"run_name", "full"}}}}, 2);
+  const auto& f = with.file;
+  ASSERT_FALSE(f.end_time.empty()) << rig.log();
+  ASSERT_EQ(glint::testing::count_rows(f, 0), kDataFrames) << rig.log();
+  ASSERT_GT(f.clusters.n_clusters(), 0u);
+
+  // Cluster finding does not depend on the stage.
+  EXPECT_EQ(f.frames, without.file.frames);
+  EXPECT_TRUE(f.clusters == without.file.clusters) << "clusters differ with reconstruction enabled";
+  EXPECT_FALSE(without.file.reconstruction_summary.has_value());
+  EXPECT_FALSE(without.file.reconstruction_layout.has_value());
+  EXPECT_TRUE(without.file.reconstruction.empty());
+  EXPECT_FALSE(without.stats["reconstruction"]["enabled"].get<bool>());
+
+  // With solve_partial: four full volumes and the partial one of three slices.
+  const auto want = expected_inputs(f, true);
+  ASSERT_EQ(want.size(), 5u);
+  EXPECT_EQ(want.back().nz, 3u);
+  ASSERT_TRUE(f.reconstruction_layout.has_value()) << rig.log();
+  EXPECT_TRUE(f.reconstruction_layout->solve_partial);
+  EXPECT_EQ(f.reconstruction_layout->nx, kSize);
+  EXPECT_EQ(f.reconstruction_layout->slices, kSlices);
+  EXPECT_EQ(f.reconstruction_layout->backend, backend);
+  check_totals(with, want.size());
+  check_volumes(f, want, backend, tolerance);
+
+  // By default the partial volume is not solved: only the four full ones.
+  ASSERT_FALSE(plain.file.end_time.empty()) << rig.log();
+  EXPECT_TRUE(plain.file.clusters == f.clusters);
+  const auto want_full = expected_inputs(plain.file, false);
+  ASSERT_EQ(want_full.size(), 4u);
+  ASSERT_TRUE(plain.file.reconstruction_layout.has_value());
+  EXPECT_FALSE(plain.file.reconstruction_layout->solve_partial);
+  check_totals(plain, want_full.size());
+  for (const auto& v : plain.file.reconstruction) EXPECT_FALSE(v.partial) << v.first_frame;
+  check_volumes(plain.file, want_full, backend, tolerance);
+}
+
 }  // namespace
 
 TEST(GlintdReconstruction, CpuRunWritesHitImagesAndTheirReconstruction) {
@@ -227,4 +280,42 @@ TEST(GlintdReconstruction, MissingMaskFileIsCountedAndTheRunGoesOn) {
   const std::string log = rig.log();
   EXPECT_NE(log.find("reconstruction disabled for this run"), std::string::npos) << log;
   EXPECT_NE(log.find("/nonexistent/m.h5"), std::string::npos) << log;
+}
+
+// A reader sees volumes appear in the run file while the run goes on, and they stay readable
+// when the daemon is killed in the middle of the run.
+TEST(GlintdReconstruction, VolumesAppearDuringTheRunAndSurviveAKill) {
+  ReconRig rig("recon_live", "cpu");
+  const std::string file = rig.start(json{{"output", {{"flush_interval_ms", 50}}}});
+  ASSERT_FALSE(file.empty());
+  auto sim = rig.sim(20000, 100, "live");  // 200 s: the run is still going when it is killed
+  std::size_t seen = 0;
+  std::vector<std::size_t> counts;
+  const auto deadline = std::chrono::steady_clock::now() + 40s;
+  while (seen < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+    if (!fs::exists(file)) continue;
+    const auto live = pipeline::read_run_file(file);
+    ASSERT_TRUE(live.end_time.empty()) << "the run ended early: " << rig.log();
+    ASSERT_TRUE(live.reconstruction_layout.has_value());
+    if (live.reconstruction.size() != seen) counts.push_back(live.reconstruction.size());
+    seen = live.reconstruction.size();
+  }
+  ASSERT_GE(seen, 3u) << "no volumes appeared during the run: " << rig.log();
+  EXPECT_GE(counts.size(), 2u) << "volumes should appear one after another, not at once";
+  rig.kill();
+  const auto f = pipeline::read_run_file(file);
+  EXPECT_TRUE(f.end_time.empty());
+  ASSERT_GE(f.reconstruction.size(), seen);
+  // Every volume whose frames are in the file is the hit image of the file's own clusters.
+  const auto want = expected_inputs(f, false);
+  std::vector<pipeline::ReconstructionVolume> covered;
+  for (const auto& v : f.reconstruction)
+    if (!f.frames.empty() && v.last_frame <= f.frames.back().frame_number) covered.push_back(v);
+  ASSERT_GE(covered.size(), 1u);
+  pipeline::RunFileContents part = f;
+  part.reconstruction = covered;
+  check_volumes(part, want, "cpu", 1e-5);
+  ASSERT_TRUE(f.reconstruction_summary.has_value());
+  EXPECT_EQ(f.reconstruction_summary->volumes_done, f.reconstruction.size());
 }

@@ -322,6 +322,7 @@ TEST(Acquisition, ReconstructionBesideTheRunWritesItsVolumes) {
   c.cfg.reconstruction.outer = 3;
   c.cfg.reconstruction.tv_inner = 2;
   c.cfg.reconstruction.backend = "cpu";
+  c.cfg.reconstruction.solve_partial = true;
   c.sim.frames = 75;  // two full volumes of 30 frames, then a partial one of 15
   const Result r = run_case(c);
   EXPECT_TRUE(r.stats.recon_enabled);
@@ -351,6 +352,7 @@ TEST(Acquisition, ReconstructionBesideTheRunWritesItsVolumes) {
     EXPECT_EQ(vol.nx, 64u);
     EXPECT_EQ(vol.ny, 48u);
     EXPECT_EQ(vol.nz, v < 60 ? 3u : 2u);  // the last, partial volume: 1.5 slices
+    EXPECT_EQ(vol.partial, v == 60);
     EXPECT_EQ(vol.outer, 3u);
     EXPECT_EQ(vol.tv_inner, 2u);
     double hits = 0;

@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "glint/pipeline/run_file.hpp"
@@ -184,6 +186,28 @@ TEST(RunFile, ReadableByH5py) {
 
 namespace {
 
+/// Volumes of 6 x 4 x up to 3 slices (the metadata's frame shape).
+RunMetadata recon_metadata() {
+  RunMetadata m = metadata();
+  ReconstructionLayout l;
+  l.nx = 6;
+  l.ny = 4;
+  l.slices = 3;
+  l.frames_per_slice = 10;
+  l.weight = "signal";
+  l.lambda = 0.125;
+  l.outer = 20;
+  l.tv_inner = 10;
+  l.warm_start = false;
+  l.nonneg = true;
+  l.forward = "gaussian:1,1,0.5";
+  l.variant = "two-state";
+  l.backend = "auto";
+  l.solve_partial = true;
+  m.reconstruction = l;
+  return m;
+}
+
 ReconstructionVolume recon_volume(uint64_t first, uint32_t nz, float scale) {
   ReconstructionVolume v;
   v.first_frame = first;
@@ -195,53 +219,78 @@ ReconstructionVolume recon_volume(uint64_t first, uint32_t nz, float scale) {
     v.input.push_back(scale * float(i % 7));
     v.output.push_back(scale * float(i % 7) * 0.5f + 0.25f);
   }
-  v.lambda = 0.125;
   v.outer = 20;
   v.tv_inner = 10;
-  v.warm_start = false;
-  v.nonneg = true;
-  v.forward = "gaussian:1,1,0.5";
-  v.variant = "two-state";
   v.backend = "cpu";
-  v.solve_seconds = 0.003;
+  v.solve_seconds = 0.003 * scale;
   return v;
+}
+
+/// A volume read back equals the one written, with the run-constant values of recon_metadata().
+void expect_volume(const ReconstructionVolume& got, const ReconstructionVolume& want) {
+  EXPECT_EQ(got.first_frame, want.first_frame);
+  EXPECT_EQ(got.last_frame, want.last_frame);
+  EXPECT_EQ(got.nx, 6u);
+  EXPECT_EQ(got.ny, 4u);
+  EXPECT_EQ(got.nz, want.nz);
+  EXPECT_EQ(got.input, want.input);
+  EXPECT_EQ(got.output, want.output);
+  EXPECT_EQ(got.partial, want.nz < 3);
+  EXPECT_EQ(got.lambda, 0.125);
+  EXPECT_EQ(got.outer, 20u);
+  EXPECT_EQ(got.tv_inner, 10u);
+  EXPECT_FALSE(got.warm_start);
+  EXPECT_TRUE(got.nonneg);
+  EXPECT_EQ(got.forward, "gaussian:1,1,0.5");
+  EXPECT_EQ(got.variant, "two-state");
+  EXPECT_EQ(got.backend, want.backend);
+  EXPECT_EQ(got.solve_seconds, want.solve_seconds);
+}
+
+std::vector<fs::path> files_in(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace
 
-TEST(RunFile, ReconstructionIsWrittenAtCloseAndReadBack) {
+TEST(RunFile, ReconstructionIsAppendedInPlaceDuringTheRun) {
   const fs::path dir = temp_dir();
   const fs::path file = dir / "run_000005.h5";
-  const fs::path spill = dir / "run_000005.h5.recon.tmp";
   const ReconstructionVolume v0 = recon_volume(100, 3, 1.0f), v1 = recon_volume(130, 2, 2.0f);
   ReconstructionSummary sum;
-  sum.weight = "signal";
-  sum.frames_per_slice = 10;
-  sum.slices = 3;
   sum.frames = 50;
   sum.volumes_done = 2;
   sum.volumes_dropped = 1;
   sum.volumes_failed = 0;
   {
-    RunFileWriter w(file, metadata());
+    RunFileWriter w(file, recon_metadata());
     w.append(two_frames());
-    // Handed over from another thread, as the reconstruction stage does.
-    std::thread t([&] {
-      w.add_reconstruction(v0);
-      w.add_reconstruction(v1);
-    });
-    t.join();
-    EXPECT_TRUE(fs::exists(spill)) << "volumes are kept on disk until close, not in memory";
     w.flush();
-    // While the run is written (SWMR) the group does not exist yet.
-    const RunFileContents live = read_run_file(file);
-    EXPECT_FALSE(live.reconstruction_summary.has_value());
-    EXPECT_TRUE(live.reconstruction.empty());
+    // The group, its parameters and the empty tables exist from the start.
+    const RunFileContents empty = read_run_file(file);
+    ASSERT_TRUE(empty.reconstruction_layout.has_value());
+    EXPECT_EQ(*empty.reconstruction_layout, *recon_metadata().reconstruction);
+    ASSERT_TRUE(empty.reconstruction_summary.has_value());
+    EXPECT_EQ(empty.reconstruction_summary->volumes_done, 0u);
+    EXPECT_TRUE(empty.reconstruction.empty());
+    // Handed over from another thread, as the reconstruction stage does.
+    std::thread t([&] { w.add_reconstruction(v0); });
+    t.join();
+    const RunFileContents one = read_run_file(file);
+    ASSERT_EQ(one.reconstruction.size(), 1u);
+    expect_volume(one.reconstruction[0], v0);
+    EXPECT_TRUE(one.end_time.empty());
+    std::thread t2([&] { w.add_reconstruction(v1); });
+    t2.join();
+    EXPECT_EQ(files_in(dir), std::vector<fs::path>{"run_000005.h5"}) << "no side file";
     w.set_reconstruction_summary(sum);
     w.close(nullptr);
     EXPECT_THROW(w.add_reconstruction(v0), OutputError);
   }
-  EXPECT_FALSE(fs::exists(spill)) << "the side file must be removed at close";
+  EXPECT_EQ(files_in(dir), std::vector<fs::path>{"run_000005.h5"});
   const RunFileContents r = read_run_file(file);
   EXPECT_FALSE(r.end_time.empty());
   EXPECT_EQ(r.clusters.n_clusters(), 3u);
@@ -254,26 +303,101 @@ TEST(RunFile, ReconstructionIsWrittenAtCloseAndReadBack) {
   EXPECT_EQ(r.reconstruction_summary->volumes_dropped, 1u);
   EXPECT_EQ(r.reconstruction_summary->volumes_failed, 0u);
   ASSERT_EQ(r.reconstruction.size(), 2u);
-  for (int i = 0; i < 2; ++i) {
-    const ReconstructionVolume& want = i == 0 ? v0 : v1;
-    const ReconstructionVolume& got = r.reconstruction[i];
-    EXPECT_EQ(got.first_frame, want.first_frame);
-    EXPECT_EQ(got.last_frame, want.last_frame);
-    EXPECT_EQ(got.nx, 6u);
-    EXPECT_EQ(got.ny, 4u);
-    EXPECT_EQ(got.nz, want.nz);
-    EXPECT_EQ(got.input, want.input);
-    EXPECT_EQ(got.output, want.output);
-    EXPECT_EQ(got.lambda, 0.125);
-    EXPECT_EQ(got.outer, 20u);
-    EXPECT_EQ(got.tv_inner, 10u);
-    EXPECT_FALSE(got.warm_start);
-    EXPECT_TRUE(got.nonneg);
-    EXPECT_EQ(got.forward, "gaussian:1,1,0.5");
-    EXPECT_EQ(got.variant, "two-state");
-    EXPECT_EQ(got.backend, "cpu");
-    EXPECT_EQ(got.solve_seconds, 0.003);
+  expect_volume(r.reconstruction[0], v0);
+  expect_volume(r.reconstruction[1], v1);
+  EXPECT_TRUE(r.reconstruction[1].partial);
+  fs::remove_all(dir);
+}
+
+// Volumes from the reconstruction thread while the run's thread appends frames and flushes.
+TEST(RunFile, VolumesAndFramesWrittenConcurrently) {
+  const fs::path dir = temp_dir();
+  const fs::path file = dir / "run_000010.h5";
+  std::vector<ReconstructionVolume> volumes;
+  for (int i = 0; i < 24; ++i) volumes.push_back(recon_volume(30 * i, i % 4 == 3 ? 2 : 3, 1.0f + i));
+  {
+    RunFileWriter w(file, recon_metadata());
+    std::thread recon([&] {
+      for (const auto& v : volumes) w.add_reconstruction(v);
+    });
+    for (int i = 0; i < 300; ++i) {
+      w.append(two_frames());
+      if (i % 10 == 0) w.flush();
+    }
+    recon.join();
+    w.close(nullptr);
   }
+  const RunFileContents r = read_run_file(file);
+  EXPECT_EQ(r.frames.size(), 900u);
+  EXPECT_EQ(r.clusters.n_clusters(), 900u);
+  EXPECT_EQ(r.frames.back(), (FrameRow{1002, 0, 899, 1, 0}));
+  ASSERT_EQ(r.reconstruction.size(), volumes.size());
+  for (std::size_t i = 0; i < volumes.size(); ++i) expect_volume(r.reconstruction[i], volumes[i]);
+  fs::remove_all(dir);
+}
+
+// A reader in another process (SWMR) sees each volume once it is appended, and the volumes stay
+// readable when the writing process dies without closing the file.
+TEST(RunFile, ReconstructionVisibleToAnotherProcessAndAfterACrash) {
+  const fs::path dir = temp_dir();
+  const fs::path file = dir / "run_000009.h5";
+  const ReconstructionVolume v0 = recon_volume(0, 3, 1.0f), v1 = recon_volume(30, 3, 3.0f);
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The writer: no gtest here; the exit code says how far it got.
+    ::close(to_parent[0]);
+    ::close(to_child[1]);
+    char c = 0;
+    auto step = [&](char s) { return ::write(to_parent[1], &s, 1) == 1 && ::read(to_child[0], &c, 1) == 1; };
+    try {
+      auto* w = new RunFileWriter(file, recon_metadata());  // never closed nor destroyed
+      w->append(two_frames());
+      w->flush();
+      if (!step('0')) ::_exit(10);
+      w->add_reconstruction(v0);
+      if (!step('1')) ::_exit(11);
+      w->add_reconstruction(v1);
+      if (!step('2')) ::_exit(12);
+    } catch (...) {
+      ::_exit(13);
+    }
+    ::_exit(0);  // as if killed: no close, no HDF5 shutdown
+  }
+  ::close(to_parent[1]);
+  ::close(to_child[0]);
+  std::vector<std::size_t> seen;
+  for (char want : {'0', '1', '2'}) {
+    char got = 0;
+    ASSERT_EQ(::read(to_parent[0], &got, 1), 1);
+    ASSERT_EQ(got, want);
+    const RunFileContents live = read_run_file(file);
+    seen.push_back(live.reconstruction.size());
+    EXPECT_TRUE(live.end_time.empty());
+    EXPECT_EQ(live.frames.size(), 3u);
+    if (!live.reconstruction.empty()) expect_volume(live.reconstruction[0], v0);
+    ASSERT_EQ(::write(to_child[1], &got, 1), 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(seen, (std::vector<std::size_t>{0, 1, 2}));
+  // After the abrupt end: both volumes, the parameters, the count from the table.
+  const RunFileContents r = read_run_file(file);
+  EXPECT_TRUE(r.end_time.empty());
+  ASSERT_EQ(r.reconstruction.size(), 2u);
+  expect_volume(r.reconstruction[0], v0);
+  expect_volume(r.reconstruction[1], v1);
+  ASSERT_TRUE(r.reconstruction_summary.has_value());
+  EXPECT_EQ(r.reconstruction_summary->volumes_done, 2u);
+  EXPECT_EQ(r.reconstruction_summary->weight, "signal");
+  EXPECT_EQ(files_in(dir), std::vector<fs::path>{"run_000009.h5"});
+  ::close(to_parent[0]);
+  ::close(to_child[1]);
   fs::remove_all(dir);
 }
 
@@ -283,46 +407,73 @@ TEST(RunFile, NoReconstructionGroupWithoutTheStage) {
   {
     RunFileWriter w(file, metadata());
     w.append(two_frames());
+    EXPECT_THROW(w.add_reconstruction(recon_volume(0, 2, 1.0f)), OutputError);
+    EXPECT_THROW(w.set_reconstruction_summary(ReconstructionSummary{}), OutputError);
     w.close(nullptr);
   }
   const RunFileContents r = read_run_file(file);
   EXPECT_FALSE(r.reconstruction_summary.has_value());
+  EXPECT_FALSE(r.reconstruction_layout.has_value());
   EXPECT_TRUE(r.reconstruction.empty());
   fs::remove_all(dir);
 }
 
 TEST(RunFile, ReconstructionVolumeOfTheWrongSizeIsRejected) {
   const fs::path dir = temp_dir();
-  RunFileWriter w(dir / "run_000007.h5", metadata());
+  RunFileWriter w(dir / "run_000007.h5", recon_metadata());
   ReconstructionVolume v = recon_volume(0, 2, 1.0f);
   v.output.pop_back();
   EXPECT_THROW(w.add_reconstruction(v), std::invalid_argument);
+  ReconstructionVolume deep = recon_volume(0, 4, 1.0f);  // the file holds 3 slices
+  EXPECT_THROW(w.add_reconstruction(deep), std::invalid_argument);
+  ReconstructionVolume wide = recon_volume(0, 2, 1.0f);
+  wide.nx = 12;
+  wide.ny = 2;
+  EXPECT_THROW(w.add_reconstruction(wide), std::invalid_argument);
   w.close(nullptr);
+  EXPECT_TRUE(read_run_file(dir / "run_000007.h5").reconstruction.empty());
   fs::remove_all(dir);
 }
 
-TEST(RunFile, ReconstructionReadableByH5py) {
+TEST(RunFile, ReconstructionReadableByH5pyDuringAndAfterTheRun) {
   if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "h5py is not installed (scripts/setup.sh installs python3-h5py)";
   const fs::path dir = temp_dir();
   const fs::path file = dir / "run_000008.h5";
+  const fs::path script = dir / "check.py";
+  std::ofstream(script)
+      << "import h5py, math, sys\n"
+         "f = h5py.File(sys.argv[1], 'r', libver='latest', swmr=True)\n"
+         "g = f['entry/reconstruction']\n"
+         "assert g.attrs['NX_class'] == 'NXprocess'\n"
+         "assert g.attrs['lambda'] == 0.125 and g.attrs['slices'] == 3\n"
+         "assert g.attrs['forward'] == 'gaussian:1,1,0.5' and g.attrs['weight'] == 'signal'\n"
+         "n = int(sys.argv[2])\n"
+         "for name in ('input', 'output'):\n"
+         "    assert g[name].shape == (n, 3, 4, 6), g[name].shape\n"
+         "    assert g[name].dtype == 'float32'\n"
+         "    assert g[name].chunks == (1, 1, 4, 6)\n"
+         "assert len(g['first_frame']) == n and len(g['status']) == n\n"
+         "assert g['input'][0, 0, 0, 1] == 1.0 and g['output'][0, 0, 0, 1] == 0.75\n"
+         "assert g['first_frame'][0] == 7 and g['iterations'][0] == 200\n"
+         "assert g['device'][0] == b'cpu' and g['status'][0] == 0\n"
+         "if n > 1:\n"
+         "    assert g['status'][1] == 1 and g['slices'][1] == 2\n"
+         "    assert math.isnan(g['input'][1, 2, 0, 0])\n"
+         "assert ('volumes_written' in g.attrs) == (sys.argv[3] == 'closed')\n";
+  auto check = [&](int n, const char* state) {
+    const std::string cmd = "/usr/bin/python3 " + script.string() + " " + file.string() + " " +
+                            std::to_string(n) + " " + state;
+    return std::system(cmd.c_str());
+  };
   {
-    RunFileWriter w(file, metadata());
+    RunFileWriter w(file, recon_metadata());
     w.add_reconstruction(recon_volume(7, 3, 1.0f));
-    w.set_reconstruction_summary(ReconstructionSummary{"centres", 10, 3, 30, 1, 0, 0});
+    EXPECT_EQ(check(1, "open"), 0) << "h5py (SWMR) during the run";
+    w.add_reconstruction(recon_volume(37, 2, 1.0f));
+    w.set_reconstruction_summary(ReconstructionSummary{"signal", 10, 3, 50, 2, 0, 0});
     w.close(nullptr);
   }
-  const fs::path script = dir / "check.py";
-  std::ofstream(script) << "import h5py, sys\n"
-                           "f = h5py.File(sys.argv[1], 'r')\n"
-                           "g = f['entry/reconstruction']\n"
-                           "assert g.attrs['NX_class'] == 'NXprocess'\n"
-                           "v = g['volume_000000']\n"
-                           "assert v['input'].shape == (3, 4, 6) and v['input'].dtype == 'float32'\n"
-                           "assert v['output'].shape == (3, 4, 6) and v['output'].dtype == 'float32'\n"
-                           "assert v['input'][0, 0, 1] == 1.0 and v['output'][0, 0, 1] == 0.75\n"
-                           "assert v.attrs['first_frame'] == 7 and v.attrs['iterations'] == 200\n";
-  const std::string cmd = "/usr/bin/python3 " + script.string() + " " + file.string();
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(check(2, "closed"), 0);
   fs::remove_all(dir);
 }

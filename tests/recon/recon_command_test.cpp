@@ -11,6 +11,7 @@
 #include "tool_test.hpp"
 #include "glint/recon/forward_model.hpp"
 #include "glint/recon/phantom.hpp"
+#include "glint/pipeline/run_file.hpp"
 #include "glint/recon/volume_io.hpp"
 
 namespace fs = std::filesystem;
@@ -89,4 +90,66 @@ TEST_F(GlintRecon, BadInputGetsAClearErrorAndStatus2) {
   r = run_glint("recon --phantom 8 --backend tpu --output " + path("o.h5"));
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("tpu"), std::string::npos) << r.output;
+}
+
+// One volume of a run file's (n, Z, Y, X) stack, read while the run file is still being written
+// (SWMR) and given to glint recon; a partial volume comes back with the slices it has.
+TEST_F(GlintRecon, VolumeOfARunFileByIndex) {
+  namespace gp = glint::pipeline;
+  gp::RunMetadata meta;
+  meta.finder.shape = {6, 8};
+  meta.finder.cluster_size = 3;
+  gp::ReconstructionLayout l;
+  l.nx = 8;
+  l.ny = 6;
+  l.slices = 4;
+  l.frames_per_slice = 5;
+  l.weight = "centres";
+  l.outer = 20;
+  l.tv_inner = 10;
+  meta.reconstruction = l;
+  auto volume = [](uint64_t first, uint32_t nz) {
+    gp::ReconstructionVolume v;
+    v.first_frame = first;
+    v.last_frame = first + 5 * nz - 1;
+    v.nx = 8;
+    v.ny = 6;
+    v.nz = nz;
+    for (uint32_t i = 0; i < 8 * 6 * nz; ++i) {
+      v.input.push_back(float(i % 5) + float(first));
+      v.output.push_back(float(i % 3));
+    }
+    return v;
+  };
+  const std::string file = path("run_000001.h5");
+  gp::RunFileWriter w(file, meta);
+  const auto v0 = volume(0, 4), v1 = volume(20, 2);
+  w.add_reconstruction(v0);
+  w.add_reconstruction(v1);
+  const auto in1 = glint::recon::read_volume(file, "/entry/reconstruction/input[1]");
+  EXPECT_EQ(in1.dims, (glint::tv::Dims{8, 6, 2}));
+  EXPECT_EQ(in1.data, v1.input);
+  const auto out0 = glint::recon::read_volume(file, "/entry/reconstruction/output[0]");
+  EXPECT_EQ(out0.dims, (glint::tv::Dims{8, 6, 4}));
+  EXPECT_EQ(out0.data, v0.output);
+  try {
+    glint::recon::read_volume(file, "/entry/reconstruction/input[2]");
+    ADD_FAILURE() << "volume 2 does not exist";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 2"), std::string::npos) << e.what();
+  }
+  try {
+    glint::recon::read_volume(file, "/entry/reconstruction/input");
+    ADD_FAILURE() << "a 4D stack is not one volume";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("NAME[I]"), std::string::npos) << e.what();
+  }
+  // Another process, while the writer still has the file open.
+  const ToolResult r = run_glint("recon --input " + file + " --dataset '/entry/reconstruction/input[0]' "
+                                 "--lambda 0.1 --outer 3 --tv-inner 2 --backend cpu --threads 1 "
+                                 "--output " + path("out.h5"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(glint::recon::read_volume(path("out.h5"), "/volume").dims, (glint::tv::Dims{8, 6, 4}));
+  w.close(nullptr);
+  EXPECT_EQ(glint::recon::read_volume(file, "/entry/reconstruction/input[0]").data, v0.input);
 }

@@ -89,8 +89,8 @@ struct LoggingConfig {
 
 /// The reconstruction stage beside cluster finding (tv-solver.md): hit images of every
 /// `frames_per_slice` data frames are stacked into volumes of `slices` slices; each full volume
-/// (and the partial one at the end of the run) is reconstructed and written to
-/// /entry/reconstruction of the run file.
+/// (and, with solve_partial, the partial one at the end of the run) is reconstructed and
+/// appended to /entry/reconstruction of the run file as soon as it is solved.
 struct ReconstructionConfig {
   bool enabled = false;
   uint32_t frames_per_slice = 100;
@@ -104,6 +104,9 @@ struct ReconstructionConfig {
   bool nonneg = true;                ///< x >= 0
   std::string variant = "two-state"; ///< GPU kernel variant (see `glint bench tv`)
   std::string backend = "auto";      ///< cpu | gpu | auto
+  /// Reconstruct the partial volume left at the end of a run (at least two slices); off: the
+  /// run ends once the full volumes already handed to the worker are written.
+  bool solve_partial = false;
 };
 
 struct Config {

@@ -14,11 +14,23 @@
 //   /entry/pedestal             start_mean, start_noise, end_mean, end_noise (H x W float64,
 //                               NaN until written) and the end state (end_sum, end_sum2,
 //                               end_count) from which a later run can resume exactly
-//   /entry/reconstruction       NXprocess, when the reconstruction stage ran: weight,
-//                               frames_per_slice, slices, frames, volumes_done/_dropped/_failed
-//     volume_NNNNNN             one per reconstructed volume: input and output (Z, Y, X) float32,
-//                               first_frame, last_frame, lambda, outer, tv_inner, iterations,
-//                               warm_start, nonneg, forward, variant, backend, solve_seconds
+//   /entry/reconstruction       NXprocess, created with the file when the run reconstructs
+//                               (RunMetadata::reconstruction), so that volumes are appended in
+//                               place during the run (SWMR) and survive a crash:
+//     input, output             (n, slices, rows, cols) float32, unlimited first dimension, one
+//                               chunk per slice, NaN where never written
+//     first_frame, last_frame   (n) u64: the data frames each volume was built from
+//     slices                    (n) u32: slices filled (< the configured depth for a partial
+//                               volume at the end of the run)
+//     iterations                (n) u32: FGP steps run (outer x tv_inner)
+//     solve_seconds             (n) f64
+//     status                    (n) u8: 0 complete volume, 1 partial volume (end of the run)
+//     device                    (n) fixed 64-byte string: the solver that ran ("cpu", "gpu (..)")
+//     attributes at creation: weight, frames_per_slice, slices, rows, cols, lambda, outer,
+//       tv_inner, warm_start, nonneg, forward, variant, backend, solve_partial
+//     attributes at close: frames, volumes_done, volumes_dropped, volumes_failed, volumes_written
+//   A volume is complete in the file once it is in every per-volume table (they are extended
+//   after the volume data is written and flushed); readers take the shortest table's length.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -53,6 +65,21 @@ struct FrameRow {
   friend bool operator==(const FrameRow&, const FrameRow&) = default;
 };
 
+/// The reconstruction's run-constant parameters: /entry/reconstruction and its datasets are
+/// created with the file from these (attributes), before SWMR writing starts.
+struct ReconstructionLayout {
+  uint32_t nx = 0, ny = 0;           ///< slice extent (detector cols, rows)
+  uint32_t slices = 0;               ///< configured volume depth (datasets' second dimension)
+  uint32_t frames_per_slice = 0;
+  std::string weight;                ///< hit mode: centres | signal
+  double lambda = 0;
+  uint32_t outer = 0, tv_inner = 0;
+  bool warm_start = true, nonneg = true;
+  std::string forward, variant, backend;  ///< as configured (backend: cpu | gpu | auto)
+  bool solve_partial = false;        ///< the partial volume at the end of a run is reconstructed
+  friend bool operator==(const ReconstructionLayout&, const ReconstructionLayout&) = default;
+};
+
 struct RunMetadata {
   std::string config_yaml;          ///< the run's effective configuration
   FinderParams finder;
@@ -60,18 +87,24 @@ struct RunMetadata {
   std::string source;               ///< input file or stream endpoints
   std::string pixel_type = "uint16";
   std::string backend;              ///< e.g. "cpu (16 threads)", "gpu (NVIDIA H200)"
+  /// Present when the run reconstructs: /entry/reconstruction is created with the file.
+  std::optional<ReconstructionLayout> reconstruction;
 };
 
-/// One reconstructed volume of the run (/entry/reconstruction/volume_NNNNNN).
+/// One reconstructed volume of the run (row i of the /entry/reconstruction datasets).
 struct ReconstructionVolume {
   uint64_t first_frame = 0, last_frame = 0;  ///< the data frames the volume was built from
   uint32_t nx = 0, ny = 0, nz = 0;           ///< extent; input and output are (nz, ny, nx)
   std::vector<float> input, output;          ///< x fastest
+  // Run-constant: written from the layout, read back from its attributes.
   double lambda = 0;
   uint32_t outer = 0, tv_inner = 0;
   bool warm_start = true, nonneg = true;
-  std::string forward, variant, backend;
+  std::string forward, variant;
+  // Per volume.
+  std::string backend;                       ///< the solver that ran, e.g. "gpu (NVIDIA H200)"
   double solve_seconds = 0;
+  bool partial = false;                      ///< fewer slices than the layout's (end of the run)
 };
 
 /// What the reconstruction stage did over the whole run (attributes of /entry/reconstruction).
@@ -110,18 +143,20 @@ class RunFileWriter {
   /// writer sets cluster_offset and n_clusters.
   void append_empty_frames(std::span<const FrameRow> rows);
 
-  /// Hands over a reconstructed volume; it is written to /entry/reconstruction at close() (SWMR
-  /// cannot create objects), meanwhile kept in `<path>.recon.tmp` beside the run file, not in
-  /// memory. Safe to call from another thread than the rest; throws OutputError (e.g. disk full,
-  /// or after close).
+  /// Appends a reconstructed volume to /entry/reconstruction in place (extend, write slice by
+  /// slice, flush: SWMR-legal, so readers see it during the run and it survives a crash). The
+  /// file must have been created with RunMetadata::reconstruction; nx, ny must match it and nz
+  /// be at most its slices. Safe to call from another thread than the rest (HDF5 serialises the
+  /// calls); throws OutputError (e.g. disk full, no reconstruction layout, or after close) and
+  /// std::invalid_argument for a volume of the wrong size.
   void add_reconstruction(const ReconstructionVolume& volume);
-  /// Records the stage's totals; with it (or any volume) close() writes /entry/reconstruction.
+  /// Records the stage's totals; close() writes them as attributes of /entry/reconstruction.
   void set_reconstruction_summary(const ReconstructionSummary& summary);
 
   /// Makes everything written so far visible to readers and durable against a crash.
   void flush();
 
-  /// Writes the end pedestal (when given), end_time and the reconstruction, and closes.
+  /// Writes the end pedestal (when given), end_time and the reconstruction totals, and closes.
   /// Idempotent.
   void close(const PedestalState* end_pedestal);
 
@@ -153,7 +188,9 @@ struct RunFileContents {
   std::string backend;
   std::vector<double> start_mean, start_noise, end_mean, end_noise;
   std::optional<PedestalState> end_state;  ///< present when the end pedestal was written
-  std::optional<ReconstructionSummary> reconstruction_summary;  ///< when the stage ran
+  /// When the run reconstructed; the counts are the table length after a crash (no totals).
+  std::optional<ReconstructionSummary> reconstruction_summary;
+  std::optional<ReconstructionLayout> reconstruction_layout;
   std::vector<ReconstructionVolume> reconstruction;             ///< in the order reconstructed
 };
 

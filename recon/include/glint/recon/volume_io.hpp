@@ -15,6 +15,10 @@ struct Volume {
 };
 
 /// Reads a rank-3 float32 or float64 dataset; throws std::runtime_error naming file and dataset.
+/// `NAME[I]` reads volume I of a rank-4 (n, Z, Y, X) dataset (e.g. a run file's
+/// /entry/reconstruction/input[3]), leaving out trailing slices that were never written (all
+/// NaN, as in a partial volume). Files still being written in SWMR mode (or left so by a crash)
+/// are read too.
 Volume read_volume(const std::string& file, const std::string& dataset);
 
 /// Reads any rank-3 numeric dataset as float (for transfer functions and masks), returning its
