@@ -30,7 +30,6 @@ namespace {
 constexpr int kFindThreadsMax = 1024;
 constexpr std::size_t kFindSharedMax = 200 * 1024;  ///< dynamic shared memory per find block
 
-constexpr int kPackThreads = 256;
 
 // Tri-state decisions of pass 0.
 constexpr uint8_t kNo = 0, kYes = 1, kUnknown = 2;
@@ -882,7 +881,10 @@ int max_resident_s(uint32_t cols, uint32_t segment, bool resident) {
                   : max_resident_s<S, false>(cols, segment);
 }
 
-__global__ void pack_kernel(const PackLaunch p) {
+/// Packs one frame per block. Blocks small enough to fit beside the resident find kernel of the
+/// next batch let the packing of batch N overlap the search of batch N+1.
+template <int kPackThreads>
+__global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) {
   const uint32_t f = blockIdx.x;
   using Reduce = cub::BlockReduce<unsigned long long, kPackThreads>;
   using Scan = cub::BlockScan<uint32_t, kPackThreads>;
@@ -1022,9 +1024,25 @@ void launch_find(const FindLaunch& p, cudaStream_t stream) {
   }
 }
 
+/// Threads per pack block: 256, or GLINT_PACK_THREADS (64, 128 or 256; a tuning knob: with find
+/// blocks of at most 480 threads, 64-thread pack blocks fit beside them in the register file).
+int pack_threads() {
+  static const int t = [] {
+    const char* e = std::getenv("GLINT_PACK_THREADS");
+    const int v = e ? std::atoi(e) : 256;
+    return (v == 64 || v == 128 || v == 256) ? v : 256;
+  }();
+  return t;
+}
+
 void launch_pack(const PackLaunch& p, cudaStream_t stream) {
   if (p.n_frames == 0) return;
-  pack_kernel<<<p.n_frames, kPackThreads, p.blocks * sizeof(uint32_t), stream>>>(p);
+  const std::size_t smem = p.blocks * sizeof(uint32_t);
+  switch (pack_threads()) {
+    case 256: pack_kernel<256><<<p.n_frames, 256, smem, stream>>>(p); break;
+    case 128: pack_kernel<128><<<p.n_frames, 128, smem, stream>>>(p); break;
+    default: pack_kernel<64><<<p.n_frames, 64, smem, stream>>>(p); break;
+  }
   GLINT_CUDA_CHECK_LAUNCH();
 }
 
