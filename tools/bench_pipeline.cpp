@@ -203,7 +203,6 @@ void add_bench_pipeline(CLI::App& bench) {
     bool as_json = false;
     bool floor_only = false;
     bool malloc_defaults = false;
-    bool no_warm = false;
     uint32_t recon_slices = 0;          // 0: no reconstruction leg
     uint32_t recon_frames_per_slice = 100;
   };
@@ -227,9 +226,6 @@ void add_bench_pipeline(CLI::App& bench) {
   cmd->add_flag("--malloc-defaults", a->malloc_defaults,
                 "keep glibc's default malloc thresholds in both legs instead of glintd's "
                 "(for comparison; see pipeline::keep_receive_buffers)");
-  cmd->add_flag("--no-warm", a->no_warm,
-                "glintd's malloc thresholds, but no receive memory faulted in up front and one "
-                "malloc arena per thread (for comparison)");
   cmd->add_option("--recon-slices", a->recon_slices,
                   "also run the pipeline with reconstruction on (volumes of this many slices, "
                   ">= 2), to compare with the leg without it; 0 = off")
@@ -284,8 +280,7 @@ void add_bench_pipeline(CLI::App& bench) {
            kExitUsage);
 
     // Both legs with the allocator settings glintd runs with (set once for the process).
-    if (!a->malloc_defaults)
-      pipeline::keep_receive_buffers(a->no_warm ? 0 : pipeline::receive_buffer_bytes(cfg));
+    if (!a->malloc_defaults) pipeline::keep_receive_buffers();
     std::vector<Leg> legs;
     try {
       sim.endpoints = endpoints(0);

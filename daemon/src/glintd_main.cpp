@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   // Received message buffers are reused instead of being faulted in afresh (see the function).
-  glint::pipeline::keep_receive_buffers(glint::pipeline::receive_buffer_bytes(cfg));
+  glint::pipeline::keep_receive_buffers();
 
   std::unique_ptr<glint::daemon::Daemon> daemon;
   try {

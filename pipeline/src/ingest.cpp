@@ -4,9 +4,6 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
 
 #include <zmq.hpp>
 
@@ -38,39 +35,18 @@ void BadInputLog::record(BadInput kind, const std::string& endpoint, const std::
               to_string(kind), total, detail);
 }
 
-bool keep_receive_buffers(std::size_t warm_bytes) {
-  static const bool ok = [warm_bytes] {
+bool keep_receive_buffers() {
+  static const bool ok = [] {
 #if defined(__GLIBC__)
     const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
     const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 512 << 20) == 1;
     if (!mmap_ok || !trim_ok) log::warn("malloc thresholds for receive buffers not set");
-    if (warm_bytes > 0 && mallopt(M_ARENA_MAX, 1) == 1) {
-      // Pieces below the mmap threshold, touched, then freed: they merge into the arena's free
-      // top, which the trim threshold keeps.
-      constexpr std::size_t kPiece = 16 << 20;
-      std::vector<void*> pieces;
-      for (std::size_t done = 0; done < warm_bytes; done += kPiece) {
-        void* p = std::malloc(kPiece);
-        if (p == nullptr) break;
-        std::memset(p, 0, kPiece);
-        pieces.push_back(p);
-      }
-      for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) std::free(*it);
-      log::debug("receive buffers: {} MiB faulted in up front", pieces.size() * (kPiece >> 20));
-    }
     return mmap_ok && trim_ok;
 #else
-    (void)warm_bytes;
     return false;
 #endif
   }();
   return ok;
-}
-
-std::size_t receive_buffer_bytes(const config::Config& cfg) {
-  // 16-bit images, the common stream (a 32-bit stream's buffers are twice that).
-  const std::size_t image = std::size_t{cfg.detector.rows} * cfg.detector.cols * sizeof(uint16_t);
-  return std::min<std::size_t>(2 * std::size_t{cfg.ingest.queue_frames} * image, std::size_t{448} << 20);
 }
 
 std::array<uint64_t, kBadInputKinds> BadInputLog::counts() const {

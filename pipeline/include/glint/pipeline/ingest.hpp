@@ -59,17 +59,7 @@ class BadInputLog {
 /// message, about a third of its time). This sets malloc's mmap threshold to its maximum (32 MiB)
 /// and its trim threshold to 512 MiB, so that freed buffers are reused. Process-wide (mallopt),
 /// once; glintd and `glint bench pipeline` call it at start. Returns false if glibc refused.
-///
-/// With `warm_bytes` > 0 it also makes every thread allocate from one arena (the I/O threads
-/// would otherwise get arenas of their own) and faults that many bytes into it up front, so that
-/// the first seconds of a run, when the buffers in flight grow to their peak, take no page faults
-/// either. Call it before any other thread starts.
-bool keep_receive_buffers(std::size_t warm_bytes = 0);
-
-/// The bytes worth warming for a configuration: the assembled-frame queue and as many images
-/// again in flight between the sockets and the finder, at most 448 MiB (below the trim
-/// threshold, so they stay).
-std::size_t receive_buffer_bytes(const config::Config& cfg);
+bool keep_receive_buffers();
 
 class Ingest {
  public:
