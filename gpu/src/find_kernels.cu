@@ -1024,13 +1024,14 @@ void launch_find(const FindLaunch& p, cudaStream_t stream) {
   }
 }
 
-/// Threads per pack block: 256, or GLINT_PACK_THREADS (64, 128 or 256; a tuning knob: with find
-/// blocks of at most 480 threads, 64-thread pack blocks fit beside them in the register file).
+/// Threads per pack block: 64, or GLINT_PACK_THREADS (64, 128 or 256; a tuning knob). 64 measured
+/// 1-2% faster per frame than 256 on the H200 (docs/performance.md); with find blocks of at most
+/// 480 threads such pack blocks also fit beside them in the register file.
 int pack_threads() {
   static const int t = [] {
     const char* e = std::getenv("GLINT_PACK_THREADS");
-    const int v = e ? std::atoi(e) : 256;
-    return (v == 64 || v == 128 || v == 256) ? v : 256;
+    const int v = e ? std::atoi(e) : 64;
+    return (v == 64 || v == 128 || v == 256) ? v : 64;
   }();
   return t;
 }
