@@ -1,6 +1,7 @@
 // glint bench pipeline: the streaming pipeline's sustained rate over loopback, next to the
 // transport floor (the same sender into a receiver that only counts bytes), measured in the
 // same run.
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -203,6 +204,7 @@ void add_bench_pipeline(CLI::App& bench) {
     bool as_json = false;
     bool floor_only = false;
     bool malloc_defaults = false;
+    uint32_t repeat = 1;                // rounds of the legs, medians reported
     uint32_t recon_slices = 0;          // 0: no reconstruction leg
     uint32_t recon_frames_per_slice = 100;
   };
@@ -226,6 +228,11 @@ void add_bench_pipeline(CLI::App& bench) {
   cmd->add_flag("--malloc-defaults", a->malloc_defaults,
                 "keep glibc's default malloc thresholds in both legs instead of glintd's "
                 "(for comparison; see pipeline::keep_receive_buffers)");
+  cmd->add_option("--repeat", a->repeat,
+                  "rounds of all legs, one after the other (the floor varies between runs; "
+                  "medians and the ratio of the medians are reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   cmd->add_option("--recon-slices", a->recon_slices,
                   "also run the pipeline with reconstruction on (volumes of this many slices, "
                   ">= 2), to compare with the leg without it; 0 = off")
@@ -281,71 +288,109 @@ void add_bench_pipeline(CLI::App& bench) {
 
     // Both legs with the allocator settings glintd runs with (set once for the process).
     if (!a->malloc_defaults) pipeline::keep_receive_buffers();
-    std::vector<Leg> legs;
+    // rounds[r] = {floor, pipeline, pipeline + reconstruction}, as far as asked for.
+    std::vector<std::vector<Leg>> rounds;
     try {
-      sim.endpoints = endpoints(0);
-      legs.push_back(run_floor(sim, a->hwm));
-      if (!a->floor_only) {
-        sim.endpoints = endpoints(static_cast<int>(a->ports));
-        legs.push_back(run_pipeline(sim, cfg));
-        std::filesystem::remove_all(a->output);
-        if (a->recon_slices > 0) {
-          // Same sender, same run, with hit images stacked into volumes and reconstructed beside
-          // cluster finding (reconstruction on the finder's backend, lowest GPU stream priority).
-          config::Config with = cfg;
-          with.reconstruction.enabled = true;
-          with.reconstruction.slices = a->recon_slices;
-          with.reconstruction.frames_per_slice = a->recon_frames_per_slice;
-          with.reconstruction.backend = a->backend;
-          sim.endpoints = endpoints(2 * static_cast<int>(a->ports));
-          legs.push_back(run_pipeline(sim, with));
+      int offset = 0;  // fresh ports for every leg when --base-port is given
+      for (uint32_t r = 0; r < a->repeat; ++r) {
+        std::vector<Leg> legs;
+        sim.endpoints = endpoints(offset);
+        offset += static_cast<int>(a->ports);
+        legs.push_back(run_floor(sim, a->hwm));
+        if (!a->floor_only) {
+          sim.endpoints = endpoints(offset);
+          offset += static_cast<int>(a->ports);
+          legs.push_back(run_pipeline(sim, cfg));
           std::filesystem::remove_all(a->output);
+          if (a->recon_slices > 0) {
+            // Same sender, same run, with hit images stacked into volumes and reconstructed
+            // beside cluster finding (on the finder's backend, lowest GPU stream priority).
+            config::Config with = cfg;
+            with.reconstruction.enabled = true;
+            with.reconstruction.slices = a->recon_slices;
+            with.reconstruction.frames_per_slice = a->recon_frames_per_slice;
+            with.reconstruction.backend = a->backend;
+            sim.endpoints = endpoints(offset);
+            offset += static_cast<int>(a->ports);
+            legs.push_back(run_pipeline(sim, with));
+            std::filesystem::remove_all(a->output);
+          }
         }
+        rounds.push_back(std::move(legs));
       }
     } catch (const std::exception& e) {
       fail("glint bench pipeline", e.what(), kExitFailure);
     }
+    const std::size_t n_legs = rounds.front().size();
+    // Median frames/s of leg i over the rounds.
+    const auto median_fps = [&](std::size_t i) {
+      std::vector<double> v;
+      for (const auto& r : rounds) v.push_back(r[i].fps());
+      std::sort(v.begin(), v.end());
+      const std::size_t m = v.size() / 2;
+      return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+    };
+    const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
     const double image_mb = pipeline::payload_bytes(16, std::size_t{a->size} * a->size) / 1e6;
     if (a->as_json) {
       nlohmann::json j = {{"size", a->size}, {"ports", a->ports}, {"frames", a->dark + a->frames},
-                          {"image_mb", image_mb}};
-      for (const auto& l : legs)
-        j["legs"].push_back({{"name", l.name}, {"images_sent", l.images_sent}, {"frames", l.frames},
-                             {"lost", l.lost}, {"seconds", l.seconds}, {"frames_per_s", l.fps()},
-                             {"gb_per_s", l.gbps()}, {"extra", l.extra}});
-      if (legs.size() >= 2 && legs[0].fps() > 0) j["ratio_to_floor"] = legs[1].fps() / legs[0].fps();
-      if (legs.size() == 3 && legs[1].fps() > 0)
-        j["reconstruction_ratio"] = legs[2].fps() / legs[1].fps();
+                          {"image_mb", image_mb}, {"rounds", rounds.size()}};
+      for (const auto& r : rounds) {
+        nlohmann::json legs = nlohmann::json::array();
+        for (const auto& l : r)
+          legs.push_back({{"name", l.name}, {"images_sent", l.images_sent}, {"frames", l.frames},
+                          {"lost", l.lost}, {"seconds", l.seconds}, {"frames_per_s", l.fps()},
+                          {"gb_per_s", l.gbps()}, {"extra", l.extra}});
+        j["round_legs"].push_back(legs);
+      }
+      j["legs"] = j["round_legs"].back();  // the last round, as with one round
+      for (std::size_t i = 0; i < n_legs; ++i) j["median_frames_per_s"].push_back(median_fps(i));
+      if (n_legs >= 2) j["ratio_to_floor"] = ratio(median_fps(1), median_fps(0));
+      if (n_legs == 3) j["reconstruction_ratio"] = ratio(median_fps(2), median_fps(1));
       std::cout << j.dump(2) << "\n";
       return;
     }
     std::cout << fmt::format("glint bench pipeline: {}x{} uint16 ({:.2f} MB/image), {} port(s), {} images "
-                             "({} dark) per leg, loopback TCP\n",
-                             a->size, a->size, image_mb, a->ports, a->dark + a->frames, a->dark);
-    for (const auto& l : legs) {
-      std::cout << fmt::format("  {:<42} {:>9.0f} frames/s  {:>6.2f} GB/s  lost {:>6}  ({:.2f} s", l.name,
-                               l.fps(), l.gbps(), l.lost, l.seconds);
-      if (l.extra.contains("closing_seconds"))
-        std::cout << fmt::format(", {:.3f} s of it after the last frame", l.extra["closing_seconds"].get<double>());
-      std::cout << ")\n";
+                             "({} dark) per leg, loopback TCP{}\n",
+                             a->size, a->size, image_mb, a->ports, a->dark + a->frames, a->dark,
+                             rounds.size() > 1 ? fmt::format(", {} rounds", rounds.size()) : "");
+    for (std::size_t r = 0; r < rounds.size(); ++r) {
+      const auto& legs = rounds[r];
+      if (rounds.size() > 1) std::cout << fmt::format(" round {}\n", r + 1);
+      for (const auto& l : legs) {
+        std::cout << fmt::format("  {:<42} {:>9.0f} frames/s  {:>6.2f} GB/s  lost {:>6}  ({:.2f} s", l.name,
+                                 l.fps(), l.gbps(), l.lost, l.seconds);
+        if (l.extra.contains("closing_seconds"))
+          std::cout << fmt::format(", {:.3f} s of it after the last frame", l.extra["closing_seconds"].get<double>());
+        std::cout << ")\n";
+      }
+      if (legs.size() >= 2) {
+        const auto& x = legs[1].extra;
+        std::cout << fmt::format("  backend {}; clusters {}; dropped {}, missing {}, incomplete {}\n",
+                                 x["backend"].get<std::string>(), x["clusters"].get<uint64_t>(),
+                                 x["dropped"].get<uint64_t>(), x["missing"].get<uint64_t>(),
+                                 x["incomplete"].get<uint64_t>());
+        std::cout << fmt::format("  pipeline / floor: {:.1f}%\n", 100.0 * ratio(legs[1].fps(), legs[0].fps()));
+      }
+      if (legs.size() == 3) {
+        const auto& rec = legs[2].extra["reconstruction"];
+        std::cout << fmt::format(
+            "  with reconstruction: {:.1f}% of the rate without it, lost {} (without: {}); volumes "
+            "done {}, dropped {}, failed {}\n",
+            100.0 * ratio(legs[2].fps(), legs[1].fps()), legs[2].lost, legs[1].lost,
+            rec["volumes_done"].get<uint64_t>(), rec["volumes_dropped"].get<uint64_t>(),
+            rec["volumes_failed"].get<uint64_t>());
+      }
     }
-    if (legs.size() >= 2) {
-      const auto& x = legs[1].extra;
-      std::cout << fmt::format("  backend {}; clusters {}; dropped {}, missing {}, incomplete {}\n",
-                               x["backend"].get<std::string>(), x["clusters"].get<uint64_t>(),
-                               x["dropped"].get<uint64_t>(), x["missing"].get<uint64_t>(),
-                               x["incomplete"].get<uint64_t>());
-      if (legs[0].fps() > 0)
-        std::cout << fmt::format("  pipeline / floor: {:.1f}%\n", 100.0 * legs[1].fps() / legs[0].fps());
-    }
-    if (legs.size() == 3) {
-      const auto& r = legs[2].extra["reconstruction"];
-      std::cout << fmt::format(
-          "  with reconstruction: {:.1f}% of the rate without it, lost {} (without: {}); volumes "
-          "done {}, dropped {}, failed {}\n",
-          legs[1].fps() > 0 ? 100.0 * legs[2].fps() / legs[1].fps() : 0.0, legs[2].lost,
-          legs[1].lost, r["volumes_done"].get<uint64_t>(), r["volumes_dropped"].get<uint64_t>(),
-          r["volumes_failed"].get<uint64_t>());
+    if (rounds.size() > 1) {
+      std::cout << fmt::format(" medians of {} rounds: floor {:.0f} frames/s", rounds.size(), median_fps(0));
+      if (n_legs >= 2)
+        std::cout << fmt::format(", pipeline {:.0f} frames/s, pipeline / floor {:.1f}%", median_fps(1),
+                                 100.0 * ratio(median_fps(1), median_fps(0)));
+      if (n_legs == 3)
+        std::cout << fmt::format(", with reconstruction {:.0f} frames/s ({:.1f}% of without)",
+                                 median_fps(2), 100.0 * ratio(median_fps(2), median_fps(1)));
+      std::cout << "\n";
     }
   });
 }

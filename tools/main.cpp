@@ -25,7 +25,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // The commands end with their own status (CLI::RuntimeError); --help exits 0; CLI11's own
+    // usage errors exit 2, as the commands' checks of their arguments do.
+    const int code = app.exit(e);
+    if (code == 0 || dynamic_cast<const CLI::RuntimeError*>(&e) != nullptr) return code;
+    return glint::tools::kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "glint: " << e.what() << "\n";
     return glint::tools::kExitUsage;
