@@ -274,6 +274,11 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   const PedestalArrays& own = p.own;
 
   const unsigned long long g0 = __ldcg(p.frames_done);
+  unsigned long long entry_ns = 0, entry_clk = 0;
+  if (p.launch_ts != nullptr && tid == 0) {
+    entry_ns = global_ns();
+    entry_clk = clock64();
+  }
   // Profile counters (thread 0 only; in shared memory to spare registers).
   __shared__ unsigned long long sh_prof[kFindProfileSlots + 1];  // + the last time stamp
   if (tid <= kFindProfileSlots) sh_prof[tid] = tid == kFindProfileSlots ? clock64() : 0;
@@ -834,6 +839,14 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     }
   }
 
+  if (p.launch_ts != nullptr && tid == 0 && p.n_frames > 0) {
+    const std::size_t rec = static_cast<std::size_t>((g0 / p.n_frames) % kLaunchRecords);
+    unsigned long long* ts = p.launch_ts + (rec * p.blocks + b) * 4;
+    ts[0] = entry_ns;
+    ts[1] = entry_clk;
+    ts[2] = global_ns();
+    ts[3] = clock64();
+  }
   if (p.profile != nullptr && tid == 0) {
     unsigned long long* slot = p.profile + static_cast<std::size_t>(b) * kFindProfileSlots;
     for (int i = 0; i < kFindProfileSlots; ++i) atomicAdd(slot + i, sh_prof[i]);
@@ -881,11 +894,13 @@ int max_resident_s(uint32_t cols, uint32_t segment, bool resident) {
                   : max_resident_s<S, false>(cols, segment);
 }
 
-/// Packs one frame per block. Blocks small enough to fit beside the resident find kernel of the
-/// next batch let the packing of batch N overlap the search of batch N+1.
+/// Packs the regions [r0, r1) of frame blockIdx.x, chunk blockIdx.y of p.chunks.
 template <int kPackThreads>
 __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) {
   const uint32_t f = blockIdx.x;
+  const uint32_t per_chunk = (p.blocks + p.chunks - 1) / p.chunks;
+  const uint32_t r0 = min(p.blocks, blockIdx.y * per_chunk);
+  const uint32_t r1 = min(p.blocks, r0 + per_chunk);
   using Reduce = cub::BlockReduce<unsigned long long, kPackThreads>;
   using Scan = cub::BlockScan<uint32_t, kPackThreads>;
   __shared__ typename Reduce::TempStorage reduce_tmp;
@@ -898,26 +913,26 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
   const unsigned long long before = Reduce(reduce_tmp).Sum(part);
   if (threadIdx.x == 0) base = before;
   uint32_t carry = 0;
-  for (uint32_t c0 = 0; c0 < p.blocks; c0 += kPackThreads) {
+  for (uint32_t c0 = 0; c0 < r1; c0 += kPackThreads) {
     const uint32_t bb = c0 + threadIdx.x;
-    const uint32_t n = bb < p.blocks ? p.region_counts[static_cast<std::size_t>(f) * p.blocks + bb]
-                                     : 0u;
+    const uint32_t n = bb < r1 ? p.region_counts[static_cast<std::size_t>(f) * p.blocks + bb]
+                               : 0u;
     uint32_t excl = 0, agg = 0;
     Scan(scan_tmp).ExclusiveSum(n, excl, agg);
-    if (bb < p.blocks) prefix[bb] = carry + excl;
+    if (bb < r1) prefix[bb] = carry + excl;
     carry += agg;
     __syncthreads();
   }
   __syncthreads();
   const unsigned long long frame_base = base;
   const uint32_t total = p.frame_totals[f];
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && blockIdx.y == 0) {
     p.out_counts[f] = total;
     if (frame_base + total > p.out_capacity) *reinterpret_cast<volatile uint32_t*>(p.out_overflow) = 1;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int S2 = p.values;
-  for (uint32_t bb = warp; bb < p.blocks; bb += kPackThreads / 32) {
+  for (uint32_t bb = r0 + warp; bb < r1; bb += kPackThreads / 32) {
     const std::size_t region = static_cast<std::size_t>(f) * p.blocks + bb;
     const uint32_t cnt = p.region_counts[region];
     if (cnt == 0) continue;
@@ -1036,13 +1051,16 @@ int pack_threads() {
   return t;
 }
 
-void launch_pack(const PackLaunch& p, cudaStream_t stream) {
+void launch_pack(const PackLaunch& p, cudaStream_t stream, int threads) {
   if (p.n_frames == 0) return;
   const std::size_t smem = p.blocks * sizeof(uint32_t);
-  switch (pack_threads()) {
-    case 256: pack_kernel<256><<<p.n_frames, 256, smem, stream>>>(p); break;
-    case 128: pack_kernel<128><<<p.n_frames, 128, smem, stream>>>(p); break;
-    default: pack_kernel<64><<<p.n_frames, 64, smem, stream>>>(p); break;
+  PackLaunch q = p;
+  q.chunks = std::max<uint32_t>(p.chunks, 1);
+  const dim3 grid(q.n_frames, q.chunks);
+  switch (threads > 0 ? threads : pack_threads()) {
+    case 256: pack_kernel<256><<<grid, 256, smem, stream>>>(q); break;
+    case 128: pack_kernel<128><<<grid, 128, smem, stream>>>(q); break;
+    default: pack_kernel<64><<<grid, 64, smem, stream>>>(q); break;
   }
   GLINT_CUDA_CHECK_LAUNCH();
 }

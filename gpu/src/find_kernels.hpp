@@ -56,7 +56,11 @@ struct FindLaunch {
   /// this segment had to wait for, and their number.
   unsigned long long* profile = nullptr;
   unsigned long long* release_ns = nullptr;  ///< with profile: [2][blocks] release timestamps
+  /// With profile: [kLaunchRecords][blocks][4]: each block's globaltimer and clock64 at entry and
+  /// at exit, for launch (frames_done at launch / n_frames) % kLaunchRecords.
+  unsigned long long* launch_ts = nullptr;
 };
+inline constexpr int kLaunchRecords = 64;
 /// wait, loop 1 (with the own pixels' d0), loop 2 (pass 0), resolve, release (the releasing
 /// thread's fence), emit
 inline constexpr int kFindPhases = 6;
@@ -78,12 +82,13 @@ void launch_find(const FindLaunch& p, cudaStream_t stream);
 
 struct PackLaunch {
   uint32_t n_frames = 0, blocks = 0, region_capacity = 0;
+  uint32_t chunks = 1;                   ///< pack blocks per frame (each packs a run of regions)
   int values = 9;                        ///< S*S
   const uint32_t* region_counts = nullptr;
   const uint32_t* region_xy = nullptr;
   const int32_t* region_data = nullptr;
   const uint32_t* frame_totals = nullptr;
-  // Host-mapped output.
+  // Output (device memory, or host-mapped memory).
   uint32_t* out_counts = nullptr;        ///< [n_frames]
   uint16_t* out_x = nullptr;
   uint16_t* out_y = nullptr;
@@ -91,7 +96,8 @@ struct PackLaunch {
   uint64_t out_capacity = 0;             ///< clusters
   uint32_t* out_overflow = nullptr;      ///< set to 1 when anything did not fit
 };
-void launch_pack(const PackLaunch& p, cudaStream_t stream);
+/// One block per frame and chunk of regions; `threads` 0 = pack_threads().
+void launch_pack(const PackLaunch& p, cudaStream_t stream, int threads = 0);
 
 /// Copies the current-parity state (sum, sum2, mean, noise) of rows [row0, row1) into `snap`
 /// buffer 0 (and noise).
