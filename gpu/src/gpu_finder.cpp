@@ -1,10 +1,14 @@
-// The GPU cluster-finding engine: pinned staging slots, one H2D copy per batch and GPU, one
-// captured graph (snapshot + persistent find kernel) replayed per batch on the GPU's compute
-// stream, one pack kernel per batch writing only what was found straight into mapped pinned
-// memory, one completion event per batch. Several GPUs share one pedestal chain: each owns a
+// The GPU cluster-finding engine: pinned staging slots, one H2D copy per batch and GPU into a
+// ring of device frame buffers (one more than the slots, so that the next batch's copy may start
+// before the batch that last used its slot has been delivered), one captured graph (snapshot +
+// persistent find kernel) replayed per batch on the GPU's compute stream, one pack kernel per
+// batch after it into device memory, and a device-to-host copy of what was found on the copy
+// engine, one completion event per batch. Several GPUs share one pedestal chain: each owns a
 // band of rows and the bands at a GPU boundary wait for each other's progress counters through
 // peer memory, exactly as neighbouring bands on one GPU do.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -22,6 +26,17 @@ namespace {
 
 using namespace detail;
 namespace cm = cluster_math;
+
+/// Regions (find segments) one 256-thread pack block packs when the results go to device
+/// memory: 8, one per warp, or GLINT_PACK_REGIONS (1 to 1024; a tuning knob).
+uint32_t pack_regions() {
+  static const uint32_t r = [] {
+    const char* e = std::getenv("GLINT_PACK_REGIONS");
+    const int v = e ? std::atoi(e) : 8;
+    return static_cast<uint32_t>(v >= 1 && v <= 1024 ? v : 8);
+  }();
+  return r;
+}
 
 /// A full set of per-pixel state arrays on one GPU (whole-frame size, indexed by pixel).
 struct StateBuffers {
@@ -66,17 +81,22 @@ struct StateBuffers {
 
 /// What one batch slot holds on one GPU.
 struct LaneSlot {
-  Stream copy{StreamPriority::high};
+  Stream copy{StreamPriority::high};  // host-to-device copies
+  Stream out_stream;                  // device-to-host copies of the results
   Event in_done, found, done;
   Event t0{true}, t1{true};
-  DeviceBuffer<uint16_t> frames;
+  // GLINT_FIND_TIMELINE: pack and result-copy times.
+  Event pk0{true}, pk1{true}, d0{true}, d1{true};
+  int fb = 0, fb_next = 0;  // frame buffer of the batch in flight, of the one being uploaded
   DeviceBuffer<uint32_t> region_counts, region_xy, totals;
   DeviceBuffer<int32_t> region_data;
   uint32_t region_capacity = 0;
   DeviceBuffer<double> snap_sum, snap_sum2, snap_mean, snap_noise;
-  PinnedBuffer<unsigned char> out;
+  PinnedBuffer<unsigned char> out;     // the results on the host
+  DeviceBuffer<unsigned char> dout;    // the results on the device (copied into `out`)
   uint64_t out_capacity = 0;
-  GraphExec graph;
+  uint64_t copied = 0;                 // clusters per array that the enqueued copy brings back
+  std::vector<GraphExec> graphs;       // per frame buffer
   int n_frames = 0;
 
   uint32_t* overflow() const { return reinterpret_cast<uint32_t*>(out.get()); }
@@ -109,7 +129,21 @@ struct Lane {
   DeviceBuffer<uint16_t> dark_frames;
   DeviceBuffer<unsigned long long> profile;  // GLINT_FIND_PROFILE: cycles per band and phase
   DeviceBuffer<unsigned long long> release_ns;  // GLINT_FIND_PROFILE: release timestamps
+  DeviceBuffer<unsigned long long> launch_ts;   // GLINT_FIND_PROFILE: block entry/exit times
+  std::vector<DeviceBuffer<uint16_t>> frame_bufs;  // streams + 1
+  std::vector<Event> up0, up1;  // GLINT_FIND_TIMELINE: copy into each frame buffer
+  uint64_t copy_clusters = 0;  // clusters per batch the result copies bring back (0: all)
+  Event origin{true};          // GLINT_FIND_TIMELINE: time zero
   std::vector<LaneSlot> slots;
+};
+
+/// GLINT_FIND_TIMELINE: one batch on GPU 0 (microseconds since the engine was built).
+struct TimelineRow {
+  uint64_t seq = 0;
+  int slot = 0, fb = 0, n = 0;
+  uint64_t clusters = 0;
+  float up0 = 0, up1 = 0, f0 = 0, f1 = 0, pk0 = 0, pk1 = 0, d0 = 0, d1 = 0;
+  double h_submit = 0, h_wait0 = 0, h_wait1 = 0;
 };
 
 class GpuEngine final : public GpuClusterFinder {
@@ -141,6 +175,14 @@ class GpuEngine final : public GpuClusterFinder {
     capacity_per_frame_ = options_.cluster_capacity > 0
                               ? static_cast<uint64_t>(options_.cluster_capacity)
                               : std::max<uint64_t>(64, np_ / 16);
+    // Tuning and diagnosis aids: GLINT_FIND_OUTPUT=mapped packs into mapped host memory on the
+    // copy stream (the earlier design); GLINT_FIND_EARLY=0 copies a batch in only after the batch
+    // that last used its slot has been delivered; GLINT_FIND_TIMELINE=file writes per-batch
+    // device and host times of GPU 0 as CSV.
+    if (const char* e = std::getenv("GLINT_FIND_OUTPUT")) device_out_ = std::string(e) != "mapped";
+    if (const char* e = std::getenv("GLINT_FIND_EARLY")) early_upload_ = std::string(e) != "0";
+    if (const char* e = std::getenv("GLINT_FIND_TIMELINE")) timeline_path_ = e;
+    host_origin_ = std::chrono::steady_clock::now();
     build_lanes();
     slots_.resize(options_.streams);
     for (auto& s : slots_) {
@@ -150,6 +192,7 @@ class GpuEngine final : public GpuClusterFinder {
     for (auto& lane : lanes_) {
       DeviceGuard g(lane.device);
       lane.compute.synchronize();
+      lane.origin.record(lane.compute.get());
     }
     std::string names;
     for (int d : options_.devices) names += (names.empty() ? "" : ", ") + device_info(d).name;
@@ -159,10 +202,14 @@ class GpuEngine final : public GpuClusterFinder {
   ~GpuEngine() override {
     try {
       report_profile();
+      report_timeline();
       for (auto& lane : lanes_) {
         DeviceGuard g(lane.device);
         lane.compute.synchronize();
-        for (auto& s : lane.slots) s.copy.synchronize();
+        for (auto& s : lane.slots) {
+          s.copy.synchronize();
+          s.out_stream.synchronize();
+        }
       }
       // Each GPU's resources are released with that GPU current.
       for (auto& lane : lanes_) {
@@ -182,7 +229,17 @@ class GpuEngine final : public GpuClusterFinder {
 
   std::span<uint16_t> staging() override {
     Slot& s = slots_[next_slot_];
-    if (s.in_flight) collect(next_slot_);
+    if (s.in_flight) {
+      if (early_upload_) {
+        // The staging is free once its copy to the GPU is done; the results follow in submit().
+        for (auto& lane : lanes_) {
+          DeviceGuard g(lane.device);
+          lane.slots[next_slot_].in_done.synchronize();
+        }
+      } else {
+        collect(next_slot_);
+      }
+    }
     return {s.staging.get(), np_ * options_.batch_frames};
   }
 
@@ -195,9 +252,21 @@ class GpuEngine final : public GpuClusterFinder {
                                   std::to_string(options_.batch_frames));
     const int si = next_slot_;
     Slot& s = slots_[si];
-    if (s.in_flight) collect(si);
+    const double t_submit = host_us();
+    // The frame buffer of this batch: the one used S+1 batches ago, delivered by now. The batch
+    // that last used this slot keeps its own frames (an overflow re-runs it from them).
+    const int fb = next_fb_;
+    next_fb_ = (next_fb_ + 1) % (options_.streams + 1);
+    if (early_upload_) {
+      for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue_upload(li, si, n, fb);
+      if (s.in_flight) collect(si);
+    } else {
+      if (s.in_flight) collect(si);
+      for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue_upload(li, si, n, fb);
+    }
     s.numbers.assign(frame_numbers.begin(), frame_numbers.end());
     s.n_frames = n;
+    s.host_submit = t_submit;
     for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue(li, si, n);
     s.in_flight = true;
     s.sequence = submitted_++;
@@ -217,7 +286,7 @@ class GpuEngine final : public GpuClusterFinder {
     const std::size_t n_total = check_dark_frames(params_, frames);
     const std::size_t chunk = static_cast<std::size_t>(options_.batch_frames);
     Slot& s = slots_[next_slot_];
-    if (s.in_flight) collect(next_slot_);
+    if (s.in_flight) collect(next_slot_);  // also frees its staging
     const int par = static_cast<int>(frames_done_ & 1u);
     for (std::size_t f0 = 0; f0 < n_total; f0 += chunk) {
       const std::size_t n = std::min(chunk, n_total - f0);
@@ -316,7 +385,14 @@ class GpuEngine final : public GpuClusterFinder {
     int n_frames = 0;
     bool in_flight = false;
     uint64_t sequence = 0;
+    double host_submit = 0;  // GLINT_FIND_TIMELINE
   };
+
+  double host_us() const {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                     host_origin_)
+        .count();
+  }
 
   static void append(ClusterTable& out, const GpuBatchView& v) {
     auto& frames = out.frames_mut();
@@ -364,7 +440,65 @@ class GpuEngine final : public GpuClusterFinder {
               std::to_string(static_cast<long long>(100.0 * waited / lane.blocks /
                                                     static_cast<double>(stats_.frames))) +
               " % of frames, where the segment waited)";
+    // Whole launches from the blocks' own clocks: span from the first block's entry to the last
+    // block's exit, spread of the entries and exits, SM clock (cycles per nanosecond).
+    if (lane.launch_ts.get()) {
+      std::vector<unsigned long long> t(lane.launch_ts.size());
+      GLINT_CUDA_CHECK(cudaMemcpy(t.data(), lane.launch_ts.get(), t.size() * sizeof(t[0]),
+                                  cudaMemcpyDeviceToHost));
+      std::vector<double> span, in_spread, out_spread, mhz;
+      for (int r = 0; r < kLaunchRecords; ++r) {
+        const unsigned long long* q = t.data() + static_cast<std::size_t>(r) * lane.blocks * 4;
+        unsigned long long e0 = ~0ull, e1 = 0, x0 = ~0ull, x1 = 0;
+        double clk = 0, ns = 0;
+        bool ok = true;
+        for (uint32_t b = 0; b < lane.blocks; ++b) {
+          const unsigned long long* v = q + b * 4;
+          if (v[0] == 0 || v[2] < v[0]) ok = false;
+          e0 = std::min(e0, v[0]);
+          e1 = std::max(e1, v[0]);
+          x0 = std::min(x0, v[2]);
+          x1 = std::max(x1, v[2]);
+          clk += static_cast<double>(v[3] - v[1]);
+          ns += static_cast<double>(v[2] - v[0]);
+        }
+        if (!ok || ns <= 0) continue;
+        span.push_back(static_cast<double>(x1 - e0) * 1e-3);
+        in_spread.push_back(static_cast<double>(e1 - e0) * 1e-3);
+        out_spread.push_back(static_cast<double>(x1 - x0) * 1e-3);
+        mhz.push_back(clk / ns * 1e3);
+      }
+      const auto median = [](std::vector<double> v) {
+        if (v.empty()) return 0.0;
+        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+        return v[v.size() / 2];
+      };
+      if (!span.empty())
+        line += "; launches (" + std::to_string(span.size()) + " recorded, medians): span " +
+                std::to_string(median(span)) + " us, block entries spread " +
+                std::to_string(median(in_spread)) + " us, exits spread " +
+                std::to_string(median(out_spread)) + " us, SM clock " +
+                std::to_string(median(mhz)) + " MHz";
+    }
     log::write(log::Level::info, line);
+  }
+
+  /// With GLINT_FIND_TIMELINE: the per-batch times of GPU 0 as CSV (a tuning aid).
+  void report_timeline() {
+    if (timeline_path_.empty() || timeline_.empty()) return;
+    FILE* f = std::fopen(timeline_path_.c_str(), "w");
+    if (!f) {
+      log::write(log::Level::warn, "GPU finder: cannot write the timeline to " + timeline_path_);
+      return;
+    }
+    std::fprintf(f, "seq,slot,fb,frames,clusters,up0,up1,find0,find1,pack0,pack1,d2h0,d2h1,"
+                    "host_submit,host_wait0,host_wait1\n");
+    for (const TimelineRow& r : timeline_)
+      std::fprintf(f, "%llu,%d,%d,%d,%llu,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n",
+                   static_cast<unsigned long long>(r.seq), r.slot, r.fb, r.n,
+                   static_cast<unsigned long long>(r.clusters), r.up0, r.up1, r.f0, r.f1, r.pk0,
+                   r.pk1, r.d0, r.d1, r.h_submit, r.h_wait0, r.h_wait1);
+    std::fclose(f);
   }
 
   void build_lanes() {
@@ -386,12 +520,20 @@ class GpuEngine final : public GpuClusterFinder {
       lane.live = StateBuffers(np_, lane.blocks, lane.compute.get());
       lane.dark_frames = DeviceBuffer<uint16_t>(static_cast<std::size_t>(lane.fr1 - lane.fr0) *
                                                 cols * options_.batch_frames);
+      lane.frame_bufs.resize(options_.streams + 1);
+      for (int i = 0; i <= options_.streams; ++i) {
+        lane.up0.emplace_back(true);
+        lane.up1.emplace_back(true);
+      }
       lane.slots.resize(options_.streams);
+      for (auto& ls : lane.slots) ls.graphs.resize(options_.streams + 1);
       if (li == 0 && std::getenv("GLINT_FIND_PROFILE") != nullptr) {
         lane.profile = DeviceBuffer<unsigned long long>(lane.blocks * kFindProfileSlots);
         lane.profile.zero(lane.compute.get());
         lane.release_ns = DeviceBuffer<unsigned long long>(2 * lane.blocks);
         lane.release_ns.zero(lane.compute.get());
+        lane.launch_ts = DeviceBuffer<unsigned long long>(kLaunchRecords * lane.blocks * 4);
+        lane.launch_ts.zero(lane.compute.get());
       }
     }
     if (n_lanes > 1) {
@@ -478,9 +620,6 @@ class GpuEngine final : public GpuClusterFinder {
     const std::size_t b = static_cast<std::size_t>(options_.batch_frames);
     const uint32_t want_region = std::max(region_capacity_for(lane), min_region_capacity_);
     const uint64_t want_out = capacity_per_frame_ * b;
-    if (!ls.frames.get())
-      ls.frames = DeviceBuffer<uint16_t>(static_cast<std::size_t>(lane.fr1 - lane.fr0) *
-                                         params_.shape.cols * b);
     if (!ls.totals.get()) {
       ls.totals = DeviceBuffer<uint32_t>(b);
       ls.region_counts = DeviceBuffer<uint32_t>(b * lane.blocks);
@@ -495,13 +634,14 @@ class GpuEngine final : public GpuClusterFinder {
       ls.region_capacity = want_region;
       ls.region_xy = DeviceBuffer<uint32_t>(b * lane.blocks * want_region);
       ls.region_data = DeviceBuffer<int32_t>(b * lane.blocks * want_region * values_);
-      ls.graph = GraphExec();
+      for (auto& g : ls.graphs) g = GraphExec();
     }
     if (ls.out_capacity < want_out) {
       ls.out_capacity = want_out;
-      ls.out = PinnedBuffer<unsigned char>(out_layout(options_.batch_frames, want_out,
-                                                      values_).bytes);
-      ls.graph = GraphExec();
+      const std::size_t bytes = out_layout(options_.batch_frames, want_out, values_).bytes;
+      ls.out = PinnedBuffer<unsigned char>(bytes);
+      ls.dout = device_out_ ? DeviceBuffer<unsigned char>(bytes) : DeviceBuffer<unsigned char>();
+      for (auto& g : ls.graphs) g = GraphExec();
     }
   }
 
@@ -553,7 +693,7 @@ class GpuEngine final : public GpuClusterFinder {
     p.system_scope = lanes_.size() > 1;
     p.frames_done = state_of(lane).frames_done.get();
     p.blocks_done = state_of(lane).blocks_done.get();
-    p.frames = ls.frames.get();
+    p.frames = lane.frame_bufs[ls.fb].get();
     p.n_frames = static_cast<uint32_t>(n);
     p.region_counts = region_counts;
     p.region_xy = region_xy;
@@ -562,6 +702,7 @@ class GpuEngine final : public GpuClusterFinder {
     p.frame_totals = totals;
     p.profile = rescue ? nullptr : lane.profile.get();
     p.release_ns = lane.release_ns.get();
+    p.launch_ts = rescue ? nullptr : lane.launch_ts.get();
     return p;
   }
 
@@ -617,67 +758,180 @@ class GpuEngine final : public GpuClusterFinder {
                 s);
   }
 
+  /// The host-to-device copy of slot si's staging into frame buffer fb.
+  void enqueue_upload(std::size_t li, int si, int n, int fb) {
+    Lane& lane = lanes_[li];
+    LaneSlot& ls = lane.slots[si];
+    DeviceGuard g(lane.device);
+    const std::size_t b = static_cast<std::size_t>(options_.batch_frames);
+    if (!lane.frame_bufs[fb].get())
+      lane.frame_bufs[fb] = DeviceBuffer<uint16_t>(static_cast<std::size_t>(lane.fr1 - lane.fr0) *
+                                                   params_.shape.cols * b);
+    ls.fb_next = fb;
+    if (!timeline_path_.empty()) lane.up0[fb].record(ls.copy.get());
+    upload(lane, lane.frame_bufs[fb].get(), slots_[si].staging.get(), static_cast<std::size_t>(n),
+           ls.copy.get());
+    if (!timeline_path_.empty()) lane.up1[fb].record(ls.copy.get());
+    ls.in_done.record(ls.copy.get());
+  }
+
+  /// The find, pack and result copy of slot si's batch (its frames already being copied).
   void enqueue(std::size_t li, int si, int n) {
     Lane& lane = lanes_[li];
     LaneSlot& ls = lane.slots[si];
     DeviceGuard g(lane.device);
     ensure_slot_buffers(lane, ls);
-    *ls.overflow() = 0;
+    ls.fb = ls.fb_next;
     ls.n_frames = n;
-    upload(lane, ls.frames.get(), slots_[si].staging.get(), static_cast<std::size_t>(n),
-           ls.copy.get());
-    ls.in_done.record(ls.copy.get());
+    const bool tl = !timeline_path_.empty();
     cudaStream_t cs = lane.compute.get();
     GLINT_CUDA_CHECK(cudaStreamWaitEvent(cs, ls.in_done.get(), 0));
     ls.t0.record(cs);
     if (n == options_.batch_frames) {
-      if (!ls.graph) {
-        cudaGraph_t graph = nullptr;
+      GraphExec& graph = ls.graphs[ls.fb];
+      if (!graph) {
+        cudaGraph_t captured = nullptr;
         GLINT_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
         try {
           enqueue_find(li, ls, n, cs);
         } catch (...) {
-          (void)cudaStreamEndCapture(cs, &graph);
-          if (graph) (void)cudaGraphDestroy(graph);
+          (void)cudaStreamEndCapture(cs, &captured);
+          if (captured) (void)cudaGraphDestroy(captured);
           throw;
         }
-        GLINT_CUDA_CHECK(cudaStreamEndCapture(cs, &graph));
-        ls.graph = GraphExec(graph);
+        GLINT_CUDA_CHECK(cudaStreamEndCapture(cs, &captured));
+        graph = GraphExec(captured);
       }
-      ls.graph.launch(cs);
+      graph.launch(cs);
       ++stats_.graph_launches;
     } else {
       enqueue_find(li, ls, n, cs);
       stats_.direct_launches += 2;
     }
     ls.t1.record(cs);
-    ls.found.record(cs);
-    GLINT_CUDA_CHECK(cudaStreamWaitEvent(ls.copy.get(), ls.found.get(), 0));
-    launch_pack(make_pack(lane, ls, n, ls.region_counts.get(), ls.region_xy.get(),
-                          ls.region_data.get(), ls.region_capacity, ls.totals.get(),
-                          ls.out.get(), ls.out_capacity),
-                ls.copy.get());
-    ++stats_.direct_launches;
-    ls.done.record(ls.copy.get());
+    if (device_out_) {
+      // Pack into device memory right after the find (a few tens of microseconds on the SMs,
+      // which the next find needs whole), then copy what was found with the copy engine while
+      // the next batch is searched.
+      GLINT_CUDA_CHECK(cudaMemsetAsync(ls.dout.get(), 0, sizeof(uint32_t), cs));
+      if (tl) ls.pk0.record(cs);
+      PackLaunch pk = make_pack(lane, ls, n, ls.region_counts.get(), ls.region_xy.get(),
+                                ls.region_data.get(), ls.region_capacity, ls.totals.get(),
+                                ls.dout.get(), ls.out_capacity);
+      pk.chunks = (lane.blocks + pack_regions() - 1) / pack_regions();
+      launch_pack(pk, cs, 256);
+      ++stats_.direct_launches;
+      if (tl) ls.pk1.record(cs);
+      ls.found.record(cs);
+      cudaStream_t os = ls.out_stream.get();
+      GLINT_CUDA_CHECK(cudaStreamWaitEvent(os, ls.found.get(), 0));
+      if (tl) ls.d0.record(os);
+      const uint64_t want = lane.copy_clusters == 0 ? ls.out_capacity : lane.copy_clusters;
+      ls.copied = std::min<uint64_t>(want, ls.out_capacity);
+      copy_results(lane, ls, 0, ls.copied, os);
+      if (tl) ls.d1.record(os);
+      ls.done.record(os);
+    } else {
+      *ls.overflow() = 0;
+      ls.found.record(cs);
+      GLINT_CUDA_CHECK(cudaStreamWaitEvent(ls.copy.get(), ls.found.get(), 0));
+      if (tl) ls.pk0.record(ls.copy.get());
+      launch_pack(make_pack(lane, ls, n, ls.region_counts.get(), ls.region_xy.get(),
+                            ls.region_data.get(), ls.region_capacity, ls.totals.get(),
+                            ls.out.get(), ls.out_capacity),
+                  ls.copy.get());
+      ++stats_.direct_launches;
+      if (tl) {
+        ls.pk1.record(ls.copy.get());
+        ls.d0.record(ls.copy.get());
+        ls.d1.record(ls.copy.get());
+      }
+      ls.copied = ls.out_capacity;
+      ls.done.record(ls.copy.get());
+    }
+  }
+
+  /// Copies clusters [c0, c1) of slot ls's device results into its host buffer (with c0 == 0
+  /// also the overflow flag and the per-frame counts).
+  void copy_results(const Lane& lane, const LaneSlot& ls, uint64_t c0, uint64_t c1,
+                    cudaStream_t s) const {
+    (void)lane;
+    const OutLayout l = out_layout(options_.batch_frames, ls.out_capacity, values_);
+    const auto copy = [&](std::size_t from, std::size_t to) {
+      if (to > from)
+        GLINT_CUDA_CHECK(cudaMemcpyAsync(ls.out.get() + from, ls.dout.get() + from, to - from,
+                                         cudaMemcpyDeviceToHost, s));
+    };
+    if (c0 == 0) {
+      copy(0, l.x + sizeof(uint16_t) * c1);  // flag, counts, x
+    } else {
+      copy(l.x + sizeof(uint16_t) * c0, l.x + sizeof(uint16_t) * c1);
+    }
+    copy(l.y + sizeof(uint16_t) * c0, l.y + sizeof(uint16_t) * c1);
+    copy(l.data + sizeof(int32_t) * values_ * c0, l.data + sizeof(int32_t) * values_ * c1);
   }
 
   /// Waits for slot si's batch, re-runs it exactly if its clusters did not fit, hands the
   /// results to the sink.
   void collect(int si) {
     Slot& s = slots_[si];
+    const int n = s.n_frames;
     bool overflow = false;
-    for (auto& lane : lanes_) {
+    for (std::size_t li = 0; li < lanes_.size(); ++li) {
+      Lane& lane = lanes_[li];
       DeviceGuard g(lane.device);
       LaneSlot& ls = lane.slots[si];
+      const double w0 = host_us();
       ls.done.synchronize();
+      const double w1 = host_us();
       ++stats_.host_syncs;
       float ms = 0;
       GLINT_CUDA_CHECK(cudaEventElapsedTime(&ms, ls.t0.get(), ls.t1.get()));
       stats_.kernel_ms += ms;
-      overflow = overflow || *ls.overflow() != 0;
+      const bool lane_overflow = *ls.overflow() != 0;
+      overflow = overflow || lane_overflow;
+      uint64_t total = 0;
+      if (!lane_overflow) {
+        const OutLayout l = out_layout(options_.batch_frames, ls.out_capacity, values_);
+        const auto* counts = reinterpret_cast<const uint32_t*>(ls.out.get() + l.counts);
+        for (int i = 0; i < n; ++i) total += counts[i];
+      }
+      if (device_out_ && !lane_overflow) {
+        // More than the copy brought back (the load rose): the rest now, then a larger copy.
+        if (total > ls.copied) {
+          ++stats_.result_recopies;
+          copy_results(lane, ls, ls.copied, total, ls.out_stream.get());
+          ls.out_stream.synchronize();
+        }
+        lane.copy_clusters = total + total / 4 + 16 * static_cast<uint64_t>(options_.batch_frames);
+      }
+      if (li == 0 && !timeline_path_.empty()) {
+        TimelineRow r;
+        r.seq = s.sequence;
+        r.slot = si;
+        r.fb = ls.fb;
+        r.n = n;
+        r.clusters = total;
+        const auto at = [&](const Event& e) {
+          float t = 0;
+          GLINT_CUDA_CHECK(cudaEventElapsedTime(&t, lane.origin.get(), e.get()));
+          return t * 1000.0f;
+        };
+        r.up0 = at(lane.up0[ls.fb]);
+        r.up1 = at(lane.up1[ls.fb]);
+        r.f0 = at(ls.t0);
+        r.f1 = at(ls.t1);
+        r.pk0 = at(ls.pk0);
+        r.pk1 = at(ls.pk1);
+        r.d0 = at(ls.d0);
+        r.d1 = at(ls.d1);
+        r.h_submit = s.host_submit;
+        r.h_wait0 = w0;
+        r.h_wait1 = w1;
+        timeline_.push_back(r);
+      }
     }
     s.in_flight = false;
-    const int n = s.n_frames;
     std::vector<const unsigned char*> outs(lanes_.size());
     std::vector<uint64_t> caps(lanes_.size());
     for (std::size_t li = 0; li < lanes_.size(); ++li) {
@@ -829,6 +1083,12 @@ class GpuEngine final : public GpuClusterFinder {
     capacity_per_frame_ = std::max<uint64_t>(capacity_per_frame_ * 2, max_frame_total);
   }
 
+  bool device_out_ = true;    // pack into device memory, copy with the copy engine
+  bool early_upload_ = true;  // copy the next batch in before delivering the slot's last one
+  std::string timeline_path_;
+  std::vector<TimelineRow> timeline_;
+  std::chrono::steady_clock::time_point host_origin_;
+  int next_fb_ = 0;
   FinderParams params_;
   GpuFinderOptions options_;
   cm::Thresholds thresholds_;

@@ -2,6 +2,7 @@
 // batch size, stream count and GPU count, crowded frames, n_sigma 3, all cluster sizes, overflow.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -231,6 +232,47 @@ TEST(GpuFinder, OverflowIsRerunExactlyAndCounted) {
   expect_same(out, d.expected);
   expect_same_bits(ped, d.expected_pedestal);
   EXPECT_GE(st.overflow_reruns, 1u);
+}
+
+TEST(GpuFinder, ResultsOutgrowingTheCopyAreCompleted) {
+  // The result copy of a batch is sized from the batches before it; quiet frames, then busy
+  // ones: the first busy batches find more than that copy brings back, and the rest follows.
+  GLINT_REQUIRE_GPU();
+  FinderParams p;
+  p.shape = {96, 128};
+  // One generator: frames [0, 1100) are dark (the last 24 of them go in as quiet data frames,
+  // after more dark frames than the pedestal window), then 40 frames of ~400 photons.
+  glint::synth::Config c;
+  c.shape = p.shape;
+  c.seed = 53;
+  c.dark_frames = 1100;
+  c.photons = 400.0;
+  c.crowded_every = 0;
+  const glint::synth::Generator gen(c);
+  const std::size_t np = p.shape.pixels();
+  std::vector<uint16_t> dark(1076 * np), frames(64 * np);
+  gen.fill_many(0, 1076, dark);
+  gen.fill_many(1076, 64, frames);
+  std::vector<uint64_t> numbers(64);
+  std::iota(numbers.begin(), numbers.end(), 1076);
+  auto ref = glint::make_reference_finder(p);
+  ref->push_dark(dark);
+  ClusterTable want(3);
+  ref->find(frames, numbers, want);
+  ASSERT_GT(want.n_clusters(), 40u * 200u);  // the busy frames really are busy
+
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 8;
+  o.streams = 2;
+  auto f = glint::gpu::make_gpu_finder(p, o);
+  f->push_dark(dark);
+  ClusterTable got(3);
+  f->find(frames, numbers, got);
+  expect_same(got, want);
+  expect_same_bits(f->pedestal(), ref->pedestal());
+  const char* mode = std::getenv("GLINT_FIND_OUTPUT");
+  if (mode == nullptr || std::string(mode) != "mapped") EXPECT_GE(f->stats().result_recopies, 1u);
+  EXPECT_EQ(f->stats().overflow_reruns, 0u);
 }
 
 TEST(GpuFinder, StreamingAndPedestalReadBackMidRun) {

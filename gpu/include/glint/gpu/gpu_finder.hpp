@@ -41,6 +41,9 @@ struct GpuFinderStats {
   uint64_t direct_launches = 0;  ///< kernels launched outside a graph (partial batches, dark)
   uint64_t host_syncs = 0;       ///< host waits on a batch's completion event (one per batch)
   uint64_t overflow_reruns = 0;  ///< batches re-run because their clusters did not fit
+  /// Batches whose results outgrew the device-to-host copy sized from an earlier batch: the rest
+  /// was copied once the batch had finished (one more host wait, not counted in host_syncs).
+  uint64_t result_recopies = 0;
   double kernel_ms = 0.0;        ///< device time of the find work (events), summed over batches
 };
 
