@@ -685,6 +685,31 @@ __device__ __forceinline__ void march_planes(int q0, int q1, Buf& A, Buf& B, Loa
   }
 }
 
+/// Plane loads of the two-state marching kernels for a thread's K points (zeros outside the
+/// volume or where `in` is false): p_k in [0..2], p_{k-1} in [3..5], b in [6].
+template <int K, class P>
+__device__ __forceinline__ void load_two_state(float (&L)[K][7], bool in, long long qb,
+                                               const CDual& cur, const CDual& prev,
+                                               const float* b, const P& pt) {
+  const float *__restrict__ cx = opaque(cur.x + qb), *__restrict__ cy = opaque(cur.y + qb),
+              *__restrict__ cz = opaque(cur.z + qb);
+  const float *__restrict__ px_ = opaque(prev.x + qb), *__restrict__ py = opaque(prev.y + qb),
+              *__restrict__ pz = opaque(prev.z + qb);
+  const float* __restrict__ bq = opaque(b + qb);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const bool ok = in && pt.ok[k];
+    const unsigned o = static_cast<unsigned>(pt.off[k]);
+    L[k][0] = ok ? __ldg(cx + o) : 0.f;
+    L[k][1] = ok ? __ldg(cy + o) : 0.f;
+    L[k][2] = ok ? __ldg(cz + o) : 0.f;
+    L[k][3] = ok ? __ldg(px_ + o) : 0.f;
+    L[k][4] = ok ? __ldg(py + o) : 0.f;
+    L[k][5] = ok ? __ldg(pz + o) : 0.f;
+    L[k][6] = ok ? __ldg(bq + o) : 0.f;
+  }
+}
+
 /// z at one plane for a thread's K points (a column of rows): the primal update from b and r at
 /// the plane, with r_x of the left neighbour (shuffle), r_y of the row before (the thread's own,
 /// or the warp before's last row in `row_before`), and r_z of the plane before (`r_before`,
@@ -748,25 +773,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   auto load = [&](Buf& L, int q) {
     const bool in = q >= 0 && q < g.nz && q <= zend;
     const long long qb = static_cast<long long>(in ? q : 0) * g.plane;
-    const float* __restrict__ bq = opaque(b + qb);
     if constexpr (S::kTwoState) {
-      const float *__restrict__ cx = opaque(src.cur.x + qb), *__restrict__ cy = opaque(src.cur.y + qb),
-                  *__restrict__ cz = opaque(src.cur.z + qb);
-      const float *__restrict__ px_ = opaque(src.prev.x + qb), *__restrict__ py = opaque(src.prev.y + qb),
-                  *__restrict__ pz = opaque(src.prev.z + qb);
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const bool ok = in && pt.ok[k];
-        const unsigned o = static_cast<unsigned>(pt.off[k]);
-        L[k][0] = ok ? __ldg(cx + o) : 0.f;
-        L[k][1] = ok ? __ldg(cy + o) : 0.f;
-        L[k][2] = ok ? __ldg(cz + o) : 0.f;
-        L[k][3] = ok ? __ldg(px_ + o) : 0.f;
-        L[k][4] = ok ? __ldg(py + o) : 0.f;
-        L[k][5] = ok ? __ldg(pz + o) : 0.f;
-        L[k][6] = ok ? __ldg(bq + o) : 0.f;
-      }
+      load_two_state<K>(L, in, qb, src.cur, src.prev, b, pt);
     } else {
+      const float* __restrict__ bq = opaque(b + qb);
       const float *__restrict__ rx = opaque(src.r.x + qb), *__restrict__ ry = opaque(src.r.y + qb),
                   *__restrict__ rz = opaque(src.r.z + qb);
       const float *ox = opaque(src.pold.x + qb), *oy = opaque(src.pold.y + qb), *oz = opaque(src.pold.z + qb);
@@ -869,24 +879,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   using Buf = float[K][7];
   auto load = [&](Buf& L, int q) {
     const bool in = q >= 0 && q < g.nz && q <= zend + 1;
-    const long long qb = static_cast<long long>(in ? q : 0) * g.plane;
-    const float *__restrict__ cx = opaque(cur.x + qb), *__restrict__ cy = opaque(cur.y + qb),
-                *__restrict__ cz = opaque(cur.z + qb);
-    const float *__restrict__ px_ = opaque(prev.x + qb), *__restrict__ py = opaque(prev.y + qb),
-                *__restrict__ pz = opaque(prev.z + qb);
-    const float* __restrict__ bq = opaque(b + qb);
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const bool ok = in && pt.ok[k];
-      const unsigned o = static_cast<unsigned>(pt.off[k]);
-      L[k][0] = ok ? __ldg(cx + o) : 0.f;
-      L[k][1] = ok ? __ldg(cy + o) : 0.f;
-      L[k][2] = ok ? __ldg(cz + o) : 0.f;
-      L[k][3] = ok ? __ldg(px_ + o) : 0.f;
-      L[k][4] = ok ? __ldg(py + o) : 0.f;
-      L[k][5] = ok ? __ldg(pz + o) : 0.f;
-      L[k][6] = ok ? __ldg(bq + o) : 0.f;
-    }
+    load_two_state<K>(L, in, static_cast<long long>(in ? q : 0) * g.plane, cur, prev, b, pt);
   };
   // Carried: at u = q - 1: r_{k+1}, p_k, b, z_{k+1}; at v = q - 2: r_{k+2}, z_{k+2}.
   float r1u[K][3], cu[K][3], bu[K], z1u[K], r2v[K][3], z2v[K];
