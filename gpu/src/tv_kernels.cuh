@@ -685,6 +685,76 @@ __device__ __forceinline__ void march_planes(int q0, int q1, Buf& A, Buf& B, Loa
   }
 }
 
+/// Plane loads of the two-state marching kernels for a thread's K points (zeros outside the
+/// volume or where `in` is false): p_k in [0..2], p_{k-1} in [3..5], b in [6].
+template <int K, class P>
+__device__ __forceinline__ void load_two_state(float (&L)[K][7], bool in, long long qb,
+                                               const CDual& cur, const CDual& prev,
+                                               const float* b, const P& pt) {
+  const float *__restrict__ cx = opaque(cur.x + qb), *__restrict__ cy = opaque(cur.y + qb),
+              *__restrict__ cz = opaque(cur.z + qb);
+  const float *__restrict__ px_ = opaque(prev.x + qb), *__restrict__ py = opaque(prev.y + qb),
+              *__restrict__ pz = opaque(prev.z + qb);
+  const float* __restrict__ bq = opaque(b + qb);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const bool ok = in && pt.ok[k];
+    const unsigned o = static_cast<unsigned>(pt.off[k]);
+    L[k][0] = ok ? __ldg(cx + o) : 0.f;
+    L[k][1] = ok ? __ldg(cy + o) : 0.f;
+    L[k][2] = ok ? __ldg(cz + o) : 0.f;
+    L[k][3] = ok ? __ldg(px_ + o) : 0.f;
+    L[k][4] = ok ? __ldg(py + o) : 0.f;
+    L[k][5] = ok ? __ldg(pz + o) : 0.f;
+    L[k][6] = ok ? __ldg(bq + o) : 0.f;
+  }
+}
+
+/// z at one plane for a thread's K points (a column of rows): the primal update from b and r at
+/// the plane, with r_x of the left neighbour (shuffle), r_y of the row before (the thread's own,
+/// or the warp before's last row in `row_before`), and r_z of the plane before (`r_before`,
+/// absent at the first plane). Points outside `in` get 0. Every lane must call it (shuffles).
+template <int K, class P>
+__device__ __forceinline__ void column_primal(float (&z)[K], bool in, const float (&b)[K],
+                                              const float (&r)[K][3],
+                                              const float (&r_before)[K][3], bool has_before,
+                                              const float* row_before, const P& pt, float w,
+                                              bool nonneg) {
+  float rxm[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) rxm[k] = shfl_up1(r[k][0]);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const float rym = k > 0 ? r[k > 0 ? k - 1 : 0][1] : row_before[threadIdx.x];
+    z[k] = in ? m::primal(b[k], Vec3{r[k][0], r[k][1], r[k][2]}, pt.hasxm ? rxm[k] : 0.0f,
+                          pt.hasym[k] ? rym : 0.0f, has_before ? r_before[k][2] : 0.0f, w, nonneg)
+              : 0.0f;
+  }
+}
+
+/// p' at one plane for a thread's K points where `active`: the projection of r plus the gradient
+/// of z, with z of the right neighbour (shuffle), of the row after (the thread's own, or the warp
+/// after's first row in `row_after`) and of the plane after (`z_after`); emit(k, p') takes each.
+/// Every lane must call it (shuffles).
+template <int K, class P, class Emit>
+__device__ __forceinline__ void column_dual(bool active, const float (&r)[K][3], const float (&z)[K],
+                                            const float (&z_after)[K], const float* row_after,
+                                            bool last_plane, const P& pt, float cst,
+                                            Emit&& emit) {
+  float zxp[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) zxp[k] = shfl_down1(z[k]);
+  if (!active) return;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const float zyp = k < K - 1 ? z[k < K - 1 ? k + 1 : k] : row_after[threadIdx.x];
+    emit(k, m::project(Vec3{r[k][0], r[k][1], r[k][2]},
+                       m::gradient(z[k], zxp[k], zyp, z_after[k], pt.lastx, pt.lasty[k],
+                                   last_plane),
+                       cst));
+  }
+}
+
 /// One FGP step (two-state: 10 volumes; fused: 13), register marching, halo 1. p' to `out`
 /// (two-state) or p' to p in place and r' = momentum(p', p) to `out` (fused).
 template <class S, int K, int D>
@@ -703,25 +773,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   auto load = [&](Buf& L, int q) {
     const bool in = q >= 0 && q < g.nz && q <= zend;
     const long long qb = static_cast<long long>(in ? q : 0) * g.plane;
-    const float* __restrict__ bq = opaque(b + qb);
     if constexpr (S::kTwoState) {
-      const float *__restrict__ cx = opaque(src.cur.x + qb), *__restrict__ cy = opaque(src.cur.y + qb),
-                  *__restrict__ cz = opaque(src.cur.z + qb);
-      const float *__restrict__ px_ = opaque(src.prev.x + qb), *__restrict__ py = opaque(src.prev.y + qb),
-                  *__restrict__ pz = opaque(src.prev.z + qb);
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const bool ok = in && pt.ok[k];
-        const unsigned o = static_cast<unsigned>(pt.off[k]);
-        L[k][0] = ok ? __ldg(cx + o) : 0.f;
-        L[k][1] = ok ? __ldg(cy + o) : 0.f;
-        L[k][2] = ok ? __ldg(cz + o) : 0.f;
-        L[k][3] = ok ? __ldg(px_ + o) : 0.f;
-        L[k][4] = ok ? __ldg(py + o) : 0.f;
-        L[k][5] = ok ? __ldg(pz + o) : 0.f;
-        L[k][6] = ok ? __ldg(bq + o) : 0.f;
-      }
+      load_two_state<K>(L, in, qb, src.cur, src.prev, b, pt);
     } else {
+      const float* __restrict__ bq = opaque(b + qb);
       const float *__restrict__ rx = opaque(src.r.x + qb), *__restrict__ ry = opaque(src.r.y + qb),
                   *__restrict__ rz = opaque(src.r.z + qb);
       const float *ox = opaque(src.pold.x + qb), *oy = opaque(src.pold.y + qb), *oz = opaque(src.pold.z + qb);
@@ -769,44 +824,23 @@ __global__ void __launch_bounds__(32 * kWarps)
     __syncthreads();
     // z at plane q.
     float zq[K];
-    const bool zin = q >= z0 && q < g.nz;
-    float rxm[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) rxm[k] = shfl_up1(rq[k][0]);
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const float rym = k > 0 ? rq[k > 0 ? k - 1 : 0][1] : sry[q & 1][wdn][lane];
-      zq[k] = zin ? m::primal(bq[k], Vec3{rq[k][0], rq[k][1], rq[k][2]},
-                              pt.hasxm ? rxm[k] : 0.0f, pt.hasym[k] ? rym : 0.0f,
-                              q > 0 ? ru[k][2] : 0.0f, w, nonneg)
-                  : 0.0f;
-    }
+    column_primal<K>(zq, q >= z0 && q < g.nz, bq, rq, ru, q > 0, sry[q & 1][wdn], pt, w, nonneg);
     szz[q & 1][wp][lane] = zq[0];
     // p at plane u = q - 1.
     const int u = q - 1;
-    float zxp[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) zxp[k] = shfl_down1(zu[k]);
-    if (u >= z0 && u < zend) {
-      const long long ub = static_cast<long long>(u) * g.plane;
-      const bool lz = u == g.nz - 1;
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const float zyp = k < K - 1 ? zu[k < K - 1 ? k + 1 : k] : szz[u & 1][wup][lane];
-        const Vec3 pn =
-            m::project(Vec3{ru[k][0], ru[k][1], ru[k][2]},
-                       m::gradient(zu[k], zxp[k], zyp, zq[k], pt.lastx, pt.lasty[k], lz), cst);
-        if (pt.tile[k]) {
-          const int o = pt.off[k];
-          if constexpr (S::kTwoState) {
-            store_at(out, ub, o, pn);
-          } else {
-            store_at(p, ub, o, pn);
-            store_at(out, ub, o, m::momentum(pn, Vec3{pu[k][0], pu[k][1], pu[k][2]}, mom));
-          }
-        }
-      }
-    }
+    const long long ub = static_cast<long long>(u) * g.plane;
+    column_dual<K>(u >= z0 && u < zend, ru, zu, zq, szz[u & 1][wup], u == g.nz - 1, pt, cst,
+                   [&](int k, const Vec3& pn) {
+                     if (!pt.tile[k]) return;
+                     const int o = pt.off[k];
+                     if constexpr (S::kTwoState) {
+                       store_at(out, ub, o, pn);
+                     } else {
+                       store_at(p, ub, o, pn);
+                       store_at(out, ub, o,
+                                m::momentum(pn, Vec3{pu[k][0], pu[k][1], pu[k][2]}, mom));
+                     }
+                   });
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       ru[k][0] = rq[k][0];
@@ -845,24 +879,7 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
   using Buf = float[K][7];
   auto load = [&](Buf& L, int q) {
     const bool in = q >= 0 && q < g.nz && q <= zend + 1;
-    const long long qb = static_cast<long long>(in ? q : 0) * g.plane;
-    const float *__restrict__ cx = opaque(cur.x + qb), *__restrict__ cy = opaque(cur.y + qb),
-                *__restrict__ cz = opaque(cur.z + qb);
-    const float *__restrict__ px_ = opaque(prev.x + qb), *__restrict__ py = opaque(prev.y + qb),
-                *__restrict__ pz = opaque(prev.z + qb);
-    const float* __restrict__ bq = opaque(b + qb);
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const bool ok = in && pt.ok[k];
-      const unsigned o = static_cast<unsigned>(pt.off[k]);
-      L[k][0] = ok ? __ldg(cx + o) : 0.f;
-      L[k][1] = ok ? __ldg(cy + o) : 0.f;
-      L[k][2] = ok ? __ldg(cz + o) : 0.f;
-      L[k][3] = ok ? __ldg(px_ + o) : 0.f;
-      L[k][4] = ok ? __ldg(py + o) : 0.f;
-      L[k][5] = ok ? __ldg(pz + o) : 0.f;
-      L[k][6] = ok ? __ldg(bq + o) : 0.f;
-    }
+    load_two_state<K>(L, in, static_cast<long long>(in ? q : 0) * g.plane, cur, prev, b, pt);
   };
   // Carried: at u = q - 1: r_{k+1}, p_k, b, z_{k+1}; at v = q - 2: r_{k+2}, z_{k+2}.
   float r1u[K][3], cu[K][3], bu[K], z1u[K], r2v[K][3], z2v[K];
@@ -888,75 +905,40 @@ __global__ void __launch_bounds__(32 * kWarps, 2)
     s1y[q & 1][wp][lane] = r1q[K - 1][1];
     __syncthreads();
     // (2) z_{k+1} at q.
-    float z1q[K], sh[K];
-    const bool zin = q >= 0 && q < g.nz && q >= z0 - 1;
-#pragma unroll
-    for (int k = 0; k < K; ++k) sh[k] = shfl_up1(r1q[k][0]);
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const float rym = k > 0 ? r1q[k > 0 ? k - 1 : 0][1] : s1y[q & 1][wdn][lane];
-      z1q[k] = zin ? m::primal(bq[k], Vec3{r1q[k][0], r1q[k][1], r1q[k][2]},
-                               pt.hasxm ? sh[k] : 0.0f, pt.hasym[k] ? rym : 0.0f,
-                               q > 0 ? r1u[k][2] : 0.0f, w, nonneg)
-                   : 0.0f;
-    }
+    float z1q[K];
+    column_primal<K>(z1q, q >= 0 && q < g.nz && q >= z0 - 1, bq, r1q, r1u, q > 0,
+                     s1y[q & 1][wdn], pt, w, nonneg);
     s1z[q & 1][wp][lane] = z1q[0];
     // (3) p_{k+1} and r_{k+2} at u = q - 1.
     const int u = q - 1;
     float r2u[K][3];
-    const bool uin = u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend;
 #pragma unroll
-    for (int k = 0; k < K; ++k) sh[k] = shfl_down1(z1u[k]);
+    for (int k = 0; k < K; ++k) r2u[k][0] = r2u[k][1] = r2u[k][2] = 0.f;
     {
       const long long ub = static_cast<long long>(u) * g.plane;
-      const bool lz = u == g.nz - 1, st = u >= z0 && u < zend;
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const float zyp = k < K - 1 ? z1u[k < K - 1 ? k + 1 : k] : s1z[u & 1][wup][lane];
-        r2u[k][0] = r2u[k][1] = r2u[k][2] = 0.f;
-        if (uin) {
-          const Vec3 pn =
-              m::project(Vec3{r1u[k][0], r1u[k][1], r1u[k][2]},
-                         m::gradient(z1u[k], sh[k], zyp, z1q[k], pt.lastx, pt.lasty[k], lz), cst);
-          if (st && pt.tile[k]) store_at(n1, ub, pt.off[k], pn);
-          r2u[k][0] = m::momentum(pn.x, cu[k][0], mb);
-          r2u[k][1] = m::momentum(pn.y, cu[k][1], mb);
-          r2u[k][2] = m::momentum(pn.z, cu[k][2], mb);
-        }
-      }
+      const bool st = u >= z0 && u < zend;
+      column_dual<K>(u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend, r1u, z1u, z1q,
+                     s1z[u & 1][wup], u == g.nz - 1, pt, cst, [&](int k, const Vec3& pn) {
+                       if (st && pt.tile[k]) store_at(n1, ub, pt.off[k], pn);
+                       r2u[k][0] = m::momentum(pn.x, cu[k][0], mb);
+                       r2u[k][1] = m::momentum(pn.y, cu[k][1], mb);
+                       r2u[k][2] = m::momentum(pn.z, cu[k][2], mb);
+                     });
     }
     s2y[u & 1][wp][lane] = r2u[K - 1][1];
     __syncthreads();
     // (4) z_{k+2} at u.
     float z2u[K];
-    const bool z2in = u >= 0 && u < g.nz && u >= z0 && u <= zend;
-#pragma unroll
-    for (int k = 0; k < K; ++k) sh[k] = shfl_up1(r2u[k][0]);
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const float rym = k > 0 ? r2u[k > 0 ? k - 1 : 0][1] : s2y[u & 1][wdn][lane];
-      z2u[k] = z2in ? m::primal(bu[k], Vec3{r2u[k][0], r2u[k][1], r2u[k][2]},
-                                pt.hasxm ? sh[k] : 0.0f, pt.hasym[k] ? rym : 0.0f,
-                                u > 0 ? r2v[k][2] : 0.0f, w, nonneg)
-                    : 0.0f;
-    }
+    column_primal<K>(z2u, u >= 0 && u < g.nz && u >= z0 && u <= zend, bu, r2u, r2v, u > 0,
+                     s2y[u & 1][wdn], pt, w, nonneg);
     s2z[u & 1][wp][lane] = z2u[0];
     // (5) p_{k+2} at v = q - 2.
     const int v = q - 2;
-#pragma unroll
-    for (int k = 0; k < K; ++k) sh[k] = shfl_down1(z2v[k]);
-    if (v >= z0 && v < zend) {
-      const long long vb = static_cast<long long>(v) * g.plane;
-      const bool lz = v == g.nz - 1;
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const float zyp = k < K - 1 ? z2v[k < K - 1 ? k + 1 : k] : s2z[v & 1][wup][lane];
-        const Vec3 pn =
-            m::project(Vec3{r2v[k][0], r2v[k][1], r2v[k][2]},
-                       m::gradient(z2v[k], sh[k], zyp, z2u[k], pt.lastx, pt.lasty[k], lz), cst);
-        if (pt.tile[k]) store_at(n2, vb, pt.off[k], pn);
-      }
-    }
+    const long long vb = static_cast<long long>(v) * g.plane;
+    column_dual<K>(v >= z0 && v < zend, r2v, z2v, z2u, s2z[v & 1][wup], v == g.nz - 1, pt, cst,
+                   [&](int k, const Vec3& pn) {
+                     if (pt.tile[k]) store_at(n2, vb, pt.off[k], pn);
+                   });
 #pragma unroll
     for (int k = 0; k < K; ++k) {
 #pragma unroll
