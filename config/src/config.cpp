@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -156,8 +155,6 @@ class Section {
       }
     }
   }
-
-  const std::string& source() const { return source_; }
 
  private:
   const std::string& source_;
