@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "glint/recon/fftw.hpp"
 #include "glint/tv/fgp_math.hpp"
+#include "worker_pool.hpp"
 
 namespace glint::recon {
 
@@ -19,20 +21,20 @@ using tv::Dims;
 
 namespace {
 
-/// Runs f(z_begin, z_end) over [0, n) split between `threads` threads.
+/// Runs f(z_begin, z_end) over [0, n) split between the pool's participants (the caller and
+/// its persistent workers): a solve makes a few hundred such passes, so no threads are started
+/// per pass.
 template <class F>
-void parallel_planes(int n, int threads, F&& f) {
-  const int t = std::max(1, std::min(threads, n));
+void parallel_planes(detail::WorkerPool& pool, int n, F&& f) {
+  const unsigned t = pool.size();
   if (t == 1) {
     f(0, n);
     return;
   }
-  std::vector<std::jthread> pool;
-  pool.reserve(t);
-  for (int k = 0; k < t; ++k) {
-    const int b = n * k / t, e = n * (k + 1) / t;
-    pool.emplace_back([&f, b, e] { f(b, e); });
-  }
+  pool.run([&f, n, t](unsigned k) {
+    const int b = int(n * std::int64_t(k) / t), e = int(n * std::int64_t(k + 1) / t);
+    if (b < e) f(b, e);
+  });
 }
 
 struct Dual {
@@ -59,6 +61,7 @@ struct CpuReconstructor::Impl {
   AlignedFloats x, xprev, buf, yv, hy, h2n, zb;
   Dual p, r;
   std::unique_ptr<FftPair> fft;
+  detail::WorkerPool pool;  ///< threads participants, started once per reconstructor
 
   Impl(const Dims& dims, int t)
       : d(dims),
@@ -66,13 +69,14 @@ struct CpuReconstructor::Impl {
         px(dims.padded_x()),
         plane(dims.padded_x() * dims.ny),
         V(dims.padded_voxels()),
-        x(V), xprev(V), buf(V), zb(V), p(V), r(V) {}
+        x(V), xprev(V), buf(V), zb(V), p(V), r(V),
+        pool(unsigned(std::min(threads, dims.nz))) {}
 
   std::size_t at(int ix, int iy, int iz) const { return (std::size_t(iz) * d.ny + iy) * px + ix; }
 
   /// z = primal(b, r) over the volume (also x' = primal(b, p)).
   void primal(const float* b, const Dual& rr, float w, bool nonneg, float* out) {
-    parallel_planes(d.nz, threads, [&](int z0, int z1) {
+    parallel_planes(pool, d.nz, [&](int z0, int z1) {
       for (int iz = z0; iz < z1; ++iz)
         for (int iy = 0; iy < d.ny; ++iy)
           for (int ix = 0; ix < d.nx; ++ix) {
@@ -86,7 +90,7 @@ struct CpuReconstructor::Impl {
 
   /// Gradient, projection, momentum: p in place, r = momentum(p', p).
   void dual_update(float cst, float mom) {
-    parallel_planes(d.nz, threads, [&](int z0, int z1) {
+    parallel_planes(pool, d.nz, [&](int z0, int z1) {
       for (int iz = z0; iz < z1; ++iz)
         for (int iy = 0; iy < d.ny; ++iy)
           for (int ix = 0; ix < d.nx; ++ix) {
@@ -121,7 +125,7 @@ struct CpuReconstructor::Impl {
 
   template <class F>
   void for_voxels(F&& f) {
-    parallel_planes(d.nz, threads, [&](int z0, int z1) {
+    parallel_planes(pool, d.nz, [&](int z0, int z1) {
       for (int iz = z0; iz < z1; ++iz)
         for (int iy = 0; iy < d.ny; ++iy)
           for (int ix = 0; ix < d.nx; ++ix) f(at(ix, iy, iz));
