@@ -61,6 +61,7 @@ struct CpuReconstructor::Impl {
   AlignedFloats x, xprev, buf, yv, hy, h2n, zb;
   Dual p, r;
   std::unique_ptr<FftPair> fft;
+  std::vector<float> fgp_m;  ///< FGP momenta m_1.. (tv::fgp_momenta), as many as used so far
   detail::WorkerPool pool;  ///< threads participants, started once per reconstructor
 
   Impl(const Dims& dims, int t)
@@ -114,11 +115,12 @@ struct CpuReconstructor::Impl {
   void prox(const float* b, float w, int steps, bool nonneg, float* out) {
     if (!(w > 0)) steps = 0;  // no TV term: the proximal step is the projection max(b, 0)
     const float cst = tv::dual_step(w);
-    const std::vector<float> M = tv::fgp_momenta(std::max(steps, 1));
+    // The momenta are a fixed sequence: computed once, extended when more steps are asked for.
+    if (fgp_m.size() < std::size_t(steps)) fgp_m = tv::fgp_momenta(steps);
     for (int k = 1; k <= steps; ++k) {
       primal(b, r, w, nonneg, zb.data());
       // r after the last step is p itself (m = 0): r_1 = p_0 for a warm-started next prox.
-      dual_update(cst, k == steps ? 0.0f : M[k - 1]);
+      dual_update(cst, k == steps ? 0.0f : fgp_m[k - 1]);
     }
     primal(b, p, w, nonneg, out);
   }
