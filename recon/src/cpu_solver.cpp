@@ -197,17 +197,23 @@ tv::SolveReport CpuReconstructor::solve(std::span<const float> y, const tv::Tran
   for (int it = 1; it <= o.outer; ++it) {
     const float mom = it >= 2 ? F[it - 2] : 0.0f;
     if (!identity) {
-      for (std::size_t row = 0; row < std::size_t(d.ny) * d.nz; ++row)
-        for (std::size_t ix = 0; ix < s.px; ++ix) {
-          const std::size_t i = row * s.px + ix;
-          s.buf[i] = ix < std::size_t(d.nx) ? m::extrapolate(s.x[i], s.xprev[i], mom) : 0.0f;
-        }
+      // Both passes run on the workers like the FGP steps (each plane's values are independent).
+      parallel_planes(s.pool, d.nz, [&](int z0, int z1) {
+        for (std::size_t row = std::size_t(z0) * d.ny; row < std::size_t(z1) * d.ny; ++row)
+          for (std::size_t ix = 0; ix < s.px; ++ix) {
+            const std::size_t i = row * s.px + ix;
+            s.buf[i] = ix < std::size_t(d.nx) ? m::extrapolate(s.x[i], s.xprev[i], mom) : 0.0f;
+          }
+      });
       s.fft->forward();
-      for (std::size_t k = 0; k < S; ++k) {
-        const float h = s.h2n[k];
-        s.buf[2 * k] = m::sub(s.hy[2 * k], m::mul(h, s.buf[2 * k]));
-        s.buf[2 * k + 1] = m::sub(s.hy[2 * k + 1], m::mul(h, s.buf[2 * k + 1]));
-      }
+      const std::size_t splane = S / std::size_t(d.nz);  // coefficients per z plane
+      parallel_planes(s.pool, d.nz, [&](int z0, int z1) {
+        for (std::size_t k = z0 * splane; k < z1 * splane; ++k) {
+          const float h = s.h2n[k];
+          s.buf[2 * k] = m::sub(s.hy[2 * k], m::mul(h, s.buf[2 * k]));
+          s.buf[2 * k + 1] = m::sub(s.hy[2 * k + 1], m::mul(h, s.buf[2 * k + 1]));
+        }
+      });
       s.fft->inverse();
     }
     s.for_voxels([&](std::size_t i) {
