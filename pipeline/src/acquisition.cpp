@@ -386,11 +386,8 @@ void Acquisition::finish_reconstruction() {
     st = w.stage_owner->stats();
   }
   st.volumes_failed += recon_failed_at_start_.load();
-  const auto& r = cfg_.reconstruction;
+  // weight, frames_per_slice and slices are in the file already (RunMetadata::reconstruction).
   ReconstructionSummary sum;
-  sum.weight = r.weight;
-  sum.frames_per_slice = r.frames_per_slice;
-  sum.slices = r.slices;
   sum.frames = st.frames;
   sum.volumes_done = st.volumes_done;
   sum.volumes_dropped = st.volumes_dropped;
