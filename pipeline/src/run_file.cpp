@@ -673,12 +673,11 @@ std::vector<T> read_all(const Context& c, hid_t file, const char* name) {
   return v;
 }
 
-/// The first `rows` rows of an (n, Z, Y, X) float32 dataset.
-std::vector<float> read_volume_rows(const Context& c, hid_t ds, hsize_t rows,
-                                    const std::array<hsize_t, 4>& dims, const char* what) {
-  const std::array<hsize_t, 4> start{0, 0, 0, 0}, count{rows, dims[1], dims[2], dims[3]};
-  std::vector<float> v(static_cast<std::size_t>(rows * dims[1] * dims[2] * dims[3]));
-  if (v.empty()) return v;
+/// The first `nz` slices of row `row` of an (n, Z, Y, X) float32 dataset.
+std::vector<float> read_volume(const Context& c, hid_t ds, hsize_t row, hsize_t nz, hsize_t ny,
+                               hsize_t nx, const char* what) {
+  const std::array<hsize_t, 4> start{row, 0, 0, 0}, count{1, nz, ny, nx};
+  std::vector<float> v(static_cast<std::size_t>(nz * ny * nx));
   Hid file_space(c.id(H5Dget_space(ds), what), H5Sclose);
   c.check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
                               count.data(), nullptr),
@@ -750,8 +749,6 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
     c.check(H5Dread(dev.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, devices.data()),
             "/entry/reconstruction/device");
   }
-  const auto inputs = read_volume_rows(c, in.get(), n, din, "/entry/reconstruction/input");
-  const auto outputs = read_volume_rows(c, outp.get(), n, dout, "/entry/reconstruction/output");
 
   ReconstructionSummary sum;
   sum.weight = l.weight;
@@ -763,8 +760,6 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
   sum.volumes_failed = u64_or("volumes_failed", 0);
   out.reconstruction_summary = sum;
 
-  const std::size_t plane = std::size_t(l.nx) * l.ny;
-  const std::size_t row = plane * l.slices;
   for (std::size_t i = 0; i < n; ++i) {
     if (slices[i] == 0 || slices[i] > l.slices)
       c.fail("/entry/reconstruction/slices[" + std::to_string(i) + "] is " +
@@ -775,9 +770,9 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
     v.nx = l.nx;
     v.ny = l.ny;
     v.nz = slices[i];
-    const std::size_t len = plane * v.nz;
-    v.input.assign(inputs.begin() + i * row, inputs.begin() + i * row + len);
-    v.output.assign(outputs.begin() + i * row, outputs.begin() + i * row + len);
+    // Each volume straight into its own vectors: only its filled slices, no copy of the table.
+    v.input = read_volume(c, in.get(), i, v.nz, l.ny, l.nx, "/entry/reconstruction/input");
+    v.output = read_volume(c, outp.get(), i, v.nz, l.ny, l.nx, "/entry/reconstruction/output");
     v.lambda = l.lambda;
     v.outer = l.outer;
     v.tv_inner = l.outer ? iterations[i] / l.outer : 0;
