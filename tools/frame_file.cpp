@@ -14,8 +14,6 @@ namespace {
 
 using Id = hdf5::Handle;
 
-void quiet_hdf5() { hdf5::silence_errors(); }
-
 /// The selection of frames [first, first + count) of an (N, rows, cols) dataset, and the
 /// matching memory space of `count` whole frames.
 struct FrameSlab {
@@ -52,7 +50,7 @@ struct FrameFileReader::Handles {
 
 FrameFileReader::FrameFileReader(const std::filesystem::path& path, const std::string& dataset)
     : h_(std::make_unique<Handles>()), where_(fmt::format("'{}' in {}", dataset, path.string())) {
-  quiet_hdf5();
+  hdf5::silence_errors();
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
     throw InputError(fmt::format("input file {} does not exist", path.string()));
@@ -106,7 +104,7 @@ FrameFileWriter::FrameFileWriter(const std::filesystem::path& path, const std::s
                                  uint64_t frames, FrameShape shape, bool overwrite)
     : h_(std::make_unique<Handles>()), where_(fmt::format("'{}' in {}", dataset, path.string())),
       frames_(frames), shape_(shape) {
-  quiet_hdf5();
+  hdf5::silence_errors();
   std::error_code ec;
   if (!overwrite && std::filesystem::exists(path, ec))
     throw std::runtime_error(

@@ -1,5 +1,6 @@
 // glint sim: publishes detector images as slsReceiver's ZeroMQ streamers do.
 #include <atomic>
+#include <charconv>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -78,8 +79,13 @@ void add_sim_command(CLI::App& app) {
         const auto colon = f.find(':');
         const auto kind = pipeline::parse_sim_fault(f.substr(0, colon));
         uint64_t every = 10;
-        if (colon != std::string::npos) every = std::stoull(f.substr(colon + 1));
-        if (every == 0) throw std::invalid_argument("--fault " + f + ": EVERY must be >= 1");
+        if (colon != std::string::npos) {
+          const char* first = f.data() + colon + 1;
+          const char* last = f.data() + f.size();
+          const auto [end, ec] = std::from_chars(first, last, every);
+          if (ec != std::errc() || end != last || every == 0)
+            throw std::invalid_argument("--fault " + f + ": EVERY must be a whole number >= 1");
+        }
         o.faults.emplace_back(kind, every);
       }
     } catch (const std::exception& e) {

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -156,8 +155,6 @@ class Section {
       }
     }
   }
-
-  const std::string& source() const { return source_; }
 
  private:
   const std::string& source_;
@@ -391,79 +388,77 @@ Config load(const std::filesystem::path& path) {
 
 std::string to_yaml(const Config& c) {
   YAML::Emitter e;
-  auto flow = [&](const auto& seq) {
-    e << YAML::Flow << YAML::BeginSeq;
+  auto kv = [&](const char* key, const auto& value) { e << YAML::Key << key << YAML::Value << value; };
+  auto flow = [&](const char* key, const auto& seq) {
+    e << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
     for (const auto& v : seq) e << v;
     e << YAML::EndSeq;
   };
+  auto begin = [&](const char* section) { e << YAML::Key << section << YAML::Value << YAML::BeginMap; };
   e << YAML::BeginMap;
-  e << YAML::Key << "detector" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "type" << YAML::Value << c.detector.type;
-  e << YAML::Key << "rows" << YAML::Value << c.detector.rows;
-  e << YAML::Key << "cols" << YAML::Value << c.detector.cols;
-  e << YAML::Key << "pixel_type" << YAML::Value << c.detector.pixel_type;
-  e << YAML::Key << "ports" << YAML::Value;
-  flow(std::vector<uint32_t>{c.detector.ports_x, c.detector.ports_y});
+  begin("detector");
+  kv("type", c.detector.type);
+  kv("rows", c.detector.rows);
+  kv("cols", c.detector.cols);
+  kv("pixel_type", c.detector.pixel_type);
+  flow("ports", std::vector<uint32_t>{c.detector.ports_x, c.detector.ports_y});
   e << YAML::EndMap;
-  e << YAML::Key << "ingest" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "endpoints" << YAML::Value;
-  flow(c.ingest.endpoints);
-  e << YAML::Key << "queue_frames" << YAML::Value << c.ingest.queue_frames;
-  e << YAML::Key << "reorder_frames" << YAML::Value << c.ingest.reorder_frames;
-  e << YAML::Key << "part_timeout_ms" << YAML::Value << c.ingest.part_timeout_ms;
-  e << YAML::Key << "receive_hwm" << YAML::Value << c.ingest.receive_hwm;
-  e << YAML::Key << "receive_buffer_bytes" << YAML::Value << c.ingest.receive_buffer_bytes;
-  e << YAML::Key << "copy_threads" << YAML::Value;
-  if (c.ingest.copy_threads < 0) e << "auto";
-  else e << c.ingest.copy_threads;
+  begin("ingest");
+  flow("endpoints", c.ingest.endpoints);
+  kv("queue_frames", c.ingest.queue_frames);
+  kv("reorder_frames", c.ingest.reorder_frames);
+  kv("part_timeout_ms", c.ingest.part_timeout_ms);
+  kv("receive_hwm", c.ingest.receive_hwm);
+  kv("receive_buffer_bytes", c.ingest.receive_buffer_bytes);
+  if (c.ingest.copy_threads < 0) kv("copy_threads", "auto");
+  else kv("copy_threads", c.ingest.copy_threads);
   e << YAML::EndMap;
-  e << YAML::Key << "pedestal" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "dark_frames" << YAML::Value << c.pedestal.dark_frames;
-  e << YAML::Key << "keep_previous" << YAML::Value << c.pedestal.keep_previous;
-  e << YAML::Key << "window" << YAML::Value << c.pedestal.window;
+  begin("pedestal");
+  kv("dark_frames", c.pedestal.dark_frames);
+  kv("keep_previous", c.pedestal.keep_previous);
+  kv("window", c.pedestal.window);
   e << YAML::EndMap;
-  e << YAML::Key << "finder" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "n_sigma" << YAML::Value << c.finder.n_sigma;
-  e << YAML::Key << "cluster_size" << YAML::Value << c.finder.cluster_size;
-  e << YAML::Key << "backend" << YAML::Value << c.finder.backend;
-  e << YAML::Key << "threads" << YAML::Value << c.finder.threads;
-  e << YAML::Key << "batch_frames" << YAML::Value << c.finder.batch_frames;
-  e << YAML::Key << "streams" << YAML::Value << c.finder.streams;
-  e << YAML::Key << "gpu_ids" << YAML::Value;
-  flow(c.finder.gpu_ids);
+  begin("finder");
+  kv("n_sigma", c.finder.n_sigma);
+  kv("cluster_size", c.finder.cluster_size);
+  kv("backend", c.finder.backend);
+  kv("threads", c.finder.threads);
+  kv("batch_frames", c.finder.batch_frames);
+  kv("streams", c.finder.streams);
+  flow("gpu_ids", c.finder.gpu_ids);
   e << YAML::EndMap;
-  e << YAML::Key << "output" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "directory" << YAML::Value << c.output.directory.string();
-  e << YAML::Key << "run_name" << YAML::Value << c.output.run_name;
-  e << YAML::Key << "flush_interval_ms" << YAML::Value << c.output.flush_interval_ms;
-  e << YAML::Key << "overwrite" << YAML::Value << c.output.overwrite;
+  begin("output");
+  kv("directory", c.output.directory.string());
+  kv("run_name", c.output.run_name);
+  kv("flush_interval_ms", c.output.flush_interval_ms);
+  kv("overwrite", c.output.overwrite);
   e << YAML::EndMap;
-  e << YAML::Key << "run" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "auto_start" << YAML::Value << c.run.auto_start;
-  e << YAML::Key << "max_frames" << YAML::Value << c.run.max_frames;
-  e << YAML::Key << "max_seconds" << YAML::Value << c.run.max_seconds;
+  begin("run");
+  kv("auto_start", c.run.auto_start);
+  kv("max_frames", c.run.max_frames);
+  kv("max_seconds", c.run.max_seconds);
   e << YAML::EndMap;
-  e << YAML::Key << "control" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "endpoint" << YAML::Value << c.control.endpoint;
+  begin("control");
+  kv("endpoint", c.control.endpoint);
   e << YAML::EndMap;
-  e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "level" << YAML::Value << c.logging.level;
+  begin("logging");
+  kv("level", c.logging.level);
   e << YAML::EndMap;
-  e << YAML::Key << "reconstruction" << YAML::Value << YAML::BeginMap;
+  begin("reconstruction");
   const auto& r = c.reconstruction;
-  e << YAML::Key << "enabled" << YAML::Value << r.enabled;
-  e << YAML::Key << "frames_per_slice" << YAML::Value << r.frames_per_slice;
-  e << YAML::Key << "slices" << YAML::Value << r.slices;
-  e << YAML::Key << "weight" << YAML::Value << r.weight;
-  e << YAML::Key << "forward" << YAML::Value << r.forward;
-  e << YAML::Key << "lambda" << YAML::Value << r.lambda;
-  e << YAML::Key << "outer" << YAML::Value << r.outer;
-  e << YAML::Key << "tv_inner" << YAML::Value << r.tv_inner;
-  e << YAML::Key << "cold_start" << YAML::Value << r.cold_start;
-  e << YAML::Key << "nonneg" << YAML::Value << r.nonneg;
-  e << YAML::Key << "variant" << YAML::Value << r.variant;
-  e << YAML::Key << "backend" << YAML::Value << c.reconstruction.backend;
-  e << YAML::Key << "solve_partial" << YAML::Value << r.solve_partial;
+  kv("enabled", r.enabled);
+  kv("frames_per_slice", r.frames_per_slice);
+  kv("slices", r.slices);
+  kv("weight", r.weight);
+  kv("forward", r.forward);
+  kv("lambda", r.lambda);
+  kv("outer", r.outer);
+  kv("tv_inner", r.tv_inner);
+  kv("cold_start", r.cold_start);
+  kv("nonneg", r.nonneg);
+  kv("variant", r.variant);
+  kv("backend", r.backend);
+  kv("solve_partial", r.solve_partial);
   e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

@@ -161,8 +161,10 @@ void Generator::fill(uint64_t index, std::span<uint16_t> frame) const {
   const bool dark = is_dark(index);
   const double t = static_cast<double>(index);
 
-  std::vector<double> signal(np, 0.0);
+  // Photon and outlier charge per pixel; dark frames carry none and need no buffer.
+  std::vector<double> signal;
   if (!dark) {
+    signal.assign(np, 0.0);
     const uint32_t rows = config_.shape.rows, cols = config_.shape.cols;
     Rng rng(stream_seed(config_.seed, index, kPhotons));
     double mean = config_.photons;

@@ -534,8 +534,7 @@ void GpuReconstructor::denoise(std::span<const float> b, float w, int steps, boo
   auto& m = *impl_;
   const Dims& d = m.d;
   const std::size_t n = d.voxels();
-  if (b.size() != n || x.size() != n || p.size() != 3 * n)
-    throw std::invalid_argument("TV denoise: sizes do not match the planned volume");
+  tv::check_denoise_arguments(d, b, p, x);
   GLINT_CUDA_CHECK(cudaSetDevice(m.device));
   m.upload(m.buf.get(), b.data());
   const tvk::Dual p0 = m.dual(0);

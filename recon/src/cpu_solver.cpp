@@ -228,8 +228,7 @@ void CpuReconstructor::denoise(std::span<const float> b, float w, int steps, boo
   auto& s = *impl_;
   const Dims& d = s.d;
   const std::size_t n = d.voxels();
-  if (b.size() != n || x.size() != n || p.size() != 3 * n)
-    throw std::invalid_argument("TV denoise: sizes do not match the planned volume");
+  tv::check_denoise_arguments(d, b, p, x);
   pad(d, b.data(), s.buf.data());
   pad(d, p.data(), s.p.x.data());
   pad(d, p.data() + n, s.p.y.data());

@@ -200,4 +200,9 @@ TEST(CpuSolver, RejectsArgumentsThatDoNotFitThePlan) {
   o.tv_inner = 1;
   EXPECT_NO_THROW(cpu.solve(y, {}, o, x));
   EXPECT_GT(x[0], 0.0f);
+  // denoise: b and x one volume each, p three.
+  std::vector<float> p(3 * d.voxels()), short_p(3 * d.voxels() - 1);
+  EXPECT_THROW(cpu.denoise(y, 0.1f, 1, true, short_p, x), std::invalid_argument);
+  EXPECT_THROW(cpu.denoise(y, 0.1f, 1, true, p, short_x), std::invalid_argument);
+  EXPECT_NO_THROW(cpu.denoise(y, 0.1f, 1, true, p, x));
 }

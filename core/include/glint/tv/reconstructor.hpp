@@ -127,6 +127,15 @@ inline void check_solve_arguments(const Dims& d, std::span<const float> y,
     throw std::invalid_argument("TV solver: outer must be >= 1 and tv_inner >= 0");
 }
 
+/// Checks the arguments of Reconstructor::denoise against the planned dims: b and x one volume
+/// each, p three. Throws std::invalid_argument.
+inline void check_denoise_arguments(const Dims& d, std::span<const float> b,
+                                    std::span<const float> p, std::span<const float> x) {
+  const std::size_t n = d.voxels();
+  if (b.size() != n || x.size() != n || p.size() != 3 * n)
+    throw std::invalid_argument("TV denoise: sizes do not match the planned volume");
+}
+
 /// The FGP momentum coefficients m_k = (t_k - 1) / t_{k+1}, t_1 = 1, for k = 1..steps; computed
 /// once on the host so that every backend uses the same floats.
 inline std::vector<float> fgp_momenta(int steps) {
