@@ -1,6 +1,6 @@
 #pragma once
 // `glint bench find`: options shared by the CPU side (bench_find.cpp) and the GPU side
-// (bench_find_gpu.cpp, built when present).
+// (bench_find_gpu.cpp).
 #include <cstdint>
 #include <string>
 #include <vector>

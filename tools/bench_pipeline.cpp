@@ -331,7 +331,7 @@ void add_bench_pipeline(CLI::App& bench) {
       return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
     };
     const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-    const double image_mb = pipeline::payload_bytes(16, std::size_t{a->size} * a->size) / 1e6;
+    const double image_mb = image_bytes(sim) / 1e6;
     if (a->as_json) {
       nlohmann::json j = {{"size", a->size}, {"ports", a->ports}, {"frames", a->dark + a->frames},
                           {"image_mb", image_mb}, {"rounds", rounds.size()}};

@@ -32,9 +32,9 @@ void add_synth_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 /// `glint bench find` (tools/bench_find.cpp).
 void add_bench_find(CLI::App& bench);
-/// `glint bench tv`, defined in tools/bench_tv.cpp (registered when that file exists).
+/// `glint bench tv` (tools/bench_tv.cpp).
 void add_bench_tv(CLI::App& bench);
-/// `glint bench pipeline`, defined in tools/bench_pipeline.cpp (registered when that file exists).
+/// `glint bench pipeline` (tools/bench_pipeline.cpp).
 void add_bench_pipeline(CLI::App& bench);
 /// `glint recon` (tools/recon_command.cpp).
 void add_recon_command(CLI::App& app);

@@ -125,9 +125,9 @@ int run_find(const FindArgs& a) {
   }
 
   const std::size_t np = params.shape.pixels();
-  // Chunks of about 64 MiB (at least one GPU batch) keep memory bounded for any frame size.
-  const uint64_t chunk = std::max<uint64_t>(
-      std::max<uint64_t>(1, (64ull << 20) / (2 * np)), static_cast<uint64_t>(std::max(1, a.batch)));
+  // At least one GPU batch per chunk.
+  const uint64_t chunk =
+      std::max(frames_per_chunk(params.shape), static_cast<uint64_t>(std::max(1, a.batch)));
   std::vector<uint16_t> buf;
   Progress progress(in.frames(), !a.quiet);
 

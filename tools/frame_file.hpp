@@ -1,6 +1,7 @@
 #pragma once
 // Detector frames stored as one (N, H, W) uint16 HDF5 dataset: the input of `glint find`, the
 // output of `glint synth`.
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -18,6 +19,12 @@ class InputError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+/// Frames of `shape` in about 64 MiB, at least one: the unit in which the tools read and write
+/// frame files, so that memory stays bounded for any frame size.
+inline uint64_t frames_per_chunk(FrameShape shape) {
+  return std::max<uint64_t>(1, (64ull << 20) / (sizeof(uint16_t) * shape.pixels()));
+}
 
 class FrameFileReader {
  public:

@@ -53,7 +53,7 @@ void add_synth_command(CLI::App& app) {
       FrameFileWriter out(a->output, a->dataset, total, a->config.shape, a->overwrite);
       out.set_attribute("dark_frames", a->config.dark_frames);
       out.set_attribute("seed", a->config.seed);
-      const uint64_t chunk = std::max<uint64_t>(1, (64ull << 20) / (2 * np));
+      const uint64_t chunk = frames_per_chunk(a->config.shape);
       std::vector<uint16_t> buf;
       for (uint64_t f = 0; f < total; f += chunk) {
         const uint64_t n = std::min(chunk, total - f);

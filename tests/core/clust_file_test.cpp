@@ -56,14 +56,8 @@ TEST(ClustFile, WritesAaresLayoutByteForByte) {
 
 TEST(ClustFile, RoundTripsEveryClusterSize) {
   for (int S : {3, 5, 7, 9}) {
-    glint::synth::Config c;
-    c.shape = {23, 19};
-    c.photons = 8;
-    const glint::testing::SyntheticRun run(c, 20);
-    glint::FinderParams p;
-    p.shape = c.shape;
-    p.cluster_size = S;
-    auto finder = glint::make_reference_finder(p);
+    const glint::testing::SyntheticRun run({.shape = {23, 19}, .photons = 8}, 20);
+    auto finder = glint::make_reference_finder({.shape = run.config.shape, .cluster_size = S});
     const auto table = glint::testing::run_finder(*finder, run);
     ASSERT_GT(table.n_clusters(), 20u);
     const auto path = temp_path("roundtrip.clust");
@@ -80,15 +74,8 @@ TEST(ClustFile, RoundTripsEveryClusterSize) {
 TEST(ClustFile, ReadsTheFileAareWrote) {
   // Written by aare's ClusterFile for the same synthetic frames (5x5, n_sigma 5).
   const fs::path aare = fs::path(GLINT_SOURCE_DIR) / "tests/core/data/s5_21x19_seed22.clust";
-  glint::synth::Config c;
-  c.shape = {21, 19};
-  c.seed = 22;
-  c.photons = 5;
-  const glint::testing::SyntheticRun run(c, 30);
-  glint::FinderParams p;
-  p.shape = c.shape;
-  p.cluster_size = 5;
-  auto finder = glint::make_reference_finder(p);
+  const glint::testing::SyntheticRun run({.shape = {21, 19}, .seed = 22, .photons = 5}, 30);
+  auto finder = glint::make_reference_finder({.shape = run.config.shape, .cluster_size = 5});
   const auto table = glint::testing::run_finder(*finder, run);
   const auto read = glint::read_clust(aare, 5);
   EXPECT_EQ(read.n_frames(), 30u);

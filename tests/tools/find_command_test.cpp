@@ -63,14 +63,8 @@ TEST_F(GlintFind, RunFileHoldsFramesClustersAndPedestal) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(r.output.empty()) << r.output;  // --quiet: no summary
 
-  glint::synth::Config c;
-  c.shape = {30, 41};
-  c.seed = 3;
-  c.photons = 20;
-  const glint::testing::SyntheticRun run(c, 50);
-  glint::FinderParams p;
-  p.shape = c.shape;
-  auto ref = glint::make_reference_finder(p);
+  const glint::testing::SyntheticRun run({.shape = {30, 41}, .seed = 3, .photons = 20}, 50);
+  auto ref = glint::make_reference_finder({.shape = run.config.shape});
   ref->push_dark(run.dark());
   const auto start = ref->pedestal();
   glint::ClusterTable expected(3);
@@ -87,7 +81,7 @@ TEST_F(GlintFind, RunFileHoldsFramesClustersAndPedestal) {
   EXPECT_TRUE(std::ranges::equal(f.clusters.x(), expected.x()));
   EXPECT_TRUE(std::ranges::equal(f.clusters.y(), expected.y()));
   EXPECT_TRUE(std::ranges::equal(f.clusters.data(), expected.data()));
-  EXPECT_EQ(f.shape, c.shape);
+  EXPECT_EQ(f.shape, (glint::FrameShape{30, 41}));
   EXPECT_EQ(f.cluster_size, 3);
   EXPECT_EQ(f.start_mean, start.means());
   ASSERT_TRUE(f.end_state.has_value());
