@@ -7,6 +7,7 @@
 #include <zmq.hpp>
 
 #include "glint/log.hpp"
+#include "glint/pipeline/run_file.hpp"
 
 namespace glint::daemon {
 
@@ -26,12 +27,15 @@ uint64_t next_run_index(const std::filesystem::path& dir, const std::string& run
   for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
        it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.size() != prefix.size() + 6 + 3 || name.rfind(prefix, 0) != 0 ||
-        name.substr(name.size() - 3) != ".h5")
+    if (name.size() <= prefix.size() + 3 || name.size() > prefix.size() + 19 + 3 ||
+        !name.starts_with(prefix) || !name.ends_with(".h5"))
       continue;
-    const std::string digits = name.substr(prefix.size(), 6);
+    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 3);
     if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    best = std::max<uint64_t>(best, std::stoull(digits));
+    // Only the names the run files get (pipeline::run_file_path: at least six digits).
+    const uint64_t index = std::stoull(digits);
+    if (pipeline::run_file_path({}, run_name, index).filename() != name) continue;
+    best = std::max(best, index);
   }
   return best + 1;
 }

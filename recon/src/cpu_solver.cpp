@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "glint/recon/fftw.hpp"
 #include "glint/tv/fgp_math.hpp"
+#include "worker_pool.hpp"
 
 namespace glint::recon {
 
@@ -19,20 +21,20 @@ using tv::Dims;
 
 namespace {
 
-/// Runs f(z_begin, z_end) over [0, n) split between `threads` threads.
+/// Runs f(z_begin, z_end) over [0, n) split between the pool's participants (the caller and
+/// its persistent workers): a solve makes a few hundred such passes, so no threads are started
+/// per pass.
 template <class F>
-void parallel_planes(int n, int threads, F&& f) {
-  const int t = std::max(1, std::min(threads, n));
+void parallel_planes(detail::WorkerPool& pool, int n, F&& f) {
+  const unsigned t = pool.size();
   if (t == 1) {
     f(0, n);
     return;
   }
-  std::vector<std::jthread> pool;
-  pool.reserve(t);
-  for (int k = 0; k < t; ++k) {
-    const int b = n * k / t, e = n * (k + 1) / t;
-    pool.emplace_back([&f, b, e] { f(b, e); });
-  }
+  pool.run([&f, n, t](unsigned k) {
+    const int b = int(n * std::int64_t(k) / t), e = int(n * std::int64_t(k + 1) / t);
+    if (b < e) f(b, e);
+  });
 }
 
 struct Dual {
@@ -59,6 +61,8 @@ struct CpuReconstructor::Impl {
   AlignedFloats x, xprev, buf, yv, hy, h2n, zb;
   Dual p, r;
   std::unique_ptr<FftPair> fft;
+  std::vector<float> fgp_m;  ///< FGP momenta m_1.. (tv::fgp_momenta), as many as used so far
+  detail::WorkerPool pool;  ///< threads participants, started once per reconstructor
 
   Impl(const Dims& dims, int t)
       : d(dims),
@@ -66,13 +70,14 @@ struct CpuReconstructor::Impl {
         px(dims.padded_x()),
         plane(dims.padded_x() * dims.ny),
         V(dims.padded_voxels()),
-        x(V), xprev(V), buf(V), zb(V), p(V), r(V) {}
+        x(V), xprev(V), buf(V), zb(V), p(V), r(V),
+        pool(unsigned(std::min(threads, dims.nz))) {}
 
   std::size_t at(int ix, int iy, int iz) const { return (std::size_t(iz) * d.ny + iy) * px + ix; }
 
   /// z = primal(b, r) over the volume (also x' = primal(b, p)).
   void primal(const float* b, const Dual& rr, float w, bool nonneg, float* out) {
-    parallel_planes(d.nz, threads, [&](int z0, int z1) {
+    parallel_planes(pool, d.nz, [&](int z0, int z1) {
       for (int iz = z0; iz < z1; ++iz)
         for (int iy = 0; iy < d.ny; ++iy)
           for (int ix = 0; ix < d.nx; ++ix) {
@@ -86,7 +91,7 @@ struct CpuReconstructor::Impl {
 
   /// Gradient, projection, momentum: p in place, r = momentum(p', p).
   void dual_update(float cst, float mom) {
-    parallel_planes(d.nz, threads, [&](int z0, int z1) {
+    parallel_planes(pool, d.nz, [&](int z0, int z1) {
       for (int iz = z0; iz < z1; ++iz)
         for (int iy = 0; iy < d.ny; ++iy)
           for (int ix = 0; ix < d.nx; ++ix) {
@@ -110,18 +115,19 @@ struct CpuReconstructor::Impl {
   void prox(const float* b, float w, int steps, bool nonneg, float* out) {
     if (!(w > 0)) steps = 0;  // no TV term: the proximal step is the projection max(b, 0)
     const float cst = tv::dual_step(w);
-    const std::vector<float> M = tv::fgp_momenta(std::max(steps, 1));
+    // The momenta are a fixed sequence: computed once, extended when more steps are asked for.
+    if (fgp_m.size() < std::size_t(steps)) fgp_m = tv::fgp_momenta(steps);
     for (int k = 1; k <= steps; ++k) {
       primal(b, r, w, nonneg, zb.data());
       // r after the last step is p itself (m = 0): r_1 = p_0 for a warm-started next prox.
-      dual_update(cst, k == steps ? 0.0f : M[k - 1]);
+      dual_update(cst, k == steps ? 0.0f : fgp_m[k - 1]);
     }
     primal(b, p, w, nonneg, out);
   }
 
   template <class F>
   void for_voxels(F&& f) {
-    parallel_planes(d.nz, threads, [&](int z0, int z1) {
+    parallel_planes(pool, d.nz, [&](int z0, int z1) {
       for (int iz = z0; iz < z1; ++iz)
         for (int iy = 0; iy < d.ny; ++iy)
           for (int ix = 0; ix < d.nx; ++ix) f(at(ix, iy, iz));
@@ -191,17 +197,23 @@ tv::SolveReport CpuReconstructor::solve(std::span<const float> y, const tv::Tran
   for (int it = 1; it <= o.outer; ++it) {
     const float mom = it >= 2 ? F[it - 2] : 0.0f;
     if (!identity) {
-      for (std::size_t row = 0; row < std::size_t(d.ny) * d.nz; ++row)
-        for (std::size_t ix = 0; ix < s.px; ++ix) {
-          const std::size_t i = row * s.px + ix;
-          s.buf[i] = ix < std::size_t(d.nx) ? m::extrapolate(s.x[i], s.xprev[i], mom) : 0.0f;
-        }
+      // Both passes run on the workers like the FGP steps (each plane's values are independent).
+      parallel_planes(s.pool, d.nz, [&](int z0, int z1) {
+        for (std::size_t row = std::size_t(z0) * d.ny; row < std::size_t(z1) * d.ny; ++row)
+          for (std::size_t ix = 0; ix < s.px; ++ix) {
+            const std::size_t i = row * s.px + ix;
+            s.buf[i] = ix < std::size_t(d.nx) ? m::extrapolate(s.x[i], s.xprev[i], mom) : 0.0f;
+          }
+      });
       s.fft->forward();
-      for (std::size_t k = 0; k < S; ++k) {
-        const float h = s.h2n[k];
-        s.buf[2 * k] = m::sub(s.hy[2 * k], m::mul(h, s.buf[2 * k]));
-        s.buf[2 * k + 1] = m::sub(s.hy[2 * k + 1], m::mul(h, s.buf[2 * k + 1]));
-      }
+      const std::size_t splane = S / std::size_t(d.nz);  // coefficients per z plane
+      parallel_planes(s.pool, d.nz, [&](int z0, int z1) {
+        for (std::size_t k = z0 * splane; k < z1 * splane; ++k) {
+          const float h = s.h2n[k];
+          s.buf[2 * k] = m::sub(s.hy[2 * k], m::mul(h, s.buf[2 * k]));
+          s.buf[2 * k + 1] = m::sub(s.hy[2 * k + 1], m::mul(h, s.buf[2 * k + 1]));
+        }
+      });
       s.fft->inverse();
     }
     s.for_voxels([&](std::size_t i) {

@@ -60,12 +60,11 @@ void ReconstructionStage::add(const ClusterTable& t) {
       }
       img[std::size_t(ys[c]) * o_.width + xs[c]] += v;
     }
-    {
-      std::lock_guard lock(m_);
-      ++stats_.frames;
-    }
     if (++frames_in_slice_ == o_.frames_per_slice) close_slice();
   }
+  if (frames.empty()) return;
+  std::lock_guard lock(m_);  // once per batch, not per frame
+  stats_.frames += frames.size();
 }
 
 void ReconstructionStage::close_slice() {

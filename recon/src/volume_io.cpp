@@ -19,12 +19,6 @@ namespace {
 
 using Hid = hdf5::Handle;
 
-void quiet() { hdf5::silence_errors(); }
-
-struct Opened {
-  Hid file, dset;
-};
-
 /// "NAME[I]" -> (NAME, I): one volume of an (n, Z, Y, X) stack, e.g. a run file's
 /// /entry/reconstruction/input[3].
 std::pair<std::string, std::optional<unsigned long long>> split_index(const std::string& dataset) {
@@ -49,7 +43,7 @@ Hid open_file(const std::string& file) {
 }
 
 Volume read3(const std::string& file, const std::string& spec, bool floats_only) {
-  quiet();
+  hdf5::silence_errors();
   if (!std::filesystem::exists(file))
     throw std::runtime_error(fmt::format("{}: no such file", file));
   Hid f = open_file(file);
@@ -150,7 +144,7 @@ Volume read_array3(const std::string& file, const std::string& dataset) {
 }
 
 void write_volumes(const std::string& file, const std::vector<DatasetOut>& datasets) {
-  quiet();
+  hdf5::silence_errors();
   Hid f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   if (!f.valid()) throw std::runtime_error(fmt::format("{}: cannot create the file", file));
   for (const auto& d : datasets) {

@@ -192,5 +192,9 @@ TEST(Daemon, NextRunIndexFollowsExistingFiles) {
   std::ofstream(d / "other_000009.h5") << "x";
   std::ofstream(d / "scan_00000x.h5") << "x";
   EXPECT_EQ(daemon::next_run_index(d, "scan"), 8u);
+  std::ofstream(d / "scan_0000011.h5") << "x";  // not a name a run file gets
+  EXPECT_EQ(daemon::next_run_index(d, "scan"), 8u);
+  std::ofstream(d / "scan_1000000.h5") << "x";  // past six digits the name grows
+  EXPECT_EQ(daemon::next_run_index(d, "scan"), 1000001u);
   EXPECT_EQ(daemon::next_run_index("/nonexistent/dir", "scan"), 1u);
 }

@@ -315,6 +315,8 @@ TEST(Glintd, DiskFullPutsTheRunInErrorAndTheDaemonStaysUp) {
   fs::create_directories(runs);
   const bool mounted =
       std::system(("mount -t tmpfs -o size=512k tmpfs " + runs.string() + " 2>/dev/null").c_str()) == 0;
+  // Root writes to a read-only directory: without the mount there is nothing to fill up.
+  if (!mounted && ::geteuid() == 0) GTEST_SKIP() << "root, and tmpfs could not be mounted";
   if (!mounted) {
     fs::permissions(runs, fs::perms::owner_read | fs::perms::owner_exec);
   }
@@ -327,11 +329,8 @@ TEST(Glintd, DiskFullPutsTheRunInErrorAndTheDaemonStaysUp) {
     s.wait_exit(30s);
   }
   const json r = wait_status(rig.control_ep, [](const json& j) { return j["state"] == "error"; }, 20s);
-  const bool root = ::geteuid() == 0;
-  if (mounted || !root) {
-    EXPECT_EQ(r["state"], "error") << r.dump() << d.log();
-    EXPECT_NE(r["error"].get<std::string>().find(rig.file(1).string()), std::string::npos) << r.dump();
-  }
+  EXPECT_EQ(r["state"], "error") << r.dump() << d.log();
+  EXPECT_NE(r["error"].get<std::string>().find(rig.file(1).string()), std::string::npos) << r.dump();
   // Still answering; SIGTERM ends it cleanly.
   EXPECT_TRUE(control(rig.control_ep, "stats")["ok"]);
   d.signal(SIGTERM);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tool_test.hpp"
+#include "glint/recon/cpu_solver.hpp"
 #include "glint/recon/forward_model.hpp"
 #include "glint/recon/phantom.hpp"
 #include "glint/pipeline/run_file.hpp"
@@ -75,6 +76,19 @@ TEST_F(GlintRecon, InputFileWithMaskForwardModel) {
   const auto x = glint::recon::read_volume(path("out.h5"), "/volume");
   EXPECT_EQ(x.dims, d);
   EXPECT_NE(r.output.find("5 outer x 4 TV steps"), std::string::npos) << r.output;
+  // The options reached the solver: the same solve here (one thread, as the command) gives the
+  // same bits.
+  glint::tv::SolverOptions o;
+  o.lambda = 0.01f;
+  o.nonneg = false;
+  o.warm_start = false;
+  o.outer = 5;
+  o.tv_inner = 4;
+  const auto fm = glint::recon::make_forward_model("mask:" + path("mask.h5") + ":/m", d);
+  std::vector<float> want(d.voxels());
+  glint::recon::CpuReconstructor(d, 1).solve(in.data, fm.H, o, want);
+  EXPECT_EQ(x.data, want);
+  EXPECT_NE(x.data, in.data);
 }
 
 TEST_F(GlintRecon, BadInputGetsAClearErrorAndStatus2) {
