@@ -15,9 +15,9 @@ using nlohmann::json;
 
 namespace {
 
-/// One request/reply exchange; throws std::runtime_error when glintd does not answer.
-json request(const std::string& endpoint, const json& req, int timeout_ms) {
-  zmq::context_t ctx(1);
+/// One request/reply exchange on a fresh REQ socket (a REQ socket that got no answer cannot send
+/// again); throws std::runtime_error when glintd does not answer.
+json request(zmq::context_t& ctx, const std::string& endpoint, const json& req, int timeout_ms) {
   zmq::socket_t s(ctx, zmq::socket_type::req);
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::rcvtimeo, timeout_ms);
@@ -132,11 +132,12 @@ void add_ctl_command(CLI::App& app) {
       ->check(CLI::IsMember({"status", "stats", "start", "stop", "abort", "config", "pedestal", "shutdown", "watch"}));
   cmd->callback([a] {
     try {
+      zmq::context_t ctx(1);  // one for the command, `watch` included
       if (a->command == "watch") {
         const std::atomic<bool>& stop = stop_on_signals();
         for (int i = 0; !stop.load() && (a->count == 0 || i < a->count); ++i) {
           if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(a->interval_s));
-          const json r = request(a->endpoint, json{{"command", "stats"}}, a->timeout_ms);
+          const json r = request(ctx, a->endpoint, json{{"command", "stats"}}, a->timeout_ms);
           if (a->as_json) {
             std::cout << r.dump() << std::endl;
           } else {
@@ -154,7 +155,7 @@ void add_ctl_command(CLI::App& app) {
           fail("glint ctl", "--overrides is not a JSON object", kExitUsage);
         req["overrides"] = o;
       }
-      const json r = request(a->endpoint, req, a->timeout_ms);
+      const json r = request(ctx, a->endpoint, req, a->timeout_ms);
       if (a->as_json) std::cout << r.dump(2) << "\n";
       if (!r.value("ok", false)) {
         if (!a->as_json) std::cerr << "glint ctl " << a->command << ": " << r.value("error", "failed") << "\n";
