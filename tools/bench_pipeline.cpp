@@ -1,6 +1,8 @@
 // glint bench pipeline: the streaming pipeline's sustained rate over loopback, next to the
 // transport floor (the same sender into a receiver that only counts bytes), measured in the
 // same run.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -198,7 +200,9 @@ void add_bench_pipeline(CLI::App& bench) {
     int streams = 2;
     uint32_t queue = 1024;
     int copy_threads = -1;
-    std::string output = std::filesystem::temp_directory_path() / "glint_bench_pipeline";
+    // Per process: concurrent benches must not share (and remove) each other's run files.
+    std::string output = std::filesystem::temp_directory_path() /
+                         ("glint_bench_pipeline_" + std::to_string(::getpid()));
     int base_port = 0;
     int hwm = 1000;
     bool as_json = false;
