@@ -201,7 +201,6 @@ struct Acquisition::Worker {
   std::size_t capacity;
   std::vector<uint16_t> batch;
   std::vector<uint64_t> numbers, timestamps;
-  std::vector<uint8_t> flags;
   std::vector<FrameRow> rows;
   ClusterTable table;
 
@@ -223,7 +222,6 @@ struct Acquisition::Worker {
     batch.resize(capacity * pixels);
     numbers.reserve(capacity);
     timestamps.reserve(capacity);
-    flags.reserve(capacity);
   }
 };
 
@@ -388,11 +386,8 @@ void Acquisition::finish_reconstruction() {
     st = w.stage_owner->stats();
   }
   st.volumes_failed += recon_failed_at_start_.load();
-  const auto& r = cfg_.reconstruction;
+  // weight, frames_per_slice and slices are in the file already (RunMetadata::reconstruction).
   ReconstructionSummary sum;
-  sum.weight = r.weight;
-  sum.frames_per_slice = r.frames_per_slice;
-  sum.slices = r.slices;
   sum.frames = st.frames;
   sum.volumes_done = st.volumes_done;
   sum.volumes_dropped = st.volumes_dropped;
@@ -443,12 +438,11 @@ void Acquisition::run(std::stop_token) {
     } else {
       w.table.clear();
       w.finder->find(std::span<const uint16_t>(w.batch.data(), n * w.pixels), w.numbers, w.table);
-      w.writer->append(w.table, w.timestamps, w.flags);
+      w.writer->append(w.table, w.timestamps);  // data frames: flags 0
       count_written(w.table);
     }
     w.numbers.clear();
     w.timestamps.clear();
-    w.flags.clear();
     w.kind = Worker::Kind::none;
   };
 
@@ -627,7 +621,6 @@ void Acquisition::run(std::stop_token) {
         w.numbers.push_back(fn);
         w.timestamps.push_back(f->timestamp);
         w.copier.copy(std::move(f), std::span<uint16_t>(dst, w.pixels));  // and releases it
-        w.flags.push_back(0);
         if (kind == Worker::Kind::dark && --dark_remaining == 0) {
           flush_batch();
           begin_data();

@@ -317,23 +317,29 @@ struct RunFileWriter::Impl {
     ctx.check(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "writing the pedestal");
   }
 
-  void append_frame_columns(std::span<const FrameRow> rows) {
-    const hsize_t n = rows.size();
-    std::vector<uint64_t> fn(n), ts(n), off(n);
-    std::vector<uint32_t> nc(n);
-    std::vector<uint8_t> fl(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      fn[i] = rows[i].frame_number;
-      ts[i] = rows[i].timestamp;
-      off[i] = rows[i].cluster_offset;
-      nc[i] = rows[i].n_clusters;
-      fl[i] = rows[i].flags;
-    }
-    append_rows(ctx, f_frame_number.get(), H5T_NATIVE_UINT64, frames, n, {}, fn.data());
-    append_rows(ctx, f_timestamp.get(), H5T_NATIVE_UINT64, frames, n, {}, ts.data());
-    append_rows(ctx, f_cluster_offset.get(), H5T_NATIVE_UINT64, frames, n, {}, off.data());
-    append_rows(ctx, f_n_clusters.get(), H5T_NATIVE_UINT32, frames, n, {}, nc.data());
-    append_rows(ctx, f_flags.get(), H5T_NATIVE_UINT8, frames, n, {}, fl.data());
+  // Column buffers of one append, kept between calls so that a batch allocates nothing once
+  // they have grown to the largest batch. Used under io_mu only.
+  std::vector<uint64_t> col_frame_number, col_timestamp, col_cluster_offset, col_cluster_frame;
+  std::vector<uint32_t> col_n_clusters;
+  std::vector<uint8_t> col_flags;
+
+  void resize_frame_columns(std::size_t n) {
+    col_frame_number.resize(n);
+    col_timestamp.resize(n);
+    col_cluster_offset.resize(n);
+    col_n_clusters.resize(n);
+    col_flags.resize(n);
+  }
+
+  /// Appends the rows held in the column buffers (resize_frame_columns, then filled).
+  void append_frame_columns() {
+    const hsize_t n = col_frame_number.size();
+    append_rows(ctx, f_frame_number.get(), H5T_NATIVE_UINT64, frames, n, {}, col_frame_number.data());
+    append_rows(ctx, f_timestamp.get(), H5T_NATIVE_UINT64, frames, n, {}, col_timestamp.data());
+    append_rows(ctx, f_cluster_offset.get(), H5T_NATIVE_UINT64, frames, n, {},
+                col_cluster_offset.data());
+    append_rows(ctx, f_n_clusters.get(), H5T_NATIVE_UINT32, frames, n, {}, col_n_clusters.data());
+    append_rows(ctx, f_flags.get(), H5T_NATIVE_UINT8, frames, n, {}, col_flags.data());
     frames += n;
   }
 
@@ -460,35 +466,40 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
     throw std::invalid_argument("RunFileWriter::append: timestamps/flags per frame expected");
   // Clusters first: a reader that sees a frame row also finds its clusters.
   const hsize_t n = table.n_clusters();
-  std::vector<uint64_t> cluster_frame(n);
-  std::vector<FrameRow> rows(recs.size());
+  m.col_cluster_frame.assign(n, 0);
+  m.resize_frame_columns(recs.size());
   for (std::size_t k = 0; k < recs.size(); ++k) {
     for (uint64_t i = 0; i < recs[k].n_clusters; ++i)
-      cluster_frame[recs[k].first_cluster + i] = recs[k].frame_number;
-    rows[k] = FrameRow{recs[k].frame_number, timestamps.empty() ? 0 : timestamps[k],
-                       m.clusters + recs[k].first_cluster, recs[k].n_clusters,
-                       flags.empty() ? uint8_t{0} : flags[k]};
+      m.col_cluster_frame[recs[k].first_cluster + i] = recs[k].frame_number;
+    m.col_frame_number[k] = recs[k].frame_number;
+    m.col_timestamp[k] = timestamps.empty() ? 0 : timestamps[k];
+    m.col_cluster_offset[k] = m.clusters + recs[k].first_cluster;
+    m.col_n_clusters[k] = recs[k].n_clusters;
+    m.col_flags[k] = flags.empty() ? uint8_t{0} : flags[k];
   }
   const auto cd = m.cluster_dims();
   append_rows(m.ctx, m.c_frame_number.get(), H5T_NATIVE_UINT64, m.clusters, n, {},
-              cluster_frame.data());
+              m.col_cluster_frame.data());
   append_rows(m.ctx, m.c_x.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.x().data());
   append_rows(m.ctx, m.c_y.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.y().data());
   append_rows(m.ctx, m.c_data.get(), H5T_NATIVE_INT32, m.clusters, n, cd, table.data().data());
   m.clusters += n;
-  m.append_frame_columns(rows);
+  m.append_frame_columns();
 }
 
 void RunFileWriter::append_empty_frames(std::span<const FrameRow> rows) {
   Impl& m = *impl_;
   std::lock_guard io(m.io_mu);
   if (m.closed) throw OutputError(m.path.string() + ": append after close");
-  std::vector<FrameRow> fixed(rows.begin(), rows.end());
-  for (auto& r : fixed) {
-    r.cluster_offset = m.clusters;
-    r.n_clusters = 0;
+  m.resize_frame_columns(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    m.col_frame_number[i] = rows[i].frame_number;
+    m.col_timestamp[i] = rows[i].timestamp;
+    m.col_cluster_offset[i] = m.clusters;  // no clusters: the offset of the next one
+    m.col_n_clusters[i] = 0;
+    m.col_flags[i] = rows[i].flags;
   }
-  m.append_frame_columns(fixed);
+  m.append_frame_columns();
 }
 
 void RunFileWriter::add_reconstruction(const ReconstructionVolume& v) {
@@ -662,12 +673,11 @@ std::vector<T> read_all(const Context& c, hid_t file, const char* name) {
   return v;
 }
 
-/// The first `rows` rows of an (n, Z, Y, X) float32 dataset.
-std::vector<float> read_volume_rows(const Context& c, hid_t ds, hsize_t rows,
-                                    const std::array<hsize_t, 4>& dims, const char* what) {
-  const std::array<hsize_t, 4> start{0, 0, 0, 0}, count{rows, dims[1], dims[2], dims[3]};
-  std::vector<float> v(static_cast<std::size_t>(rows * dims[1] * dims[2] * dims[3]));
-  if (v.empty()) return v;
+/// The first `nz` slices of row `row` of an (n, Z, Y, X) float32 dataset.
+std::vector<float> read_volume(const Context& c, hid_t ds, hsize_t row, hsize_t nz, hsize_t ny,
+                               hsize_t nx, const char* what) {
+  const std::array<hsize_t, 4> start{row, 0, 0, 0}, count{1, nz, ny, nx};
+  std::vector<float> v(static_cast<std::size_t>(nz * ny * nx));
   Hid file_space(c.id(H5Dget_space(ds), what), H5Sclose);
   c.check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
                               count.data(), nullptr),
@@ -739,8 +749,6 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
     c.check(H5Dread(dev.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, devices.data()),
             "/entry/reconstruction/device");
   }
-  const auto inputs = read_volume_rows(c, in.get(), n, din, "/entry/reconstruction/input");
-  const auto outputs = read_volume_rows(c, outp.get(), n, dout, "/entry/reconstruction/output");
 
   ReconstructionSummary sum;
   sum.weight = l.weight;
@@ -752,8 +760,6 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
   sum.volumes_failed = u64_or("volumes_failed", 0);
   out.reconstruction_summary = sum;
 
-  const std::size_t plane = std::size_t(l.nx) * l.ny;
-  const std::size_t row = plane * l.slices;
   for (std::size_t i = 0; i < n; ++i) {
     if (slices[i] == 0 || slices[i] > l.slices)
       c.fail("/entry/reconstruction/slices[" + std::to_string(i) + "] is " +
@@ -764,9 +770,9 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
     v.nx = l.nx;
     v.ny = l.ny;
     v.nz = slices[i];
-    const std::size_t len = plane * v.nz;
-    v.input.assign(inputs.begin() + i * row, inputs.begin() + i * row + len);
-    v.output.assign(outputs.begin() + i * row, outputs.begin() + i * row + len);
+    // Each volume straight into its own vectors: only its filled slices, no copy of the table.
+    v.input = read_volume(c, in.get(), i, v.nz, l.ny, l.nx, "/entry/reconstruction/input");
+    v.output = read_volume(c, outp.get(), i, v.nz, l.ny, l.nx, "/entry/reconstruction/output");
     v.lambda = l.lambda;
     v.outer = l.outer;
     v.tv_inner = l.outer ? iterations[i] / l.outer : 0;

@@ -12,10 +12,21 @@
 using glint::testing::run_glint;
 using glint::testing::ToolResult;
 
-TEST(GlintBenchPipeline, RoundsReportEveryLegAndTheirMedians) {
+namespace {
+
+// The run files go to a directory of the test's own (the default one in /tmp is shared by every
+// bench run on the machine).
+class GlintBenchPipeline : public glint::testing::ScratchDirTest {
+ protected:
+  GlintBenchPipeline() : ScratchDirTest("glint_bench_pipeline_test") {}
+};
+
+}  // namespace
+
+TEST_F(GlintBenchPipeline, RoundsReportEveryLegAndTheirMedians) {
   const ToolResult r = run_glint(
       "--log-level error bench pipeline --backend cpu --threads 2 --size 32 --dark 20 --frames 200 "
-      "--photons 5 --repeat 3 --json");
+      "--photons 5 --repeat 3 --json --output " + path("runs"));
   ASSERT_EQ(r.status, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
   ASSERT_EQ(j["rounds"].get<int>(), 3);

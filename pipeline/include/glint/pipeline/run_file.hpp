@@ -109,6 +109,8 @@ struct ReconstructionVolume {
 
 /// What the reconstruction stage did over the whole run (attributes of /entry/reconstruction).
 struct ReconstructionSummary {
+  /// Read back from the layout's attributes; the writer takes them from
+  /// RunMetadata::reconstruction and ignores these.
   std::string weight;  ///< centres | signal
   uint32_t frames_per_slice = 0, slices = 0;
   uint64_t frames = 0, volumes_done = 0, volumes_dropped = 0, volumes_failed = 0;

@@ -1,5 +1,5 @@
 #pragma once
-// Helpers shared by the core tests: synthetic runs through any finder, SHA-256 digests.
+// Helpers shared by the tests: synthetic runs through any finder, SHA-256 digests.
 #include <openssl/evp.h>
 
 #include <cstdint>
