@@ -29,6 +29,13 @@ inline ToolResult run_glint(const std::string& args) {
   return r;
 }
 
+/// Runs `glint ARGS` and expects it to end with `status` and to print `message`.
+inline void expect_failure(const std::string& args, int status, const std::string& message) {
+  const ToolResult r = run_glint(args);
+  EXPECT_EQ(r.status, status) << "glint " << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(message), std::string::npos) << "glint " << args << "\n" << r.output;
+}
+
 /// A fixture with a fresh directory per test (removed afterwards); `prefix` names the suite.
 class ScratchDirTest : public ::testing::Test {
  protected:

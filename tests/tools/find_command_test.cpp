@@ -11,6 +11,7 @@
 #include "glint/pipeline/run_file.hpp"
 #include "test_data.hpp"
 
+using glint::testing::expect_failure;
 using glint::testing::run_glint;
 using glint::testing::ToolResult;
 
@@ -93,30 +94,13 @@ TEST_F(GlintFind, ClearErrorsAndExitCodes) {
   const auto in = path("in.h5");
   ASSERT_EQ(run_glint("synth -q -o " + in + " --rows 8 --cols 9 --dark 1000 --frames 3").status, 0);
 
-  ToolResult r = run_glint("find -i " + path("missing.h5"));
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
-
-  r = run_glint("find -i " + in + " --dataset /frames");
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("has no dataset '/frames'"), std::string::npos) << r.output;
-
-  r = run_glint("find -i " + in + " --dark 500");
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("fewer dark frames than the pedestal window (1000)"), std::string::npos)
-      << r.output;
-
-  r = run_glint("find -i " + in + " --dark 2000");
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("holds only 1003 frames"), std::string::npos) << r.output;
-
-  r = run_glint("find -i " + in + " --cluster-size 4");
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("cluster size 4 is not supported"), std::string::npos) << r.output;
-
-  r = run_glint("find -i " + in + " --backend tpu");
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("unknown backend 'tpu'"), std::string::npos) << r.output;
+  expect_failure("find -i " + path("missing.h5"), 2, "does not exist");
+  expect_failure("find -i " + in + " --dataset /frames", 2, "has no dataset '/frames'");
+  expect_failure("find -i " + in + " --dark 500", 2,
+                 "fewer dark frames than the pedestal window (1000)");
+  expect_failure("find -i " + in + " --dark 2000", 2, "holds only 1003 frames");
+  expect_failure("find -i " + in + " --cluster-size 4", 2, "cluster size 4 is not supported");
+  expect_failure("find -i " + in + " --backend tpu", 2, "unknown backend 'tpu'");
 
   // A dataset of the wrong type.
   const auto wrong = path("wrong.h5");
@@ -136,31 +120,22 @@ TEST_F(GlintFind, ClearErrorsAndExitCodes) {
     H5Sclose(space);
     H5Fclose(file);
   }
-  r = run_glint("find -i " + wrong);
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("holds int32, expected uint16"), std::string::npos) << r.output;
-  r = run_glint("find -i " + wrong + " --dataset /flat");
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("has 2 dimensions, expected 3"), std::string::npos) << r.output;
+  expect_failure("find -i " + wrong, 2, "holds int32, expected uint16");
+  expect_failure("find -i " + wrong + " --dataset /flat", 2, "has 2 dimensions, expected 3");
 
   // Not an HDF5 file.
   { std::ofstream(path("text.h5")) << "hello\n"; }
-  r = run_glint("find -i " + path("text.h5"));
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("is not an HDF5 file"), std::string::npos) << r.output;
+  expect_failure("find -i " + path("text.h5"), 2, "is not an HDF5 file");
 
   // Outputs are not overwritten by accident.
   const auto clust = path("o.clust");
   ASSERT_EQ(run_glint("find -q -i " + in + " --clust " + clust).status, 0);
-  r = run_glint("find -q -i " + in + " --clust " + clust);
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("exists already"), std::string::npos) << r.output;
+  expect_failure("find -q -i " + in + " --clust " + clust, 2, "exists already");
   EXPECT_EQ(run_glint("find -q -i " + in + " --clust " + clust + " --overwrite").status, 0);
 
   // An unwritable output is a run-time failure.
-  r = run_glint("find -q -i " + in + " --clust /nonexistent/dir/o.clust");
-  EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find("/nonexistent/dir/o.clust"), std::string::npos) << r.output;
+  expect_failure("find -q -i " + in + " --clust /nonexistent/dir/o.clust", 1,
+                 "/nonexistent/dir/o.clust");
 }
 
 TEST_F(GlintFind, SynthIsDeterministic) {
@@ -171,9 +146,7 @@ TEST_F(GlintFind, SynthIsDeterministic) {
   ASSERT_EQ(run_glint("find -q -i " + a + " --clust " + path("a.clust")).status, 0);
   ASSERT_EQ(run_glint("find -q -i " + b + " --clust " + path("b.clust")).status, 0);
   EXPECT_EQ(file_sha256(path("a.clust")), file_sha256(path("b.clust")));
-  const ToolResult r = run_glint("synth -q -o " + a + " --rows 16 --cols 12");
-  EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find("exists already"), std::string::npos) << r.output;
+  expect_failure("synth -q -o " + a + " --rows 16 --cols 12", 1, "exists already");
 }
 
 TEST(GlintBenchFind, CpuPrintsRateAndMatchesTheReference) {
