@@ -135,15 +135,14 @@ void Daemon::housekeeping() {
     // After a failed run, wait a little before the next attempt (no tight loop on a full disk).
     if (!last_run_failed_ || now - last_run_end_ >= std::chrono::seconds(2)) start_run(cfg_);
   }
-  if (run_ && now - last_sample_ >= std::chrono::seconds(1)) {
-    const auto s = run_->stats();
-    samples_.push_back(Sample{now, s.frames_processed, s.bytes, s.clusters});
-    while (samples_.size() > 6) samples_.pop_front();
-    last_sample_ = now;
-  }
   std::string line;
   if (run_) {
     const auto s = run_->stats();
+    if (now - last_sample_ >= std::chrono::seconds(1)) {
+      samples_.push_back(Sample{now, s.frames_processed, s.bytes, s.clusters});
+      while (samples_.size() > 6) samples_.pop_front();
+      last_sample_ = now;
+    }
     line = fmt::format("run {} {}: {} frames, {} clusters, {} dropped, {} bad", s.run_index,
                        to_string(s.state), s.frames_processed, s.clusters, s.dropped, s.bad_total);
   } else if (last_run_) {

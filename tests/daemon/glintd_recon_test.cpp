@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <thread>
 
 #include "../pipeline/stream_test_util.hpp"
 #include "control_client.hpp"
+#include "glintd_rig.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/recon/solver_factory.hpp"
 #include "gpu_test.hpp"
@@ -36,21 +36,20 @@ struct RunResult {
 
 class ReconRig {
  public:
-  ReconRig(const std::string& name, const std::string& backend) : name_(name) {
+  ReconRig(const std::string& name, const std::string& backend) {
     dir_ = glint::testing::fresh_dir(name);
-    data_ep_ = glint::testing::loopback(glint::testing::free_tcp_port());
-    control_ep_ = glint::testing::loopback(glint::testing::free_tcp_port());
+    c_.rows = c_.cols = kSize;
+    c_.dark = kDark;
+    c_.data_ep = glint::testing::loopback(glint::testing::free_tcp_port());
+    c_.control_ep = glint::testing::loopback(glint::testing::free_tcp_port());
+    c_.finder = "backend: " + backend + ", batch_frames: 16";
+    c_.runs = dir_ / "runs";
+    c_.run_name = "recon";
+    c_.extra = "reconstruction: {enabled: true, frames_per_slice: " + std::to_string(kFramesPerSlice) +
+               ", slices: " + std::to_string(kSlices) + ", weight: centres, lambda: 0.5, outer: 20, " +
+               "tv_inner: 10, backend: " + backend + "}\n";
     config_ = dir_ / "glintd.yaml";
-    std::ofstream(config_) << "detector: {rows: " << kSize << ", cols: " << kSize << "}\n"
-                           << "ingest: {endpoints: [\"" << data_ep_ << "\"]}\n"
-                           << "pedestal: {dark_frames: " << kDark << ", window: " << kDark << "}\n"
-                           << "finder: {backend: " << backend << ", batch_frames: 16}\n"
-                           << "output: {directory: \"" << (dir_ / "runs").string() << "\", run_name: recon}\n"
-                           << "run: {auto_start: false}\n"
-                           << "control: {endpoint: \"" << control_ep_ << "\"}\n"
-                           << "reconstruction: {enabled: true, frames_per_slice: " << kFramesPerSlice
-                           << ", slices: " << kSlices << ", weight: centres, lambda: 0.5, outer: 20, "
-                           << "tv_inner: 10, backend: " << backend << "}\n";
+    glint::testing::write_glintd_config(config_, c_);
     daemon_ = std::make_unique<Process>(std::vector<std::string>{bin("glintd").string(), "--config", config_.string()},
                                         dir_ / "glintd.log");
   }
@@ -65,9 +64,9 @@ class ReconRig {
 
   /// Starts a run with `overrides`; returns its file (empty on failure).
   std::string start(const json& overrides) {
-    EXPECT_TRUE(wait_status(control_ep_, [](const json&) { return true; }, 10s).value("ok", false)) << log();
+    EXPECT_TRUE(wait_status(c_.control_ep, [](const json&) { return true; }, 10s).value("ok", false)) << log();
     json req{{"command", "start"}, {"overrides", overrides}};
-    const json started = control(control_ep_, req);
+    const json started = control(c_.control_ep, req);
     EXPECT_TRUE(started.value("ok", false)) << started.dump() << log();
     if (!started.value("ok", false)) return {};
     return started["file"].get<std::string>();
@@ -75,10 +74,7 @@ class ReconRig {
 
   /// The simulator sending kDark dark and `frames` photon frames at `rate` per second.
   std::unique_ptr<Process> sim(uint64_t frames, int rate, const std::string& tag) {
-    const std::vector<std::string> argv{bin("glint").string(), "sim", "--endpoint", data_ep_, "--rows",
-                                        std::to_string(kSize), "--cols", std::to_string(kSize), "--dark",
-                                        std::to_string(kDark), "--frames", std::to_string(frames),
-                                        "--rate", std::to_string(rate), "--photons", "12", "--seed", "11"};
+    const auto argv = glint::testing::sim_argv(c_, frames, std::to_string(rate), "12", "11");
     return std::make_unique<Process>(argv, dir_ / ("sim_" + tag + ".log"));
   }
 
@@ -90,9 +86,9 @@ class ReconRig {
     auto s = sim(kDataFrames, 500, std::to_string(runs_before));
     EXPECT_EQ(s->wait_exit(30s), 0) << s->log();
     const json st = wait_status(
-        control_ep_, [&](const json& j) { return j.value("runs_completed", 0u) > runs_before; }, 60s);
+        c_.control_ep, [&](const json& j) { return j.value("runs_completed", 0u) > runs_before; }, 60s);
     EXPECT_GT(st.value("runs_completed", 0u), runs_before) << st.dump() << log();
-    out.stats = control(control_ep_, "stats");
+    out.stats = control(c_.control_ep, "stats");
     out.file = pipeline::read_run_file(file);
     return out;
   }
@@ -104,9 +100,8 @@ class ReconRig {
   }
 
  private:
-  std::string name_;
   fs::path dir_, config_;
-  std::string data_ep_, control_ep_;
+  glint::testing::GlintdConfig c_;
   std::unique_ptr<Process> daemon_;
 };
 

@@ -8,6 +8,7 @@
 
 #include "../pipeline/stream_test_util.hpp"
 #include "control_client.hpp"
+#include "glintd_rig.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "process.hpp"
 
@@ -24,40 +25,33 @@ namespace {
 
 constexpr uint32_t kDark = 20;
 
-struct Rig {
+struct Rig : glint::testing::GlintdConfig {
   fs::path dir;
   fs::path config;
-  std::string data_ep, control_ep;
-  std::string run_name;
-  uint32_t kRows = 40, kCols = 40;
-  std::string finder = "backend: cpu, batch_frames: 32";
-  std::string ingest_extra;
+  std::string photons = "10";
 
-  explicit Rig(const std::string& name, bool auto_start = true, uint32_t size = 40) : run_name(name), kRows(size), kCols(size) {
+  explicit Rig(const std::string& name, bool auto_start = true, uint32_t size = 40) {
+    rows = cols = size;
+    dark = kDark;
+    finder = "backend: cpu, batch_frames: 32";
+    run_name = name;
     dir = glint::testing::fresh_dir(name);
     data_ep = glint::testing::loopback(glint::testing::free_tcp_port());
     control_ep = glint::testing::loopback(glint::testing::free_tcp_port());
+    runs = dir / "runs";
     config = dir / "glintd.yaml";
     write_config(name, auto_start);
   }
-  void write_config(const std::string& name, bool auto_start, const std::string& extra = "") const {
-    std::ofstream(config) << "detector: {rows: " << kRows << ", cols: " << kCols << "}\n"
-                          << "ingest: {endpoints: [\"" << data_ep << "\"]" << ingest_extra << "}\n"
-                          << "pedestal: {dark_frames: " << kDark << ", window: " << kDark << "}\n"
-                          << "finder: {" << finder << "}\n"
-                          << "output: {directory: \"" << (dir / "runs").string() << "\", run_name: " << name
-                          << "}\n"
-                          << "run: {auto_start: " << (auto_start ? "true" : "false") << "}\n"
-                          << "control: {endpoint: \"" << control_ep << "\"}\n"
-                          << extra;
+  void write_config(const std::string& name, bool auto_start, const std::string& more = "") const {
+    glint::testing::GlintdConfig c = *this;
+    c.run_name = name;
+    c.auto_start = auto_start;
+    c.extra = more;
+    glint::testing::write_glintd_config(config, c);
   }
   std::vector<std::string> glintd() const { return {bin("glintd").string(), "--config", config.string()}; }
-  std::string photons = "10";
   std::vector<std::string> sim(uint64_t frames, double rate, const std::vector<std::string>& more = {}) const {
-    std::vector<std::string> a{bin("glint").string(), "sim", "--endpoint", data_ep, "--rows",
-                               std::to_string(kRows), "--cols", std::to_string(kCols), "--dark",
-                               std::to_string(kDark), "--frames", std::to_string(frames), "--rate",
-                               std::to_string(rate), "--photons", photons, "--seed", "7"};
+    std::vector<std::string> a = glint::testing::sim_argv(*this, frames, std::to_string(rate), photons, "7");
     a.insert(a.end(), more.begin(), more.end());
     return a;
   }
@@ -66,15 +60,15 @@ struct Rig {
   }
   pipeline::SimImageParams image() const {
     pipeline::SimImageParams p;
-    p.rows = kRows;
-    p.cols = kCols;
+    p.rows = rows;
+    p.cols = cols;
     p.photons = 10;
     p.seed = 7;
     return p;
   }
   FinderParams params() const {
     FinderParams p;
-    p.shape = {kRows, kCols};
+    p.shape = {rows, cols};
     p.pedestal_window = kDark;
     return p;
   }

@@ -1,0 +1,47 @@
+#pragma once
+// What the end-to-end glintd tests share: the configuration of a loopback run and the command
+// line of the `glint sim` that feeds it.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "process.hpp"
+
+namespace glint::testing {
+
+/// A glintd configuration for one data endpoint on loopback; the pedestal window is the number
+/// of dark frames.
+struct GlintdConfig {
+  uint32_t rows = 40, cols = 40, dark = 20;
+  std::string data_ep, control_ep;
+  std::string ingest_extra;  ///< more keys inside ingest: {...}, starting with ", "
+  std::string finder;        ///< the keys inside finder: {...}
+  std::filesystem::path runs;
+  std::string run_name;
+  bool auto_start = false;
+  std::string extra;         ///< more sections, appended as they are
+};
+
+inline void write_glintd_config(const std::filesystem::path& file, const GlintdConfig& c) {
+  std::ofstream(file) << "detector: {rows: " << c.rows << ", cols: " << c.cols << "}\n"
+                      << "ingest: {endpoints: [\"" << c.data_ep << "\"]" << c.ingest_extra << "}\n"
+                      << "pedestal: {dark_frames: " << c.dark << ", window: " << c.dark << "}\n"
+                      << "finder: {" << c.finder << "}\n"
+                      << "output: {directory: \"" << c.runs.string() << "\", run_name: " << c.run_name
+                      << "}\n"
+                      << "run: {auto_start: " << (c.auto_start ? "true" : "false") << "}\n"
+                      << "control: {endpoint: \"" << c.control_ep << "\"}\n"
+                      << c.extra;
+}
+
+/// `glint sim` sending c.dark dark and `frames` photon images of c's shape to c's data endpoint.
+inline std::vector<std::string> sim_argv(const GlintdConfig& c, uint64_t frames, const std::string& rate,
+                                         const std::string& photons, const std::string& seed) {
+  return {bin("glint").string(), "sim", "--endpoint", c.data_ep, "--rows", std::to_string(c.rows),
+          "--cols", std::to_string(c.cols), "--dark", std::to_string(c.dark), "--frames",
+          std::to_string(frames), "--rate", rate, "--photons", photons, "--seed", seed};
+}
+
+}  // namespace glint::testing
