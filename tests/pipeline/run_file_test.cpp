@@ -64,12 +64,19 @@ PedestalState pedestal(FrameShape s, double base) {
 
 }  // namespace
 
-TEST(RunFile, PathHasRunNameAndSixDigitIndex) {
+/// Every test gets a fresh directory `dir`, removed afterwards (also when an assertion fails).
+class RunFile : public ::testing::Test {
+ protected:
+  void SetUp() override { dir = temp_dir(); }
+  void TearDown() override { fs::remove_all(dir); }
+  fs::path dir;
+};
+
+TEST_F(RunFile, PathHasRunNameAndSixDigitIndex) {
   EXPECT_EQ(run_file_path("/data", "sample", 42), fs::path("/data/sample_000042.h5"));
 }
 
-TEST(RunFile, RoundTripsFramesClustersAndPedestals) {
-  const fs::path dir = temp_dir();
+TEST_F(RunFile, RoundTripsFramesClustersAndPedestals) {
   const fs::path file = dir / "run_000001.h5";
   const RunMetadata meta = metadata();
   const ClusterTable table = two_frames();
@@ -119,11 +126,9 @@ TEST(RunFile, RoundTripsFramesClustersAndPedestals) {
   EXPECT_EQ(r.end_mean[0], 200.0);
   ASSERT_TRUE(r.end_state.has_value());
   EXPECT_EQ(*r.end_state, pedestal(meta.finder.shape, 200.0));
-  fs::remove_all(dir);
 }
 
-TEST(RunFile, VisibleToAReaderWhileWrittenAndAfterAnUncleanEnd) {
-  const fs::path dir = temp_dir();
+TEST_F(RunFile, VisibleToAReaderWhileWrittenAndAfterAnUncleanEnd) {
   const fs::path file = dir / "run_000002.h5";
   RunFileWriter w(file, metadata());
   w.append(two_frames());
@@ -139,11 +144,9 @@ TEST(RunFile, VisibleToAReaderWhileWrittenAndAfterAnUncleanEnd) {
   const RunFileContents done = read_run_file(file);
   EXPECT_FALSE(done.end_time.empty());
   EXPECT_EQ(done.frames.size(), 3u);
-  fs::remove_all(dir);
 }
 
-TEST(RunFile, RefusesToOverwriteAndNamesTheFile) {
-  const fs::path dir = temp_dir();
+TEST_F(RunFile, RefusesToOverwriteAndNamesTheFile) {
   const fs::path file = dir / "run_000003.h5";
   { RunFileWriter w(file, metadata()); }
   try {
@@ -153,18 +156,16 @@ TEST(RunFile, RefusesToOverwriteAndNamesTheFile) {
     EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos);
   }
   EXPECT_NO_THROW(RunFileWriter(file, metadata(), /*overwrite=*/true));
-  fs::remove_all(dir);
 }
 
-TEST(RunFile, MissingDirectoryIsAClearError) {
+TEST_F(RunFile, MissingDirectoryIsAClearError) {
   const fs::path file = fs::temp_directory_path() / "glint_no_such_dir_x" / "run.h5";
   EXPECT_THROW(RunFileWriter(file, metadata()), OutputError);
 }
 
-TEST(RunFile, ReadableByH5py) {
+TEST_F(RunFile, ReadableByH5py) {
   if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "h5py is not installed (scripts/setup.sh installs python3-h5py)";
-  const fs::path dir = temp_dir();
   const fs::path file = dir / "run_000004.h5";
   {
     RunFileWriter w(file, metadata());
@@ -181,7 +182,6 @@ TEST(RunFile, ReadableByH5py) {
                            "assert list(f['entry/clusters/x'][:]) == [2, 5, 0]\n";
   const std::string cmd = "/usr/bin/python3 " + script.string() + " " + file.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0);
-  fs::remove_all(dir);
 }
 
 namespace {
@@ -256,8 +256,7 @@ std::vector<fs::path> files_in(const fs::path& dir) {
 
 }  // namespace
 
-TEST(RunFile, ReconstructionIsAppendedInPlaceDuringTheRun) {
-  const fs::path dir = temp_dir();
+TEST_F(RunFile, ReconstructionIsAppendedInPlaceDuringTheRun) {
   const fs::path file = dir / "run_000005.h5";
   const ReconstructionVolume v0 = recon_volume(100, 3, 1.0f), v1 = recon_volume(130, 2, 2.0f);
   ReconstructionSummary sum;
@@ -306,12 +305,10 @@ TEST(RunFile, ReconstructionIsAppendedInPlaceDuringTheRun) {
   expect_volume(r.reconstruction[0], v0);
   expect_volume(r.reconstruction[1], v1);
   EXPECT_TRUE(r.reconstruction[1].partial);
-  fs::remove_all(dir);
 }
 
 // Volumes from the reconstruction thread while the run's thread appends frames and flushes.
-TEST(RunFile, VolumesAndFramesWrittenConcurrently) {
-  const fs::path dir = temp_dir();
+TEST_F(RunFile, VolumesAndFramesWrittenConcurrently) {
   const fs::path file = dir / "run_000010.h5";
   std::vector<ReconstructionVolume> volumes;
   for (int i = 0; i < 24; ++i) volumes.push_back(recon_volume(30 * i, i % 4 == 3 ? 2 : 3, 1.0f + i));
@@ -333,13 +330,11 @@ TEST(RunFile, VolumesAndFramesWrittenConcurrently) {
   EXPECT_EQ(r.frames.back(), (FrameRow{1002, 0, 899, 1, 0}));
   ASSERT_EQ(r.reconstruction.size(), volumes.size());
   for (std::size_t i = 0; i < volumes.size(); ++i) expect_volume(r.reconstruction[i], volumes[i]);
-  fs::remove_all(dir);
 }
 
 // A reader in another process (SWMR) sees each volume once it is appended, and the volumes stay
 // readable when the writing process dies without closing the file.
-TEST(RunFile, ReconstructionVisibleToAnotherProcessAndAfterACrash) {
-  const fs::path dir = temp_dir();
+TEST_F(RunFile, ReconstructionVisibleToAnotherProcessAndAfterACrash) {
   const fs::path file = dir / "run_000009.h5";
   const ReconstructionVolume v0 = recon_volume(0, 3, 1.0f), v1 = recon_volume(30, 3, 3.0f);
   int to_parent[2], to_child[2];
@@ -398,11 +393,9 @@ TEST(RunFile, ReconstructionVisibleToAnotherProcessAndAfterACrash) {
   EXPECT_EQ(files_in(dir), std::vector<fs::path>{"run_000009.h5"});
   ::close(to_parent[0]);
   ::close(to_child[1]);
-  fs::remove_all(dir);
 }
 
-TEST(RunFile, NoReconstructionGroupWithoutTheStage) {
-  const fs::path dir = temp_dir();
+TEST_F(RunFile, NoReconstructionGroupWithoutTheStage) {
   const fs::path file = dir / "run_000006.h5";
   {
     RunFileWriter w(file, metadata());
@@ -415,11 +408,9 @@ TEST(RunFile, NoReconstructionGroupWithoutTheStage) {
   EXPECT_FALSE(r.reconstruction_summary.has_value());
   EXPECT_FALSE(r.reconstruction_layout.has_value());
   EXPECT_TRUE(r.reconstruction.empty());
-  fs::remove_all(dir);
 }
 
-TEST(RunFile, ReconstructionVolumeOfTheWrongSizeIsRejected) {
-  const fs::path dir = temp_dir();
+TEST_F(RunFile, ReconstructionVolumeOfTheWrongSizeIsRejected) {
   RunFileWriter w(dir / "run_000007.h5", recon_metadata());
   ReconstructionVolume v = recon_volume(0, 2, 1.0f);
   v.output.pop_back();
@@ -432,13 +423,11 @@ TEST(RunFile, ReconstructionVolumeOfTheWrongSizeIsRejected) {
   EXPECT_THROW(w.add_reconstruction(wide), std::invalid_argument);
   w.close(nullptr);
   EXPECT_TRUE(read_run_file(dir / "run_000007.h5").reconstruction.empty());
-  fs::remove_all(dir);
 }
 
-TEST(RunFile, ReconstructionReadableByH5pyDuringAndAfterTheRun) {
+TEST_F(RunFile, ReconstructionReadableByH5pyDuringAndAfterTheRun) {
   if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "h5py is not installed (scripts/setup.sh installs python3-h5py)";
-  const fs::path dir = temp_dir();
   const fs::path file = dir / "run_000008.h5";
   const fs::path script = dir / "check.py";
   std::ofstream(script)
@@ -475,5 +464,4 @@ TEST(RunFile, ReconstructionReadableByH5pyDuringAndAfterTheRun) {
     w.close(nullptr);
   }
   EXPECT_EQ(check(2, "closed"), 0);
-  fs::remove_all(dir);
 }

@@ -1,7 +1,8 @@
 #pragma once
 // ZeroMQ ingest: one SUB socket and one thread per configured endpoint. Each thread validates
 // the slsReceiver headers against the configured detector, counts and skips bad input (logged
-// once per kind, then rate-limited), and copies each payload once into the assembler's buffers.
+// once per kind, then rate-limited), and hands each payload, still in its message (no copy),
+// to the frame assembler.
 #include <array>
 #include <atomic>
 #include <chrono>

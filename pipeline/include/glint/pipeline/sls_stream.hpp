@@ -69,7 +69,8 @@ struct ParsedHeader {
 };
 
 /// Parses a header message (simdjson; one reusable parser per thread, no allocation per header
-/// once warm). Unknown keys are ignored, a key given twice counts with its last value; version 4
+/// once warm except for the pass-through strings: an fname longer than 15 characters and
+/// addJsonHeader's entries). Unknown keys are ignored, a key given twice counts with its last value; version 4
 /// and 5 accepted. An integer that does not fit 64 bits makes the header malformed (simdjson).
 ParsedHeader parse_sls_header(std::string_view text);
 
