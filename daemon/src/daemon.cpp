@@ -244,18 +244,20 @@ json Daemon::stats_json() const {
   j["messages"] = s.messages;
   j["bytes"] = s.bytes;
   j["end_messages"] = s.end_messages;
-  double fps = 0, bps = 0, cps = 0;
+  // Over the samples kept (up to the last 5 s of the current run; 0 until there are two).
+  double window = 0, fps = 0, bps = 0, cps = 0;
   if (run_ && samples_.size() >= 2) {
     const auto& a = samples_.front();
     const auto& b = samples_.back();
     const double dt = std::chrono::duration<double>(b.t - a.t).count();
     if (dt > 0) {
+      window = dt;
       fps = static_cast<double>(b.frames - a.frames) / dt;
       bps = static_cast<double>(b.bytes - a.bytes) / dt;
       cps = static_cast<double>(b.clusters - a.clusters) / dt;
     }
   }
-  j["rates"] = {{"window_s", 5}, {"frames_per_s", fps}, {"bytes_per_s", bps}, {"clusters_per_s", cps}};
+  j["rates"] = {{"window_s", window}, {"frames_per_s", fps}, {"bytes_per_s", bps}, {"clusters_per_s", cps}};
   j["queues"] = {{"pending_images", s.pending_images}, {"queued_images", s.queued_images},
                  {"staging_used", s.staging_used}, {"staging_total", s.staging_total}};
   j["reconstruction"] = {{"enabled", s.recon_enabled},

@@ -117,6 +117,9 @@ TEST(Daemon, ControlCommandsAndARun) {
   EXPECT_EQ(r["malformed"].size(), pipeline::kBadInputKinds);
   EXPECT_TRUE(r["backend"].get<std::string>().rfind("cpu", 0) == 0) << r["backend"];
   EXPECT_EQ(r["queues"]["staging_total"], s.cfg.ingest.queue_frames);
+  // Rates are of the current run only: none now, over no window.
+  EXPECT_EQ(r["rates"]["window_s"].get<double>(), 0.0);
+  EXPECT_EQ(r["rates"]["frames_per_s"].get<double>(), 0.0);
   const auto f = pipeline::read_run_file(file);
   EXPECT_EQ(r["clusters"], f.clusters.n_clusters());
   EXPECT_GT(f.clusters.n_clusters(), 40u);
@@ -173,6 +176,16 @@ TEST(Daemon, AbortClosesTheFileAndAutoStartBeginsTheNextRun) {
   const auto f = pipeline::read_run_file(s.cfg.output.directory / "daemon_abort_000001.h5");
   EXPECT_FALSE(f.end_time.empty()) << "the aborted run's file was not closed";
   EXPECT_GE(f.frames.size(), 10u);
+  // While run 2 takes data, rates come from the samples kept (one a second, up to 5 s).
+  json st;
+  for (const auto until = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < until;) {
+    st = control(ep, "stats");
+    if (st["rates"]["window_s"].get<double>() > 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GE(st["rates"]["window_s"].get<double>(), 1.0) << st.dump();
+  EXPECT_LE(st["rates"]["window_s"].get<double>(), 5.5) << st.dump();
+  EXPECT_GT(st["rates"]["frames_per_s"].get<double>(), 0.0) << st.dump();
   stop_sender = true;
   // Stop via the control socket: the run ends gracefully, the daemon stays.
   r = control(ep, "stop");
