@@ -208,10 +208,7 @@ struct Acquisition::Worker {
   // submitted without waiting, and results come back (in frame order) through the sink.
   gpu::GpuClusterFinder* gpu = nullptr;
   std::span<uint16_t> staging;
-  struct InFlight {
-    std::vector<uint64_t> numbers, timestamps;
-  };
-  std::deque<InFlight> in_flight;
+  std::deque<std::vector<uint64_t>> in_flight;  // timestamps of each submitted batch
 
   Worker(const config::Config& cfg)
       : assembler(cfg.detector, cfg.ingest),
@@ -432,7 +429,7 @@ void Acquisition::run(std::stop_token) {
       frames_processed_.fetch_add(n);
       rows_written_.fetch_add(n);
     } else if (w.gpu) {
-      w.in_flight.push_back({w.numbers, w.timestamps});
+      w.in_flight.push_back(w.timestamps);
       w.staging = {};
       w.gpu->submit(w.numbers);
     } else {
@@ -520,7 +517,7 @@ void Acquisition::run(std::stop_token) {
       capacity = static_cast<std::size_t>(w.gpu->batch_frames());
       w.gpu->set_sink([&](const gpu::GpuBatchView& v) {
         // Batches come back in submission order.
-        Worker::InFlight b = std::move(w.in_flight.front());
+        const std::vector<uint64_t> timestamps = std::move(w.in_flight.front());
         w.in_flight.pop_front();
         w.table.clear();
         std::size_t c = 0;
@@ -530,7 +527,7 @@ void Acquisition::run(std::stop_token) {
           for (uint32_t k = 0; k < v.counts[f]; ++k, ++c)
             w.table.add_cluster(v.x[c], v.y[c], v.data.subspan(c * per, per));
         }
-        w.writer->append(w.table, b.timestamps);
+        w.writer->append(w.table, timestamps);
         count_written(w.table);
       });
     }
