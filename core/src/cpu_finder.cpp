@@ -32,7 +32,7 @@
 
 #include "glint/cluster_finder.hpp"
 #include "glint/cluster_math.hpp"
-#include "worker_pool.hpp"
+#include "glint/detail/worker_pool.hpp"
 
 // Hot loops are compiled twice, for AVX2 and for the x86-64 baseline, and picked at load time.
 // Neither enables FMA, and the file compiles with -ffp-contract=off: the bits do not change.

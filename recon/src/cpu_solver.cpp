@@ -11,7 +11,7 @@
 
 #include "glint/recon/fftw.hpp"
 #include "glint/tv/fgp_math.hpp"
-#include "worker_pool.hpp"
+#include "glint/detail/worker_pool.hpp"
 
 namespace glint::recon {
 
