@@ -82,7 +82,6 @@ void write_string_attr(const Context& c, hid_t obj, const char* name, const std:
 template <class T>
 hid_t native_type();
 template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
-template <> hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
 template <> hid_t native_type<uint64_t>() { return H5T_NATIVE_UINT64; }
 template <> hid_t native_type<uint32_t>() { return H5T_NATIVE_UINT32; }
 template <> hid_t native_type<uint16_t>() { return H5T_NATIVE_UINT16; }
