@@ -131,7 +131,7 @@ void add_bench_tv(CLI::App& bench) {
   c->add_option("--tv-inner", a->tv_inner, "FGP steps per outer iteration")->capture_default_str();
   c->add_option("--outer", a->outer, "FISTA iterations")->capture_default_str();
   c->add_option("--variant", a->variant,
-                "all, or a comma list of separate, fused, fused-cube, fused-march, two-state, temporal")
+                "all, or a comma list of " + tv::variant_names_list())
       ->capture_default_str();
   c->add_option("--forward", a->forward, "forward model")->capture_default_str();
   c->add_option("--lambda", a->lambda, "TV weight")->capture_default_str();

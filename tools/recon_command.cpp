@@ -163,7 +163,7 @@ void add_recon_command(CLI::App& app) {
   c->add_flag("--cold-start", a->cold_start, "restart the TV dual at every outer iteration");
   c->add_option("--backend", a->backend, "cpu | gpu | auto")->capture_default_str();
   c->add_option("--variant", a->variant,
-                "GPU kernel: separate, fused, fused-cube, fused-march, two-state, temporal")
+                "GPU kernel: " + tv::variant_names_list())
       ->capture_default_str();
   c->add_option("--threads", a->threads, "CPU threads (0: all)")->capture_default_str();
   c->callback([a] {

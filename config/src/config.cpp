@@ -5,11 +5,14 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <span>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
+
+#include "glint/tv/reconstructor.hpp"
 
 namespace glint::config {
 
@@ -72,6 +75,11 @@ class Section {
 
   void read_string(const std::string& key, std::string& out,
                    std::initializer_list<std::string_view> allowed = {}) {
+    read_string(key, out, std::span<const std::string_view>(allowed.begin(), allowed.size()));
+  }
+
+  void read_string(const std::string& key, std::string& out,
+                   std::span<const std::string_view> allowed) {
     auto n = child(key);
     if (!n.IsDefined() || n.IsNull()) return;
     std::string v = scalar(key, n, "a string");
@@ -324,8 +332,7 @@ void read_reconstruction(Section s, ReconstructionConfig& c) {
   s.read_integer("tv_inner", c.tv_inner, 1, 100000);
   s.read_bool("cold_start", c.cold_start);
   s.read_bool("nonneg", c.nonneg);
-  s.read_string("variant", c.variant,
-                {"separate", "fused", "fused-cube", "fused-march", "two-state", "temporal"});
+  s.read_string("variant", c.variant, tv::kVariantNames);
   s.read_string("backend", c.backend, {"cpu", "gpu", "auto"});
   s.read_bool("solve_partial", c.solve_partial);
   s.reject_unknown();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <iterator>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -34,24 +35,38 @@ inline constexpr Variant kAllVariants[] = {Variant::separate,    Variant::fused,
                                            Variant::fused_cube,  Variant::fused_march,
                                            Variant::two_state,   Variant::temporal};
 
+/// The variants' names, in the order of kAllVariants (which is the enum's order): the one
+/// spelling of configurations, command lines, messages and reports.
+inline constexpr std::string_view kVariantNames[] = {"separate",    "fused",     "fused-cube",
+                                                     "fused-march", "two-state", "temporal"};
+static_assert(std::size(kVariantNames) == std::size(kAllVariants));
+static_assert([] {
+  for (std::size_t i = 0; i < std::size(kAllVariants); ++i)
+    if (static_cast<std::size_t>(kAllVariants[i]) != i) return false;
+  return true;
+}());
+
 inline std::string_view variant_name(Variant v) {
-  switch (v) {
-    case Variant::separate: return "separate";
-    case Variant::fused: return "fused";
-    case Variant::fused_cube: return "fused-cube";
-    case Variant::fused_march: return "fused-march";
-    case Variant::two_state: return "two-state";
-    case Variant::temporal: return "temporal";
+  const auto i = static_cast<std::size_t>(v);
+  return i < std::size(kVariantNames) ? kVariantNames[i] : "?";
+}
+
+/// The variant names joined by ", " ("separate, fused, ..."), for messages and help texts.
+inline std::string variant_names_list() {
+  std::string s;
+  for (std::string_view n : kVariantNames) {
+    if (!s.empty()) s += ", ";
+    s += n;
   }
-  return "?";
+  return s;
 }
 
 /// Parses a variant name as printed by variant_name(); throws std::invalid_argument otherwise.
 inline Variant parse_variant(std::string_view s) {
   for (Variant v : kAllVariants)
     if (variant_name(v) == s) return v;
-  throw std::invalid_argument("unknown TV kernel variant '" + std::string(s) +
-                              "' (separate, fused, fused-cube, fused-march, two-state, temporal)");
+  throw std::invalid_argument("unknown TV kernel variant '" + std::string(s) + "' (" +
+                              variant_names_list() + ")");
 }
 
 /// Volumes of device memory traffic per FGP step by the variant's model (tv-solver.md's table);
