@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "glint/cluster_finder.hpp"
+#include "glint/synthetic.hpp"
+
 namespace glint::tools {
 
 struct BenchFindOptions {
@@ -19,6 +22,16 @@ struct BenchFindOptions {
   double n_sigma = 5.0;
   uint64_t seed = 1;
 };
+
+/// The finder parameters of a run: SIZE x SIZE frames, the cluster size and n_sigma.
+FinderParams bench_finder_params(const BenchFindOptions& options);
+
+/// The frames of a run (glint::synth from `seed`) under a steady load: every data frame carries
+/// about `photons` photons (no crowded frames). Frames [0, dark_frames) are dark.
+synth::Config bench_frames_config(const BenchFindOptions& options);
+
+/// Frames [first, first + count) of `gen`, back to back.
+std::vector<uint16_t> synthesize(const synth::Generator& gen, uint64_t first, uint64_t count);
 
 /// The GPU benchmark; prints its figures and returns the exit status.
 int run_bench_find_gpu(const BenchFindOptions& options);

@@ -44,21 +44,12 @@ Measurement measure(ClusterFinder& finder, std::span<const uint16_t> dark,
 }
 
 int run_bench_find_cpu(const BenchFindOptions& o, bool with_reference, uint64_t chunk) {
-  synth::Config c;
-  c.shape = {o.size, o.size};
-  c.seed = o.seed;
-  c.photons = o.photons;
-  c.crowded_every = 0;  // a steady load: every frame carries about `photons` photons
+  const synth::Config c = bench_frames_config(o);
   const synth::Generator gen(c);
-  const std::size_t np = c.shape.pixels();
-  std::vector<uint16_t> dark(c.dark_frames * np), data(o.frames * np);
-  gen.fill_many(0, c.dark_frames, dark);
-  gen.fill_many(c.dark_frames, o.frames, data);
+  const std::vector<uint16_t> dark = synthesize(gen, 0, c.dark_frames);
+  const std::vector<uint16_t> data = synthesize(gen, c.dark_frames, o.frames);
 
-  FinderParams p;
-  p.shape = c.shape;
-  p.cluster_size = o.cluster_size;
-  p.n_sigma = o.n_sigma;
+  const FinderParams p = bench_finder_params(o);
   auto finder = make_cpu_finder(p, o.threads);
   const Measurement m = measure(*finder, dark, data, c.dark_frames, chunk);
   const double fps = o.frames / m.seconds;
@@ -82,6 +73,29 @@ int run_bench_find_cpu(const BenchFindOptions& o, bool with_reference, uint64_t 
 }
 
 }  // namespace
+
+FinderParams bench_finder_params(const BenchFindOptions& o) {
+  FinderParams p;
+  p.shape = {o.size, o.size};
+  p.cluster_size = o.cluster_size;
+  p.n_sigma = o.n_sigma;
+  return p;
+}
+
+synth::Config bench_frames_config(const BenchFindOptions& o) {
+  synth::Config c;
+  c.shape = {o.size, o.size};
+  c.seed = o.seed;
+  c.photons = o.photons;
+  c.crowded_every = 0;  // a steady load: every frame carries about `photons` photons
+  return c;
+}
+
+std::vector<uint16_t> synthesize(const synth::Generator& gen, uint64_t first, uint64_t count) {
+  std::vector<uint16_t> frames(count * gen.config().shape.pixels());
+  gen.fill_many(first, count, frames);
+  return frames;
+}
 
 void add_bench_find(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(

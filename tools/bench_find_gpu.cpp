@@ -40,20 +40,13 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       return kExitUsage;
     }
   const int n_gpus = static_cast<int>(o.gpus.size());
-  FinderParams params;
-  params.shape = {o.size, o.size};
-  params.cluster_size = o.cluster_size;
-  params.n_sigma = o.n_sigma;
+  const FinderParams params = bench_finder_params(o);
   gpu::GpuFinderOptions g;
   g.batch_frames = o.batch;
   g.streams = o.streams;
   g.devices = o.gpus;
 
-  synth::Config c;
-  c.shape = params.shape;
-  c.seed = o.seed;
-  c.photons = o.photons;
-  c.crowded_every = 0;  // a steady load: every frame carries about `photons` photons
+  const synth::Config c = bench_frames_config(o);
   const synth::Generator gen(c);
   const std::size_t np = params.shape.pixels();
   const std::size_t frame_bytes = np * sizeof(uint16_t);
@@ -65,9 +58,8 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       o.size, o.size, o.cluster_size, o.cluster_size, o.n_sigma, o.frames, o.photons, o.batch,
       o.streams, n_gpus);
   std::cout.flush();
-  std::vector<uint16_t> dark(c.dark_frames * np), pool(pool_frames * np);
-  gen.fill_many(0, c.dark_frames, dark);
-  gen.fill_many(c.dark_frames, pool_frames, pool);
+  const std::vector<uint16_t> dark = synthesize(gen, 0, c.dark_frames);
+  const std::vector<uint16_t> pool = synthesize(gen, c.dark_frames, pool_frames);
 
   // The floor: one pinned bulk copy of a batch's bytes, in this run.
   const double floor_bps = gpu::measure_h2d_bytes_per_second(frame_bytes * o.batch, 20, o.gpus[0]);
