@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <ostream>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -124,6 +125,43 @@ glint::gpu::GpuFinderStats run_gpu(const Scenario& s, glint::gpu::GpuFinderOptio
   return f->stats();
 }
 
+/// Runs the GPU finder with options `o` on scenario `s` and expects the reference's clusters and
+/// final pedestal state, bit for bit. Returns the finder's stats.
+glint::gpu::GpuFinderStats expect_reference_results(const Scenario& s,
+                                                    const glint::gpu::GpuFinderOptions& o) {
+  ClusterTable out(s.size);
+  PedestalState ped;
+  const auto st = run_gpu(s, o, out, &ped);
+  expect_same(out, data(s).expected);
+  expect_same_bits(ped, data(s).expected_pedestal);
+  return st;
+}
+
+/// The reference finder's and the GPU finder's results on the same frames.
+struct BothResults {
+  ClusterTable want, got;
+  PedestalState want_pedestal, got_pedestal;  ///< after the last frame
+  glint::gpu::GpuFinderStats stats;           ///< the GPU finder's, read last
+};
+
+/// Pushes `dark` into the reference finder and into a GPU finder with options `o`, then has each
+/// find the clusters of `frames`.
+BothResults run_both(const FinderParams& p, const glint::gpu::GpuFinderOptions& o,
+                     std::span<const uint16_t> dark, std::span<const uint16_t> frames,
+                     std::span<const uint64_t> numbers) {
+  BothResults r{ClusterTable(p.cluster_size), ClusterTable(p.cluster_size), {}, {}, {}};
+  auto ref = glint::make_reference_finder(p);
+  ref->push_dark(dark);
+  ref->find(frames, numbers, r.want);
+  r.want_pedestal = ref->pedestal();
+  auto f = glint::gpu::make_gpu_finder(p, o);
+  f->push_dark(dark);
+  f->find(frames, numbers, r.got);
+  r.got_pedestal = f->pedestal();
+  r.stats = f->stats();
+  return r;
+}
+
 const Scenario kSmall{96, 128, 3, 5.0, 300, 40, 11};
 
 TEST(GpuFinder, WithoutGpuSaysWhy) {
@@ -173,13 +211,8 @@ TEST_P(BatchesAndStreams, IdenticalToReference) {
   glint::gpu::GpuFinderOptions o;
   o.batch_frames = batch;
   o.streams = streams;
-  ClusterTable out(3);
-  PedestalState ped;
-  const auto st = run_gpu(kSmall, o, out, &ped);
-  const Data& d = data(kSmall);
-  ASSERT_GT(d.expected.n_clusters(), 1000u);  // the data really has photons
-  expect_same(out, d.expected);
-  expect_same_bits(ped, d.expected_pedestal);
+  ASSERT_GT(data(kSmall).expected.n_clusters(), 1000u);  // the data really has photons
+  const auto st = expect_reference_results(kSmall, o);
   EXPECT_EQ(st.frames, kSmall.frames);
   EXPECT_EQ(st.host_syncs, st.batches);  // one completion wait per batch, none per frame
   EXPECT_EQ(st.overflow_reruns, 0u);
@@ -197,13 +230,8 @@ TEST_P(Shapes, IdenticalToReference) {
   glint::gpu::GpuFinderOptions o;
   o.batch_frames = 32;
   o.streams = 2;
-  ClusterTable out(s.size);
-  PedestalState ped;
-  run_gpu(s, o, out, &ped);
-  const Data& d = data(s);
-  ASSERT_GT(d.expected.n_clusters(), 0u);
-  expect_same(out, d.expected);
-  expect_same_bits(ped, d.expected_pedestal);
+  ASSERT_GT(data(s).expected.n_clusters(), 0u);
+  expect_reference_results(s, o);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -225,12 +253,7 @@ TEST(GpuFinder, OverflowIsRerunExactlyAndCounted) {
   o.batch_frames = 16;
   o.streams = 2;
   o.cluster_capacity = 1;
-  ClusterTable out(3);
-  PedestalState ped;
-  const auto st = run_gpu(s, o, out, &ped);
-  const Data& d = data(s);
-  expect_same(out, d.expected);
-  expect_same_bits(ped, d.expected_pedestal);
+  const auto st = expect_reference_results(s, o);
   EXPECT_GE(st.overflow_reruns, 1u);
 }
 
@@ -255,24 +278,16 @@ TEST(GpuFinder, ResultsOutgrowingTheCopyAreCompleted) {
   gen.fill_many(1076, 64, frames);
   std::vector<uint64_t> numbers(64);
   std::iota(numbers.begin(), numbers.end(), 1076);
-  auto ref = glint::make_reference_finder(p);
-  ref->push_dark(dark);
-  ClusterTable want(3);
-  ref->find(frames, numbers, want);
-  ASSERT_GT(want.n_clusters(), 40u * 200u);  // the busy frames really are busy
-
   glint::gpu::GpuFinderOptions o;
   o.batch_frames = 8;
   o.streams = 2;
-  auto f = glint::gpu::make_gpu_finder(p, o);
-  f->push_dark(dark);
-  ClusterTable got(3);
-  f->find(frames, numbers, got);
-  expect_same(got, want);
-  expect_same_bits(f->pedestal(), ref->pedestal());
+  const BothResults r = run_both(p, o, dark, frames, numbers);
+  ASSERT_GT(r.want.n_clusters(), 40u * 200u);  // the busy frames really are busy
+  expect_same(r.got, r.want);
+  expect_same_bits(r.got_pedestal, r.want_pedestal);
   const char* mode = std::getenv("GLINT_FIND_OUTPUT");
-  if (mode == nullptr || std::string(mode) != "mapped") EXPECT_GE(f->stats().result_recopies, 1u);
-  EXPECT_EQ(f->stats().overflow_reruns, 0u);
+  if (mode == nullptr || std::string(mode) != "mapped") EXPECT_GE(r.stats.result_recopies, 1u);
+  EXPECT_EQ(r.stats.overflow_reruns, 0u);
 }
 
 TEST(GpuFinder, StreamingAndPedestalReadBackMidRun) {
@@ -342,18 +357,11 @@ TEST(GpuFinder, FewerDarkFramesThanTheWindow) {
   const auto& frames = src.data;
   std::vector<uint64_t> numbers(60);
   std::iota(numbers.begin(), numbers.end(), 0);
-  auto ref = glint::make_reference_finder(p);
-  ref->push_dark(dark);
-  ClusterTable want(3);
-  ref->find(frames, numbers, want);
   glint::gpu::GpuFinderOptions o;
   o.batch_frames = 16;
-  auto f = glint::gpu::make_gpu_finder(p, o);
-  f->push_dark(dark);
-  ClusterTable got(3);
-  f->find(frames, numbers, got);
-  expect_same(got, want);
-  expect_same_bits(f->pedestal(), ref->pedestal());
+  const BothResults r = run_both(p, o, dark, frames, numbers);
+  expect_same(r.got, r.want);
+  expect_same_bits(r.got_pedestal, r.want_pedestal);
 }
 
 // glint::synth's detector: defects (hot, noisy, stuck pixels with NaN noise, undershoots),
@@ -376,20 +384,13 @@ TEST(GpuFinder, SyntheticDetectorDataIdenticalToReference) {
     FinderParams p;
     p.shape = c.shape;
     p.n_sigma = n_sigma;
-    auto ref = glint::make_reference_finder(p);
-    ref->push_dark(dark);
-    ClusterTable want(3);
-    ref->find(data, numbers, want);
     glint::gpu::GpuFinderOptions o;
     o.batch_frames = 24;
     o.streams = 2;
-    auto f = glint::gpu::make_gpu_finder(p, o);
-    f->push_dark(dark);
-    ClusterTable got(3);
-    f->find(data, numbers, got);
-    ASSERT_GT(want.n_clusters(), 0u);
-    expect_same(got, want);
-    expect_same_bits(f->pedestal(), ref->pedestal());
+    const BothResults r = run_both(p, o, dark, data, numbers);
+    ASSERT_GT(r.want.n_clusters(), 0u);
+    expect_same(r.got, r.want);
+    expect_same_bits(r.got_pedestal, r.want_pedestal);
   }
 }
 
@@ -403,11 +404,7 @@ TEST(GpuFinder, TwoGpusIdenticalToReference) {
       o.batch_frames = batch;
       o.streams = 2;
       o.devices = {0, 1};
-      ClusterTable out(s.size);
-      PedestalState ped;
-      run_gpu(s, o, out, &ped);
-      expect_same(out, data(s).expected);
-      expect_same_bits(ped, data(s).expected_pedestal);
+      expect_reference_results(s, o);
     }
   }
   // Overflow with two GPUs.
