@@ -1,9 +1,12 @@
 #pragma once
-// Helpers shared by the tests: synthetic runs through any finder, SHA-256 digests.
+// Helpers shared by the tests: synthetic runs through any finder, SHA-256 digests of data and files.
 #include <openssl/evp.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,6 +32,13 @@ inline std::string sha256(const void* data, std::size_t bytes) {
 template <class T>
 std::string sha256(const std::vector<T>& v) {
   return sha256(v.data(), v.size() * sizeof(T));
+}
+
+/// The SHA-256 of a file's bytes (of no bytes when it cannot be read).
+inline std::string file_sha256(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  return sha256(bytes.data(), bytes.size());
 }
 
 /// A synthetic run held in memory: dark frames then data frames (frame number = index).

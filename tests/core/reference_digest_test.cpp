@@ -54,10 +54,9 @@ std::string clust_digest(const glint::ClusterTable& t) {
     glint::ClustWriter w(path, t.cluster_size());
     w.write(t);
   }
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const std::string digest = glint::testing::file_sha256(path);
   fs::remove(path);
-  return glint::testing::sha256(bytes.data(), bytes.size());
+  return digest;
 }
 
 void check(glint::ClusterFinder& finder, const glint::testing::SyntheticRun& run, const Case& c,

@@ -12,6 +12,7 @@
 #include "test_data.hpp"
 
 using glint::testing::expect_failure;
+using glint::testing::file_sha256;
 using glint::testing::run_glint;
 using glint::testing::ToolResult;
 
@@ -21,12 +22,6 @@ class GlintFind : public glint::testing::ScratchDirTest {
  protected:
   GlintFind() : ScratchDirTest("glint_find_test") {}
 };
-
-std::string file_sha256(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  return glint::testing::sha256(bytes.data(), bytes.size());
-}
 
 // From tests/core/data/reference_digests.txt: outputs verified against aare's ClusterFinder.
 constexpr const char* kAareS3 = "0b40672ece9d965e8f6f82cd8319564fa2cbf5be8e5500b1cff14fe3a5f69860";
