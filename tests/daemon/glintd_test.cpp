@@ -72,6 +72,11 @@ struct Rig : glint::testing::GlintdConfig {
     p.pedestal_window = kDark;
     return p;
   }
+  /// Polls glintd's status (up to 10 s) until it names a run; whether it did.
+  bool run_started() const {
+    return wait_status(control_ep, [](const json& j) { return j.contains("run_index"); }, 10s)
+        .contains("run_index");
+  }
   void expect_clusters_match(const pipeline::RunFileContents& f) const {
     const auto want = glint::testing::expected_clusters(f, image(), 1, kDark, params());
     EXPECT_EQ(f.clusters.n_clusters(), want.n_clusters());
@@ -162,7 +167,7 @@ TEST(Glintd, EndToEndWithCtlAndReload) {
 TEST(Glintd, SigtermMidRunDrainsWritesClosesAndExitsZero) {
   Rig rig("sigterm");
   Process d(rig.glintd(), rig.dir / "glintd.log");
-  ASSERT_TRUE(wait_status(rig.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s).contains("run_index"));
+  ASSERT_TRUE(rig.run_started());
   Process s(rig.sim(100000, 400), rig.dir / "sim.log");
   const json r = wait_status(rig.control_ep, [](const json& j) { return j.value("frames", 0u) >= 60; }, 20s);
   ASSERT_GE(r.value("frames", 0u), 60u) << r.dump();
@@ -185,7 +190,7 @@ TEST(Glintd, SecondSignalAbortsButClosesTheFile) {
   rig.ingest_extra = ", queue_frames: 512";
   rig.write_config("sigtwice", true);
   Process d(rig.glintd(), rig.dir / "glintd.log");
-  ASSERT_TRUE(wait_status(rig.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s).contains("run_index"));
+  ASSERT_TRUE(rig.run_started());
   Process s(rig.sim(100000, 0, {"--pool", "16"}), rig.dir / "sim.log");
   const auto until = std::chrono::steady_clock::now() + 30s;
   json st;
@@ -210,7 +215,7 @@ TEST(Glintd, SecondSignalAbortsButClosesTheFile) {
 TEST(Glintd, SenderRestartedMidRun) {
   Rig rig("restart");
   Process d(rig.glintd(), rig.dir / "glintd.log");
-  ASSERT_TRUE(wait_status(rig.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s).contains("run_index"));
+  ASSERT_TRUE(rig.run_started());
   {
     Process a(rig.sim(1000, 500), rig.dir / "sim_a.log");
     wait_status(rig.control_ep, [](const json& j) { return j.value("frames", 0u) >= 50; }, 20s);
