@@ -132,6 +132,7 @@ struct Lane {
   DeviceBuffer<unsigned long long> launch_ts;   // GLINT_FIND_PROFILE: block entry/exit times
   std::vector<DeviceBuffer<uint16_t>> frame_bufs;  // streams + 1
   std::vector<Event> up0, up1;  // GLINT_FIND_TIMELINE: copy into each frame buffer
+  std::vector<Event> fb_free;   // each frame buffer's last find has run
   uint64_t copy_clusters = 0;  // clusters per batch the result copies bring back (0: all)
   Event origin{true};          // GLINT_FIND_TIMELINE: time zero
   std::vector<LaneSlot> slots;
@@ -189,6 +190,7 @@ class GpuEngine final : public GpuClusterFinder {
       s.staging = PinnedBuffer<uint16_t>(np_ * options_.batch_frames);
       s.numbers.reserve(options_.batch_frames);
     }
+    prepare_batches();
     for (auto& lane : lanes_) {
       DeviceGuard g(lane.device);
       lane.compute.synchronize();
@@ -229,6 +231,7 @@ class GpuEngine final : public GpuClusterFinder {
 
   std::span<uint16_t> staging() override {
     Slot& s = slots_[next_slot_];
+    wait_dark_upload(next_slot_);
     if (s.in_flight) {
       if (early_upload_) {
         // The staging is free once its copy to the GPU is done; the results follow in submit().
@@ -282,10 +285,37 @@ class GpuEngine final : public GpuClusterFinder {
     }
   }
 
+  void submit_dark(std::size_t n) override {
+    if (n == 0) return;
+    if (n > static_cast<std::size_t>(options_.batch_frames))
+      throw std::invalid_argument("GPU finder: submit_dark of " + std::to_string(n) +
+                                  " frames exceeds the batch of " +
+                                  std::to_string(options_.batch_frames));
+    const int si = next_slot_;
+    Slot& s = slots_[si];
+    if (s.in_flight) collect(si);  // the oldest batch in flight: results stay in order
+    // On each GPU's compute stream: in order with the finds around it, and the one dark-frame
+    // buffer is not overwritten before the accumulation that reads it has run.
+    const int par = static_cast<int>(frames_done_ & 1u);
+    for (auto& lane : lanes_) {
+      DeviceGuard g(lane.device);
+      cudaStream_t cs = lane.compute.get();
+      upload(lane, lane.dark_frames.get(), s.staging.get(), n, cs);
+      lane.slots[si].in_done.record(cs);
+      launch_dark(lane.live.arrays(), par, lane.dark_frames.get(), static_cast<uint32_t>(n),
+                  params_.shape.cols, lane.r0, lane.r1, lane.fr0,
+                  static_cast<uint32_t>(lane.fr1 - lane.fr0), params_.pedestal_window, cs);
+      ++stats_.direct_launches;
+    }
+    s.dark_upload = true;
+    next_slot_ = (next_slot_ + 1) % static_cast<int>(slots_.size());
+  }
+
   void push_dark(std::span<const uint16_t> frames) override {
     const std::size_t n_total = check_dark_frames(params_, frames);
     const std::size_t chunk = static_cast<std::size_t>(options_.batch_frames);
     Slot& s = slots_[next_slot_];
+    wait_dark_upload(next_slot_);
     if (s.in_flight) collect(next_slot_);  // also frees its staging
     const int par = static_cast<int>(frames_done_ & 1u);
     for (std::size_t f0 = 0; f0 < n_total; f0 += chunk) {
@@ -384,9 +414,20 @@ class GpuEngine final : public GpuClusterFinder {
     std::vector<uint64_t> numbers;
     int n_frames = 0;
     bool in_flight = false;
+    bool dark_upload = false;  // submit_dark's copy of the staging may still be running
     uint64_t sequence = 0;
     double host_submit = 0;  // GLINT_FIND_TIMELINE
   };
+
+  /// The staging of slot si is free of submit_dark's copy.
+  void wait_dark_upload(int si) {
+    if (!slots_[si].dark_upload) return;
+    for (auto& lane : lanes_) {
+      DeviceGuard g(lane.device);
+      lane.slots[si].in_done.synchronize();
+    }
+    slots_[si].dark_upload = false;
+  }
 
   double host_us() const {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
@@ -524,6 +565,7 @@ class GpuEngine final : public GpuClusterFinder {
       for (int i = 0; i <= options_.streams; ++i) {
         lane.up0.emplace_back(true);
         lane.up1.emplace_back(true);
+        lane.fb_free.emplace_back();
       }
       lane.slots.resize(options_.streams);
       for (auto& ls : lane.slots) ls.graphs.resize(options_.streams + 1);
@@ -763,16 +805,66 @@ class GpuEngine final : public GpuClusterFinder {
     Lane& lane = lanes_[li];
     LaneSlot& ls = lane.slots[si];
     DeviceGuard g(lane.device);
-    const std::size_t b = static_cast<std::size_t>(options_.batch_frames);
-    if (!lane.frame_bufs[fb].get())
-      lane.frame_bufs[fb] = DeviceBuffer<uint16_t>(static_cast<std::size_t>(lane.fr1 - lane.fr0) *
-                                                   params_.shape.cols * b);
     ls.fb_next = fb;
+    // The find that last read this buffer has run (already so when batches alternate with slots
+    // in order; submit_dark takes slot turns without a frame buffer).
+    GLINT_CUDA_CHECK(cudaStreamWaitEvent(ls.copy.get(), lane.fb_free[fb].get(), 0));
     if (!timeline_path_.empty()) lane.up0[fb].record(ls.copy.get());
-    upload(lane, lane.frame_bufs[fb].get(), slots_[si].staging.get(), static_cast<std::size_t>(n),
+    upload(lane, frame_buffer(lane, fb), slots_[si].staging.get(), static_cast<std::size_t>(n),
            ls.copy.get());
     if (!timeline_path_.empty()) lane.up1[fb].record(ls.copy.get());
     ls.in_done.record(ls.copy.get());
+  }
+
+  /// The captured find work of a full batch in slot `ls` on frame buffer ls.fb (captured on
+  /// first use, and again after an overflow grew the slot's buffers).
+  GraphExec& graph_for(std::size_t li, LaneSlot& ls) {
+    GraphExec& graph = ls.graphs[ls.fb];
+    if (graph) return graph;
+    cudaStream_t cs = lanes_[li].compute.get();
+    cudaGraph_t captured = nullptr;
+    GLINT_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_find(li, ls, options_.batch_frames, cs);
+    } catch (...) {
+      (void)cudaStreamEndCapture(cs, &captured);
+      if (captured) (void)cudaGraphDestroy(captured);
+      throw;
+    }
+    GLINT_CUDA_CHECK(cudaStreamEndCapture(cs, &captured));
+    graph = GraphExec(captured);
+    return graph;
+  }
+
+  /// Everything a batch needs, set up before the first frame arrives: the frame buffers, each
+  /// slot's output buffers (pinned host memory of ~100 MB per slot at 400x400: allocating it
+  /// while frames stream in stalls the run for tens of milliseconds, and pinning holds the
+  /// process's memory map, which the receiving threads need for their page faults) and the
+  /// captured find work of every slot and frame buffer.
+  void prepare_batches() {
+    for (std::size_t li = 0; li < lanes_.size(); ++li) {
+      Lane& lane = lanes_[li];
+      DeviceGuard g(lane.device);
+      for (int fb = 0; fb <= options_.streams; ++fb) frame_buffer(lane, fb);
+      for (auto& ls : lane.slots) {
+        ensure_slot_buffers(lane, ls);
+        for (int fb = 0; fb <= options_.streams; ++fb) {
+          ls.fb = fb;
+          (void)graph_for(li, ls);
+        }
+        ls.fb = 0;
+      }
+      lane.compute.synchronize();
+    }
+  }
+
+  /// Frame buffer fb of a lane (batch_frames frames of the rows uploaded to it).
+  uint16_t* frame_buffer(Lane& lane, int fb) {
+    if (!lane.frame_bufs[fb].get())
+      lane.frame_bufs[fb] = DeviceBuffer<uint16_t>(static_cast<std::size_t>(lane.fr1 - lane.fr0) *
+                                                   params_.shape.cols *
+                                                   static_cast<std::size_t>(options_.batch_frames));
+    return lane.frame_bufs[fb].get();
   }
 
   /// The find, pack and result copy of slot si's batch (its frames already being copied).
@@ -788,27 +880,14 @@ class GpuEngine final : public GpuClusterFinder {
     GLINT_CUDA_CHECK(cudaStreamWaitEvent(cs, ls.in_done.get(), 0));
     ls.t0.record(cs);
     if (n == options_.batch_frames) {
-      GraphExec& graph = ls.graphs[ls.fb];
-      if (!graph) {
-        cudaGraph_t captured = nullptr;
-        GLINT_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
-        try {
-          enqueue_find(li, ls, n, cs);
-        } catch (...) {
-          (void)cudaStreamEndCapture(cs, &captured);
-          if (captured) (void)cudaGraphDestroy(captured);
-          throw;
-        }
-        GLINT_CUDA_CHECK(cudaStreamEndCapture(cs, &captured));
-        graph = GraphExec(captured);
-      }
-      graph.launch(cs);
+      graph_for(li, ls).launch(cs);
       ++stats_.graph_launches;
     } else {
       enqueue_find(li, ls, n, cs);
       stats_.direct_launches += 2;
     }
     ls.t1.record(cs);
+    lane.fb_free[ls.fb].record(cs);
     if (device_out_) {
       // Pack into device memory right after the find (a few tens of microseconds on the SMs,
       // which the next find needs whole), then copy what was found with the copy engine while

@@ -162,6 +162,19 @@ BothResults run_both(const FinderParams& p, const glint::gpu::GpuFinderOptions& 
   return r;
 }
 
+/// A streaming sink that appends each batch's clusters (3x3) to `out`.
+glint::gpu::GpuClusterFinder::Sink appending_to(ClusterTable& out) {
+  return [&out](const glint::gpu::GpuBatchView& v) {
+    uint64_t c = 0;
+    for (std::size_t i = 0; i < v.frame_numbers.size(); ++i) {
+      out.begin_frame(v.frame_numbers[i]);
+      for (uint32_t k = 0; k < v.counts[i]; ++k, ++c)
+        out.add_cluster(v.x[c], v.y[c], v.data.subspan(c * 9, 9));
+    }
+    EXPECT_EQ(c, v.x.size());
+  };
+}
+
 const Scenario kSmall{96, 128, 3, 5.0, 300, 40, 11};
 
 TEST(GpuFinder, WithoutGpuSaysWhy) {
@@ -300,15 +313,7 @@ TEST(GpuFinder, StreamingAndPedestalReadBackMidRun) {
   auto f = glint::gpu::make_gpu_finder(d.params, o);
   f->push_dark(d.dark);
   ClusterTable out(3);
-  f->set_sink([&](const glint::gpu::GpuBatchView& v) {
-    uint64_t c = 0;
-    for (std::size_t i = 0; i < v.frame_numbers.size(); ++i) {
-      out.begin_frame(v.frame_numbers[i]);
-      for (uint32_t k = 0; k < v.counts[i]; ++k, ++c)
-        out.add_cluster(v.x[c], v.y[c], v.data.subspan(c * 9, 9));
-    }
-    EXPECT_EQ(c, v.x.size());
-  });
+  f->set_sink(appending_to(out));
   const std::size_t np = d.params.shape.pixels();
   const std::size_t half = s.frames / 2;  // 150 frames: 6 batches of 25
   for (std::size_t f0 = 0; f0 < half; f0 += 25) {
@@ -326,6 +331,57 @@ TEST(GpuFinder, StreamingAndPedestalReadBackMidRun) {
   f->flush();
   expect_same(out, d.expected);
   expect_same_bits(f->pedestal(), d.expected_pedestal);
+}
+
+TEST(GpuFinder, StreamedDarkFramesIdenticalToReference) {
+  GLINT_REQUIRE_GPU();
+  // Dark frames through the staging (submit_dark, queued without a wait) in partial batches, data
+  // batches in flight, then more dark frames between data batches: the same pedestal and the
+  // same clusters, in frame order, as the reference given the same sequence.
+  const Scenario s = kSmall;
+  const Data& d = data(s);
+  const std::size_t np = d.params.shape.pixels();
+  const std::size_t half = s.frames / 2;
+  const auto extra_dark = std::span(d.dark).first(30 * np);
+  auto ref = glint::make_reference_finder(d.params);
+  ref->push_dark(d.dark);
+  const PedestalState after_dark = ref->pedestal();
+  ClusterTable want(3);
+  ref->find(std::span(d.frames).first(half * np), std::span(d.numbers).first(half), want);
+  ref->push_dark(extra_dark);
+  ref->find(std::span(d.frames).subspan(half * np), std::span(d.numbers).subspan(half), want);
+
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 25;
+  o.streams = 3;
+  auto f = glint::gpu::make_gpu_finder(d.params, o);
+  ClusterTable out(3);
+  f->set_sink(appending_to(out));
+  const auto stream_dark = [&](std::span<const uint16_t> dark, std::size_t chunk) {
+    for (std::size_t f0 = 0; f0 * np < dark.size(); f0 += chunk) {
+      const std::size_t n = std::min(chunk, dark.size() / np - f0);
+      auto st = f->staging();
+      std::memcpy(st.data(), dark.data() + f0 * np, n * np * sizeof(uint16_t));
+      f->submit_dark(n);
+    }
+  };
+  const auto stream_data = [&](std::size_t from, std::size_t to) {
+    for (std::size_t f0 = from; f0 < to; f0 += 25) {
+      const std::size_t n = std::min<std::size_t>(25, to - f0);
+      auto st = f->staging();
+      std::memcpy(st.data(), d.frames.data() + f0 * np, n * np * sizeof(uint16_t));
+      f->submit(std::span(d.numbers).subspan(f0, n));
+    }
+  };
+  stream_dark(d.dark, 23);  // 1000 frames: 43 of 23 and one of 11
+  expect_same_bits(f->pedestal(), after_dark);
+  stream_data(0, half);
+  stream_dark(extra_dark, 7);
+  stream_data(half, s.frames);
+  f->flush();
+  expect_same(out, want);
+  expect_same_bits(f->pedestal(), ref->pedestal());
+  EXPECT_THROW(f->submit_dark(26), std::invalid_argument);
 }
 
 TEST(GpuFinder, LoadPedestalContinuesExactly) {

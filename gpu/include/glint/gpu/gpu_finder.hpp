@@ -59,6 +59,10 @@ class GpuClusterFinder : public ClusterFinder {
   /// Submits the first frame_numbers.size() frames written into staging() (at most
   /// batch_frames()). Returns at once; results reach the sink in frame order.
   virtual void submit(std::span<const uint64_t> frame_numbers) = 0;
+  /// Streaming dark frames: the first n frames written into staging() (at most batch_frames())
+  /// go into the pedestal, in order with the batches submitted before and after. Returns at once
+  /// (no results; the staging is reusable once the next staging() call returns).
+  virtual void submit_dark(std::size_t n) = 0;
   /// Waits for every submitted batch and hands its results to the sink.
   virtual void flush() = 0;
   /// Where streamed batches' results go (find() uses its own table meanwhile).
