@@ -142,12 +142,14 @@ Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
   clock::time_point first{}, last_frame{}, next_sample{};
   uint64_t frames_seen = 0;
   std::vector<uint64_t> received;  // messages received, every 50 ms from the first one
+  std::vector<uint64_t> queued;    // images assembled and waiting for the run, at the same times
   while (!run.done()) {
     const auto s = run.stats();
     const auto now = clock::now();
     if (first == clock::time_point{} && s.messages > 0) first = next_sample = now;
     if (first != clock::time_point{} && now >= next_sample) {
       received.push_back(s.messages);
+      queued.push_back(s.queued_images);
       next_sample += std::chrono::milliseconds(50);
     }
     if (s.dark_frames + s.data_frames != frames_seen) {
@@ -171,7 +173,9 @@ Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
   const double closing =
       last_frame > first ? std::chrono::duration<double>(last - last_frame).count() : 0.0;
   leg.extra = {{"closing_seconds", closing},
-               {"messages_every_50ms", received},{"backend", s.backend},         {"dark", s.dark_frames},     {"data", s.data_frames},
+               {"messages_every_50ms", received},
+               {"queued_every_50ms", queued},   {"backend", s.backend},      {"dark", s.dark_frames},
+               {"data", s.data_frames},
                {"clusters", s.clusters},       {"dropped", s.dropped},      {"missing", s.missing},
                {"incomplete", s.incomplete},   {"bad_input", s.bad_total},  {"file", s.file},
                {"sender_seconds", rep.seconds}};

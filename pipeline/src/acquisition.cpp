@@ -199,7 +199,7 @@ struct Acquisition::Worker {
   enum class Kind { none, dark, data } kind = Kind::none;
   std::size_t pixels;
   std::size_t capacity;
-  std::vector<uint16_t> batch;
+  std::vector<uint16_t> batch;  // frames for the CPU finder
   std::vector<uint64_t> numbers, timestamps;
   std::vector<FrameRow> rows;
   ClusterTable table;
@@ -216,7 +216,6 @@ struct Acquisition::Worker {
         pixels(std::size_t{cfg.detector.rows} * cfg.detector.cols),
         capacity(static_cast<std::size_t>(cfg.finder.batch_frames)),
         table(cfg.finder.cluster_size) {
-    batch.resize(capacity * pixels);
     numbers.reserve(capacity);
     timestamps.reserve(capacity);
   }
@@ -420,7 +419,12 @@ void Acquisition::run(std::stop_token) {
     const std::size_t n = w.numbers.size();
     if (n == 0) return;
     if (w.kind == Worker::Kind::dark) {
-      w.finder->push_dark(std::span<const uint16_t>(w.batch.data(), n * w.pixels));
+      if (w.gpu) {
+        w.staging = {};
+        w.gpu->submit_dark(n);  // queued on the GPU; the run goes on at once
+      } else {
+        w.finder->push_dark(std::span<const uint16_t>(w.batch.data(), n * w.pixels));
+      }
       w.rows.clear();
       for (std::size_t i = 0; i < n; ++i)
         w.rows.push_back(FrameRow{w.numbers[i], w.timestamps[i], 0, 0, kFlagDark});
@@ -449,8 +453,8 @@ void Acquisition::run(std::stop_token) {
     if (w.gpu) w.gpu->flush();
   };
 
-  // Where the next data frame goes: the GPU's pinned staging, or the batch buffer.
-  auto data_slot = [&](std::size_t i) -> uint16_t* {
+  // Where the next frame goes: the GPU's pinned staging, or the batch buffer.
+  auto frame_slot = [&](std::size_t i) -> uint16_t* {
     if (!w.gpu) return w.batch.data() + i * w.pixels;
     if (w.staging.empty()) w.staging = w.gpu->staging();  // may wait for that slot's old batch
     return w.staging.data() + i * w.pixels;
@@ -513,6 +517,7 @@ void Acquisition::run(std::stop_token) {
     w.finder = make_finder(finder_params(cfg), finder_options(cfg));
     w.gpu = dynamic_cast<gpu::GpuClusterFinder*>(w.finder.get());
     std::size_t capacity = w.capacity;
+    if (!w.gpu) w.batch.resize(capacity * w.pixels);  // the GPU engine has its own staging
     if (w.gpu) {
       capacity = static_cast<std::size_t>(w.gpu->batch_frames());
       w.gpu->set_sink([&](const gpu::GpuBatchView& v) {
@@ -613,8 +618,7 @@ void Acquisition::run(std::stop_token) {
         const auto kind = dark_remaining > 0 ? Worker::Kind::dark : Worker::Kind::data;
         if (w.kind != kind) flush_batch();
         w.kind = kind;
-        uint16_t* dst = kind == Worker::Kind::dark ? w.batch.data() + w.numbers.size() * w.pixels
-                                                   : data_slot(w.numbers.size());
+        uint16_t* dst = frame_slot(w.numbers.size());
         w.numbers.push_back(fn);
         w.timestamps.push_back(f->timestamp);
         w.copier.copy(std::move(f), std::span<uint16_t>(dst, w.pixels));  // and releases it
@@ -622,7 +626,7 @@ void Acquisition::run(std::stop_token) {
           flush_batch();
           begin_data();
         }
-        if (w.numbers.size() == (kind == Worker::Kind::dark ? w.capacity : capacity)) flush_batch();
+        if (w.numbers.size() == capacity) flush_batch();
       }
       if (f) w.assembler.release(std::move(f));
       ++frames_seen;
