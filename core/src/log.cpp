@@ -52,6 +52,9 @@ Level parse_level(std::string_view name) {
 void set_level(Level l) { g_level.store(l, std::memory_order_relaxed); }
 Level level() { return g_level.load(std::memory_order_relaxed); }
 
-void write(Level l, std::string_view message) { logger().log(to_spdlog(l), "{}", message); }
+void write(Level l, std::string_view message) {
+  if (l < level()) return;  // the formatting helpers check first; direct callers rely on this
+  logger().log(to_spdlog(l), "{}", message);
+}
 
 }  // namespace glint::log
