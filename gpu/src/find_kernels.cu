@@ -270,7 +270,12 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   const unsigned long long* prog_below =
       b + 1 < static_cast<int>(p.blocks) ? &p.progress[b + 1] : p.progress_below;
   unsigned long long* prog_self = &p.progress[b];
-  const bool sys = p.system_scope;
+  // System scope only where a flag crosses to another GPU: the band's first block reads the GPU
+  // above and is read by it, the last block likewise below. Every other hand-off stays on this
+  // GPU at GPU scope (a system-scope release or acquire costs far more).
+  const bool sys_above = b == 0 && p.progress_above != nullptr;
+  const bool sys_below = b + 1 == static_cast<int>(p.blocks) && p.progress_below != nullptr;
+  const bool sys = sys_above || sys_below;  // for this block's own flag
   const PedestalArrays& own = p.own;
 
   const unsigned long long g0 = __ldcg(p.frames_done);
@@ -566,8 +571,8 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     // This frame starts when the neighbours' frame g-1 state (our halo) is final; they are then
     // past reading our frame g-1 start means, the buffers this frame writes.
     if (tid == 0) {
-      if (prog_above && load_acquire(prog_above, sys) < g) {
-        while (load_acquire(prog_above, sys) < g) __nanosleep(20);
+      if (prog_above && load_acquire(prog_above, sys_above) < g) {
+        while (load_acquire(prog_above, sys_above) < g) __nanosleep(20);
         if (p.profile != nullptr && b > 0 && k > 0) {
           sh_prof[kPhases] +=
               global_ns() - __ldcg(p.release_ns + ((g - 1) & 1ull) * p.blocks + (b - 1));
@@ -577,7 +582,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       sh_nu = 0;
       sh_ns = 0;
     } else if (tid == 32) {
-      if (prog_below) while (load_acquire(prog_below, sys) < g) __nanosleep(20);
+      if (prog_below) while (load_acquire(prog_below, sys_below) < g) __nanosleep(20);
     }
     __syncthreads();
     lap(kWait);
@@ -709,7 +714,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
               update = db.update == kYes;
               stored = db.stored == kYes;
             } else {
-              while (load_acquire(prog_above, sys) < g + 1) __nanosleep(20);
+              while (load_acquire(prog_above, sys_above) < g + 1) __nanosleep(20);
               double total = 0.0, mx = 0.0;
               for (int dy = -h; dy <= h; ++dy) {
                 const int yy = y + dy;
@@ -819,7 +824,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     const uint32_t* sorted_last = sh_sorted + (kl & 1u) * seg_max;
     if (static_cast<int>(sorted_last[0]) < halo) {
       if (tid == 0 && prog_above)
-        while (load_acquire(prog_above, sys) < g0 + p.n_frames) __nanosleep(20);
+        while (load_acquire(prog_above, sys_above) < g0 + p.n_frames) __nanosleep(20);
       __syncthreads();
       const uint16_t* fl = sh_f + (kl & 1u) * lay.f_stride;
       const int al = frame_a0(kl);

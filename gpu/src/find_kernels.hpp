@@ -41,7 +41,6 @@ struct FindLaunch {
   unsigned long long* progress = nullptr;              ///< [blocks]
   const unsigned long long* progress_above = nullptr;  ///< the band above this launch's first
   const unsigned long long* progress_below = nullptr;  ///< the band below this launch's last
-  bool system_scope = false;             ///< progress crosses devices
   unsigned long long* frames_done = nullptr;  ///< frames processed so far (parity, progress base)
   unsigned int* blocks_done = nullptr;
   const uint16_t* frames = nullptr;

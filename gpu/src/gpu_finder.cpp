@@ -732,7 +732,6 @@ class GpuEngine final : public GpuClusterFinder {
       p.progress_below = state_of(down).progress.get();
     }
     p.progress = state_of(lane).progress.get();
-    p.system_scope = lanes_.size() > 1;
     p.frames_done = state_of(lane).frames_done.get();
     p.blocks_done = state_of(lane).blocks_done.get();
     p.frames = lane.frame_bufs[ls.fb].get();
