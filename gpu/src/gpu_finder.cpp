@@ -342,7 +342,7 @@ class GpuEngine final : public GpuClusterFinder {
             ClusterTable& out) override {
     check_find_arguments(params_, frames, frame_numbers, out);
     flush();  // earlier streamed batches go to the streaming sink first
-    Sink saved = std::exchange(sink_, [&out](const GpuBatchView& v) { append(out, v); });
+    Sink saved = std::exchange(sink_, [&out](const GpuBatchView& v) { append_clusters(out, v); });
     try {
       const std::size_t b = static_cast<std::size_t>(options_.batch_frames);
       for (std::size_t f0 = 0; f0 < frame_numbers.size(); f0 += b) {
@@ -435,17 +435,6 @@ class GpuEngine final : public GpuClusterFinder {
         .count();
   }
 
-  static void append(ClusterTable& out, const GpuBatchView& v) {
-    auto& frames = out.frames_mut();
-    uint64_t first = out.n_clusters();
-    for (std::size_t i = 0; i < v.frame_numbers.size(); ++i) {
-      frames.push_back(FrameRecord{v.frame_numbers[i], first, v.counts[i]});
-      first += v.counts[i];
-    }
-    out.x_mut().insert(out.x_mut().end(), v.x.begin(), v.x.end());
-    out.y_mut().insert(out.y_mut().end(), v.y.begin(), v.y.end());
-    out.data_mut().insert(out.data_mut().end(), v.data.begin(), v.data.end());
-  }
 
   /// With GLINT_FIND_PROFILE set: cycles per frame in each phase of the find kernel, averaged
   /// over the bands of GPU 0 (a tuning aid).
@@ -1031,43 +1020,21 @@ class GpuEngine final : public GpuClusterFinder {
     GpuBatchView v;
     v.frame_numbers = std::span<const uint64_t>(s.numbers.data(), n);
     uint64_t total = 0;
-    if (lanes_.size() == 1) {
-      const OutLayout l = out_layout(options_.batch_frames, caps[0], values_);
-      const auto* counts = reinterpret_cast<const uint32_t*>(outs[0] + l.counts);
-      for (int i = 0; i < n; ++i) total += counts[i];
-      v.counts = std::span<const uint32_t>(counts, n);
-      v.x = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(outs[0] + l.x), total);
-      v.y = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(outs[0] + l.y), total);
-      v.data = std::span<const int32_t>(reinterpret_cast<const int32_t*>(outs[0] + l.data),
-                                        total * values_);
-    } else {
-      // Bands are in row order, so per frame: GPU 0's clusters, then GPU 1's, ...
-      merged_counts_.assign(n, 0);
-      merged_x_.clear();
-      merged_y_.clear();
-      merged_data_.clear();
-      std::vector<uint64_t> cursor(lanes_.size(), 0);
-      for (int i = 0; i < n; ++i) {
-        for (std::size_t li = 0; li < lanes_.size(); ++li) {
-          const OutLayout l = out_layout(options_.batch_frames, caps[li], values_);
-          const auto* counts = reinterpret_cast<const uint32_t*>(outs[li] + l.counts);
-          const auto* x = reinterpret_cast<const uint16_t*>(outs[li] + l.x);
-          const auto* y = reinterpret_cast<const uint16_t*>(outs[li] + l.y);
-          const auto* d = reinterpret_cast<const int32_t*>(outs[li] + l.data);
-          const uint64_t c0 = cursor[li], c = counts[i];
-          merged_x_.insert(merged_x_.end(), x + c0, x + c0 + c);
-          merged_y_.insert(merged_y_.end(), y + c0, y + c0 + c);
-          merged_data_.insert(merged_data_.end(), d + c0 * values_, d + (c0 + c) * values_);
-          cursor[li] += c;
-          merged_counts_[i] += static_cast<uint32_t>(c);
-          total += c;
-        }
-      }
-      v.counts = merged_counts_;
-      v.x = merged_x_;
-      v.y = merged_y_;
-      v.data = merged_data_;
+    bands_.resize(lanes_.size());
+    for (std::size_t li = 0; li < lanes_.size(); ++li) {
+      const OutLayout l = out_layout(options_.batch_frames, caps[li], values_);
+      const auto* counts = reinterpret_cast<const uint32_t*>(outs[li] + l.counts);
+      uint64_t here = 0;
+      for (int i = 0; i < n; ++i) here += counts[i];
+      GpuBandView& b = bands_[li];
+      b.counts = std::span<const uint32_t>(counts, n);
+      b.x = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(outs[li] + l.x), here);
+      b.y = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(outs[li] + l.y), here);
+      b.data = std::span<const int32_t>(reinterpret_cast<const int32_t*>(outs[li] + l.data),
+                                        here * values_);
+      total += here;
     }
+    v.bands = bands_;
     ++stats_.batches;
     stats_.frames += static_cast<uint64_t>(n);
     stats_.clusters += total;
@@ -1184,9 +1151,7 @@ class GpuEngine final : public GpuClusterFinder {
   std::string description_;
   std::vector<PinnedBuffer<unsigned char>> rescue_out_;
   std::vector<uint64_t> rescue_capacity_;
-  std::vector<uint32_t> merged_counts_;
-  std::vector<uint16_t> merged_x_, merged_y_;
-  std::vector<int32_t> merged_data_;
+  std::vector<GpuBandView> bands_;  // the delivered batch's view of each GPU's results
 };
 
 }  // namespace

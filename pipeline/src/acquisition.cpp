@@ -525,13 +525,7 @@ void Acquisition::run(std::stop_token) {
         const std::vector<uint64_t> timestamps = std::move(w.in_flight.front());
         w.in_flight.pop_front();
         w.table.clear();
-        std::size_t c = 0;
-        const std::size_t per = w.table.values_per_cluster();
-        for (std::size_t f = 0; f < v.frame_numbers.size(); ++f) {
-          w.table.begin_frame(v.frame_numbers[f]);
-          for (uint32_t k = 0; k < v.counts[f]; ++k, ++c)
-            w.table.add_cluster(v.x[c], v.y[c], v.data.subspan(c * per, per));
-        }
+        gpu::append_clusters(w.table, v);
         w.writer->append(w.table, timestamps);
         count_written(w.table);
       });

@@ -162,20 +162,39 @@ BothResults run_both(const FinderParams& p, const glint::gpu::GpuFinderOptions& 
   return r;
 }
 
-/// A streaming sink that appends each batch's clusters (3x3) to `out`.
+/// A streaming sink that appends each batch's clusters to `out`.
 glint::gpu::GpuClusterFinder::Sink appending_to(ClusterTable& out) {
-  return [&out](const glint::gpu::GpuBatchView& v) {
-    uint64_t c = 0;
-    for (std::size_t i = 0; i < v.frame_numbers.size(); ++i) {
-      out.begin_frame(v.frame_numbers[i]);
-      for (uint32_t k = 0; k < v.counts[i]; ++k, ++c)
-        out.add_cluster(v.x[c], v.y[c], v.data.subspan(c * 9, 9));
-    }
-    EXPECT_EQ(c, v.x.size());
-  };
+  return [&out](const glint::gpu::GpuBatchView& v) { glint::gpu::append_clusters(out, v); };
 }
-
 const Scenario kSmall{96, 128, 3, 5.0, 300, 40, 11};
+
+TEST(GpuBatchView, BandsAreJoinedFrameByFrameInRowOrder) {
+  // Two GPUs' bands of a 3-frame batch (1x1 clusters for brevity): frame 0 has 1 + 2 clusters,
+  // frame 1 none in band 0 and 1 in band 1, frame 2 two in band 0 and none in band 1.
+  const std::vector<uint32_t> c0{1, 0, 2}, c1{2, 1, 0};
+  const std::vector<uint16_t> x0{10, 11, 12}, y0{0, 5, 6}, x1{20, 21, 22}, y1{100, 101, 150};
+  const std::vector<int32_t> d0{1, 2, 3}, d1{4, 5, 6};
+  const std::vector<uint64_t> numbers{7, 8, 9};
+  const std::vector<glint::gpu::GpuBandView> bands{{c0, x0, y0, d0}, {c1, x1, y1, d1}};
+  const glint::gpu::GpuBatchView v{numbers, bands};
+  EXPECT_EQ(v.n_clusters(), 6u);
+  ClusterTable t(1);
+  t.begin_frame(6);
+  t.add_cluster(1, 1, std::vector<int32_t>{9});
+  glint::gpu::append_clusters(t, v);
+  ASSERT_EQ(t.n_frames(), 4u);
+  EXPECT_EQ(t.frames()[1], (glint::FrameRecord{7, 1, 3}));
+  EXPECT_EQ(t.frames()[2], (glint::FrameRecord{8, 4, 1}));
+  EXPECT_EQ(t.frames()[3], (glint::FrameRecord{9, 5, 2}));
+  EXPECT_EQ(std::vector<uint16_t>(t.x().begin(), t.x().end()),
+            (std::vector<uint16_t>{1, 10, 20, 21, 22, 11, 12}));
+  EXPECT_EQ(std::vector<uint16_t>(t.y().begin(), t.y().end()),
+            (std::vector<uint16_t>{1, 0, 100, 101, 150, 5, 6}));
+  EXPECT_EQ(std::vector<int32_t>(t.data().begin(), t.data().end()),
+            (std::vector<int32_t>{9, 1, 4, 5, 6, 2, 3}));
+  ClusterTable wrong(3);
+  EXPECT_THROW(glint::gpu::append_clusters(wrong, v), std::invalid_argument);
+}
 
 TEST(GpuFinder, WithoutGpuSaysWhy) {
   if (glint::gpu::device_count() > 0) GTEST_SKIP() << "a GPU is present";

@@ -23,15 +23,28 @@ struct GpuFinderOptions {
   int cluster_capacity = 0;
 };
 
-/// One batch's results, valid during the sink call: counts[i] clusters for frame_numbers[i],
-/// clusters packed in frame order, raster order within a frame.
-struct GpuBatchView {
-  std::span<const uint64_t> frame_numbers;
+/// One GPU's band of a batch's results: counts[i] clusters of frame i lie in this band, packed
+/// in frame order, raster order within a frame.
+struct GpuBandView {
   std::span<const uint32_t> counts;
   std::span<const uint16_t> x;
   std::span<const uint16_t> y;
   std::span<const int32_t> data;  ///< S*S values per cluster
 };
+
+/// One batch's results, valid during the sink call, straight from the engine's result buffers
+/// (no merge copy). The bands are the GPUs' row bands in row order, so frame i's clusters in
+/// raster order are band 0's clusters of frame i, then band 1's, and so on.
+struct GpuBatchView {
+  std::span<const uint64_t> frame_numbers;
+  std::span<const GpuBandView> bands;
+
+  /// Clusters of the whole batch.
+  uint64_t n_clusters() const;
+};
+
+/// Appends a batch's clusters to `out` in frame order (out's cluster size must be the finder's).
+void append_clusters(ClusterTable& out, const GpuBatchView& v);
 
 struct GpuFinderStats {
   uint64_t batches = 0;
