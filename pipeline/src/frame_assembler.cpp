@@ -101,7 +101,7 @@ FramePtr FrameAssembler::pop(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (ready_.empty()) {
     emit_ready_locked(std::chrono::steady_clock::now(), false);
-    if (!ready_.empty()) break;
+    if (!ready_.empty() || woken_) break;
     // Wake at the deadline or when the oldest pending image becomes overdue.
     auto until = deadline;
     if (!pending_.empty()) until = std::min(until, pending_.begin()->second->first_part_at + part_timeout_);
@@ -111,7 +111,10 @@ FramePtr FrameAssembler::pop(std::chrono::milliseconds timeout) {
       break;
     }
   }
-  if (ready_.empty()) return nullptr;
+  if (ready_.empty()) {
+    woken_ = false;  // kept while images are returned: the wake is for the moment the queue is empty
+    return nullptr;
+  }
   FramePtr f = std::move(ready_.front());
   ready_.pop_front();
   return f;
@@ -132,7 +135,13 @@ void FrameAssembler::flush_pending() {
   cv_.notify_all();
 }
 
-void FrameAssembler::wake() { cv_.notify_all(); }
+void FrameAssembler::wake() {
+  {
+    std::lock_guard lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_all();
+}
 
 std::vector<uint64_t> FrameAssembler::take_dropped(std::optional<uint64_t> limit) {
   std::lock_guard lock(mu_);

@@ -72,6 +72,8 @@ Ingest::~Ingest() { stop(); }
 
 void Ingest::stop() {
   for (auto& t : threads_) t.request_stop();
+  // Receives waiting for a message return at once (ETERM) instead of at their timeout.
+  if (!threads_.empty()) ctx_->shutdown();
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
@@ -111,8 +113,8 @@ void Ingest::run(std::stop_token st, std::size_t index) {
     sock.set(zmq::sockopt::subscribe, "");
     sock.connect(ep);
   } catch (const zmq::error_t& e) {
-    log::error("ingest {}: cannot connect: {}", ep, e.what());
-    return;
+    if (e.num() != ETERM) log::error("ingest {}: cannot connect: {}", ep, e.what());
+    return;  // ETERM: stopped before the socket was up
   }
   log::info("ingest: subscribed to {}", ep);
   std::vector<zmq::message_t> msgs;
@@ -167,6 +169,7 @@ void Ingest::handle(std::size_t index, std::vector<zmq::message_t>& parts) {
   if (h.is_end()) {
     end_messages_.fetch_add(1);
     if (!ended_[index]->exchange(true)) log::info("ingest {}: end of acquisition", ep);
+    assembler_.wake();  // the run sees the end now, not at its next wait's timeout
     return;
   }
   if (!is_valid_bitmode(h.bitmode)) {

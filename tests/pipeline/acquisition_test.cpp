@@ -12,6 +12,8 @@
 
 #include "glint/config/config.hpp"
 #include "glint/pipeline/acquisition.hpp"
+#include "glint/pipeline/frame_assembler.hpp"
+#include "glint/pipeline/ingest.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
 #include "gpu_test.hpp"
@@ -278,6 +280,18 @@ TEST(Acquisition, DiskFullDuringTheRunIsAnError) {
   };
   EXPECT_EXIT(scenario(), ::testing::ExitedWithCode(0), "run error: .*disk_full_000001.h5");
   if (mounted) std::system(("umount " + mnt.string()).c_str());
+}
+
+TEST(Ingest, StopDoesNotWaitForTheReceiveTimeout) {
+  // Nobody publishes on the endpoint: the port's thread waits in its receive (100 ms timeout).
+  const Case c = make_case("ingest_stop");
+  FrameAssembler assembler(c.cfg.detector, c.cfg.ingest);
+  Ingest ingest(c.cfg, assembler);
+  std::this_thread::sleep_for(30ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  ingest.stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 50ms);
+  EXPECT_EQ(ingest.counters().messages, 0u);
 }
 
 TEST(Acquisition, StopDrainsAndFrameLimitEnds) {

@@ -160,3 +160,28 @@ TEST(FrameAssembler, FlushPendingEmitsEverythingAsIncomplete) {
   EXPECT_TRUE(f1->incomplete && f2->incomplete);
   EXPECT_EQ(a.pop(0ms), nullptr);
 }
+
+TEST(FrameAssembler, WakeEndsAWaitingPopAtOnce) {
+  FrameAssembler a(det_2x2(), ingest(4));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread waker([&] {
+    std::this_thread::sleep_for(20ms);
+    a.wake();
+  });
+  EXPECT_EQ(a.pop(10s), nullptr);
+  waker.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);  // not the 10 s timeout
+  // A wake while images are queued waits for the queue to run dry: the images come first.
+  add(a, 7, 0, 0, 1);
+  add(a, 7, 0, 1, 1);
+  add(a, 7, 1, 0, 1);
+  add(a, 7, 1, 1, 1);
+  a.wake();
+  auto f = a.pop(10s);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->frame_number, 7u);
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(a.pop(10s), nullptr);
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, 5s);
+  a.release(std::move(f));
+}

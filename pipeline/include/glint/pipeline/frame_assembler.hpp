@@ -67,13 +67,14 @@ class FrameAssembler {
   void add_part(const SlsHeader& h, PartPayload payload);
 
   /// Waits up to `timeout` for the next image in frame-number order; flags and emits images
-  /// whose parts are overdue. Returns nullptr on timeout.
+  /// whose parts are overdue. Returns nullptr on timeout or when woken with nothing ready.
   FramePtr pop(std::chrono::milliseconds timeout);
   /// Returns an image's buffer to the pool.
   void release(FramePtr frame);
   /// Emits every pending image (as incomplete) now: the end of the data.
   void flush_pending();
-  /// Wakes a waiting pop().
+  /// Makes a waiting pop() (or the next one) return now, with nullptr if no image is ready: the
+  /// consumer then looks at its end conditions (end of acquisition, stop).
   void wake();
 
   /// Frame numbers dropped for lack of buffers that are below `limit` (all if nullopt), removed.
@@ -92,6 +93,7 @@ class FrameAssembler {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  bool woken_ = false;  ///< wake() was called since the last pop()
   std::vector<FramePtr> free_;
   std::map<uint64_t, FramePtr> pending_;
   std::deque<FramePtr> ready_;
