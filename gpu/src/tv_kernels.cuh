@@ -607,9 +607,9 @@ __global__ void __launch_bounds__(kTX* kTY, 4)
 // 8K - 2H rows.
 constexpr int kWarps = 8;
 
-template <int K, int H>
+template <int K, int H, int W = kWarps>
 struct MarchPoints {
-  static constexpr int kRows = kWarps * K;
+  static constexpr int kRows = W * K;
   static constexpr int kOutX = 32 - 2 * H, kOutY = kRows - 2 * H;
   int off[K];                          // in-plane offset (0 for points outside the volume)
   bool ok[K], hasym[K], lasty[K], tile[K];
@@ -756,16 +756,17 @@ __device__ __forceinline__ void column_dual(bool active, const float (&r)[K][3],
 }
 
 /// One FGP step (two-state: 10 volumes; fused: 13), register marching, halo 1. p' to `out`
-/// (two-state) or p' to p in place and r' = momentum(p', p) to `out` (fused).
-template <class S, int K, int D>
-__global__ void __launch_bounds__(32 * kWarps)
+/// (two-state) or p' to p in place and r' = momentum(p', p) to `out` (fused). W warps per block
+/// (K W rows), at least MinBlocks blocks resident per SM.
+template <class S, int K, int D, int W = kWarps, int MinBlocks = 0>
+__global__ void __launch_bounds__(32 * W, MinBlocks)
     march_step_kernel(Geom g, const float* __restrict__ b, S src, Dual p, Dual out, float w,
                       bool nonneg, float cst, float mom, int chunk) {
-  using P = MarchPoints<K, 1>;
-  __shared__ float sry[2][kWarps][32];  // r_y of each warp's last row
-  __shared__ float szz[2][kWarps][32];  // z of each warp's first row
+  using P = MarchPoints<K, 1, W>;
+  __shared__ float sry[2][W][32];  // r_y of each warp's last row
+  __shared__ float szz[2][W][32];  // z of each warp's first row
   const int lane = threadIdx.x, wp = threadIdx.y;
-  const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < kWarps - 1 ? wp + 1 : wp;
+  const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
   const P pt(g, static_cast<int>(g.px));
   const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
   using Buf = float[K][7];
@@ -861,19 +862,20 @@ __global__ void __launch_bounds__(32 * kWarps)
 /// Temporally blocked two-state, register marching, halo 2: two FGP steps per pass. Reads p_k
 /// (cur) and p_{k-1} (prev), writes p_{k+1} (n1) and p_{k+2} (n2). Per plane q: r_{k+1} and
 /// z_{k+1} at q; p_{k+1} and r_{k+2} at u = q - 1; z_{k+2} at u; p_{k+2} at v = q - 2. Two
-/// barriers per plane.
-template <int K, int D>
-__global__ void __launch_bounds__(32 * kWarps, 2)
+/// barriers per plane. W warps per block (K W rows), at least MinBlocks blocks resident per SM
+/// (the register limit per thread follows: 65536 / (32 W MinBlocks)).
+template <int K, int D, int W = kWarps, int MinBlocks = 2>
+__global__ void __launch_bounds__(32 * W, MinBlocks)
     temporal_march_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1,
                           Dual n2, float w, bool nonneg, float cst, float ma, float mb,
                           int chunk) {
-  using P = MarchPoints<K, 2>;
-  __shared__ float s1y[2][kWarps][32];  // r_{k+1}.y of each warp's last row
-  __shared__ float s1z[2][kWarps][32];  // z_{k+1} of each warp's first row
-  __shared__ float s2y[2][kWarps][32];  // r_{k+2}.y of each warp's last row
-  __shared__ float s2z[2][kWarps][32];  // z_{k+2} of each warp's first row
+  using P = MarchPoints<K, 2, W>;
+  __shared__ float s1y[2][W][32];  // r_{k+1}.y of each warp's last row
+  __shared__ float s1z[2][W][32];  // z_{k+1} of each warp's first row
+  __shared__ float s2y[2][W][32];  // r_{k+2}.y of each warp's last row
+  __shared__ float s2z[2][W][32];  // z_{k+2} of each warp's first row
   const int lane = threadIdx.x, wp = threadIdx.y;
-  const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < kWarps - 1 ? wp + 1 : wp;
+  const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
   const P pt(g, static_cast<int>(g.px));
   const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
   using Buf = float[K][7];

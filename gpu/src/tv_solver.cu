@@ -93,14 +93,65 @@ int zrun_from_env(Variant v) {
 /// max_chunk (shorter chunks balance the last wave; measured on the H200: one step per pass 32,
 /// two steps 64).
 template <class K>
-int register_march_chunk(const Dims& d, K kernel, int out_x, int out_y, int sms, int max_chunk) {
+int register_march_chunk(const Dims& d, K kernel, int out_x, int out_y, int sms, int max_chunk,
+                         int warps = tvk::kWarps) {
   int per_sm = 1;
-  GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                                 32 * tvk::kWarps, 0));
+  GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, 0));
   const long long tiles = static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
   const long long resident = 4LL * std::max(1, per_sm) * sms;
   const int chunk = ceil_div(static_cast<long long>(d.nz) * tiles, resident);
   return std::clamp(chunk, std::min(16, d.nz), std::max(1, std::min(max_chunk, d.nz)));
+}
+
+/// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
+/// at least B blocks resident per SM (so at most 65536 / (32 W B) registers per thread).
+struct MarchShape {
+  int rows, ahead, warps, blocks;
+  bool operator==(const MarchShape&) const = default;
+  std::string str() const {
+    return "rows " + std::to_string(rows) + ", ahead " + std::to_string(ahead) + ", warps " +
+           std::to_string(warps) + ", blocks " + std::to_string(blocks);
+  }
+};
+template <int K, int D, int W, int B>
+struct Shape {
+  static constexpr MarchShape v{K, D, W, B};
+};
+
+/// The shapes that are built: f(kernel, K, W) is called for the one equal to `s`; false if none.
+template <class... S, class F>
+bool with_temporal_shape(const MarchShape& s, F&& f) {
+  return ((s == S::v ? (f(tvk::temporal_march_kernel<S::v.rows, S::v.ahead, S::v.warps,
+                                                      S::v.blocks>,
+                          S::v.rows, S::v.warps),
+                        true)
+                     : false) ||
+          ...);
+}
+template <class F>
+bool with_temporal_kernel(const MarchShape& s, F&& f) {
+  return with_temporal_shape<Shape<3, 1, 8, 2>, Shape<3, 2, 8, 2>, Shape<2, 1, 8, 2>,
+                             Shape<2, 2, 8, 2>, Shape<2, 1, 8, 3>, Shape<2, 1, 8, 4>,
+                             Shape<2, 1, 12, 2>, Shape<2, 1, 16, 2>, Shape<1, 1, 16, 2>,
+                             Shape<1, 1, 16, 3>, Shape<1, 1, 24, 2>, Shape<1, 1, 32, 1>>(
+      s, std::forward<F>(f));
+}
+template <class Src, class... S, class F>
+bool with_step_shape(const MarchShape& s, F&& f) {
+  return ((s == S::v ? (f(tvk::march_step_kernel<Src, S::v.rows, S::v.ahead, S::v.warps,
+                                                  S::v.blocks>,
+                          S::v.rows, S::v.warps),
+                        true)
+                     : false) ||
+          ...);
+}
+/// The one-step kernel's shapes (two-state or stored r as Src).
+template <class Src, class F>
+bool with_step_kernel(const MarchShape& s, F&& f) {
+  return with_step_shape<Src, Shape<3, 1, 8, 0>, Shape<3, 2, 8, 0>, Shape<2, 1, 8, 0>,
+                         Shape<2, 2, 8, 0>, Shape<2, 1, 16, 1>, Shape<2, 2, 16, 1>,
+                         Shape<2, 2, 16, 2>, Shape<1, 1, 16, 2>, Shape<1, 2, 16, 2>,
+                         Shape<1, 1, 32, 1>, Shape<1, 2, 32, 1>>(s, std::forward<F>(f));
 }
 
 /// An integer tuning knob from the environment (benchmarks), or `fallback`.
@@ -134,8 +185,10 @@ struct GpuReconstructor::Impl {
   // GLINT_TV_KERNEL=classic selects the earlier shared-memory kernels of fused-march and
   // temporal. `rows` rows per warp, loads `ahead` planes ahead, chunks of chunk1 (one step per
   // pass) and chunk2 (two steps) planes per block.
+  // `step` and `temporal`: the shapes of the one-step and the two-step kernel.
   bool regmarch = true, twostate_march = false;
-  int rows = 3, ahead = 1, chunk1 = 16, chunk2 = 16;
+  MarchShape step{3, 2, tvk::kWarps, 0}, temporal{3, 1, tvk::kWarps, 2};
+  int chunk1 = 16, chunk2 = 16;
 
   cudaStream_t s() const { return stream->get(); }
   tvk::Dual dual(int k) const {
@@ -216,31 +269,19 @@ struct GpuReconstructor::Impl {
   template <class S>
   void launch_march_step(const float* b, S src, tvk::Dual p, tvk::Dual out, float w,
                          bool nonneg, float cst, float mom) {
-    auto go = [&](auto kernel, int rws) {
-      const dim3 gr(ceil_div(d.nx, 30), ceil_div(d.ny, tvk::kWarps * rws - 2),
-                    ceil_div(d.nz, chunk1));
-      kernel<<<gr, dim3(32, tvk::kWarps), 0, s()>>>(g, b, src, p, out, w, nonneg, cst, mom,
-                                                    chunk1);
-    };
-    if (rows == 2)
-      ahead == 2 ? go(tvk::march_step_kernel<S, 2, 2>, 2) : go(tvk::march_step_kernel<S, 2, 1>, 2);
-    else
-      ahead == 2 ? go(tvk::march_step_kernel<S, 3, 2>, 3) : go(tvk::march_step_kernel<S, 3, 1>, 3);
+    with_step_kernel<S>(step, [&](auto kernel, int rws, int wps) {
+      const dim3 gr(ceil_div(d.nx, 30), ceil_div(d.ny, wps * rws - 2), ceil_div(d.nz, chunk1));
+      kernel<<<gr, dim3(32, wps), 0, s()>>>(g, b, src, p, out, w, nonneg, cst, mom, chunk1);
+    });
   }
 
   /// Two two-state steps in one register-marching pass.
   void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
                              tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb) {
-    auto go = [&](auto kernel, int rws) {
-      const dim3 gr(ceil_div(d.nx, 28), ceil_div(d.ny, tvk::kWarps * rws - 4),
-                    ceil_div(d.nz, chunk2));
-      kernel<<<gr, dim3(32, tvk::kWarps), 0, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma,
-                                                    mb, chunk2);
-    };
-    if (rows == 2)
-      ahead == 2 ? go(tvk::temporal_march_kernel<2, 2>, 2) : go(tvk::temporal_march_kernel<2, 1>, 2);
-    else
-      ahead == 2 ? go(tvk::temporal_march_kernel<3, 2>, 3) : go(tvk::temporal_march_kernel<3, 1>, 3);
+    with_temporal_kernel(temporal, [&](auto kernel, int rws, int wps) {
+      const dim3 gr(ceil_div(d.nx, 28), ceil_div(d.ny, wps * rws - 4), ceil_div(d.nz, chunk2));
+      kernel<<<gr, dim3(32, wps), 0, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, chunk2);
+    });
   }
 
   void two_state_step(const float* b, float w, bool nonneg, float cst, float mi) {
@@ -367,22 +408,42 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     m.twostate_march = std::string(e) == "march";
   }
   // Defaults measured on the H200 (docs/performance.md): fused-march 2 rows per warp, loads two
-  // planes ahead; temporal 3 rows, one plane ahead; two-state (marching) 3 rows, two ahead.
-  const int rows0 = variant == Variant::fused_march ? 2 : 3;
-  const int ahead0 = variant == Variant::temporal ? 1 : 2;
-  m.rows = env_int("GLINT_TV_ROWS", rows0) == 2 ? 2 : 3;
-  m.ahead = env_int("GLINT_TV_AHEAD", ahead0) == 2 ? 2 : 1;
+  // planes ahead; temporal 3 rows, one plane ahead; two-state (marching) 3 rows, two ahead; 8
+  // warps per block. GLINT_TV_ROWS, GLINT_TV_AHEAD, GLINT_TV_WARPS (warps per block) and
+  // GLINT_TV_BLOCKS (blocks per SM, which caps the registers per thread) pick another built shape
+  // (with_step_kernel, with_temporal_kernel); an unbuilt one keeps the default.
+  if (variant == Variant::fused_march) m.step = MarchShape{2, 2, tvk::kWarps, 0};
+  auto from_env = [](MarchShape def) {
+    return MarchShape{env_int("GLINT_TV_ROWS", def.rows), env_int("GLINT_TV_AHEAD", def.ahead),
+                      env_int("GLINT_TV_WARPS", def.warps), env_int("GLINT_TV_BLOCKS", def.blocks)};
+  };
+  auto unbuilt = [](const char* which, const MarchShape& s) {
+    glint::log::write(glint::log::Level::warn, std::string("TV solver: ") + which +
+                                                   " kernel shape " + s.str() +
+                                                   " is not built; using the default");
+  };
+  if (const MarchShape s = from_env(m.step);
+      with_step_kernel<tvk::MarchTwoState>(s, [](auto, int, int) {}))
+    m.step = s;
+  else if (variant == Variant::fused_march || (variant == Variant::two_state && m.twostate_march))
+    unbuilt("one-step", s);
+  if (const MarchShape s = from_env(m.temporal);
+      with_temporal_kernel(s, [](auto, int, int) {}))
+    m.temporal = s;
+  else if (variant == Variant::temporal)
+    unbuilt("temporal", s);
   {
     const int sms = prop.multiProcessorCount;
-    const int r = m.rows, oy1 = tvk::kWarps * r - 2, oy2 = tvk::kWarps * r - 4;
-    auto pick = [&](auto k1, auto k2) {
-      m.chunk1 = register_march_chunk(dims, k1, 30, oy1, sms, 32);
-      m.chunk2 = register_march_chunk(dims, k2, 28, oy2, sms, 64);
-    };
-    if (r == 2)
-      pick(tvk::march_step_kernel<tvk::MarchTwoState, 2, 1>, tvk::temporal_march_kernel<2, 1>);
-    else
-      pick(tvk::march_step_kernel<tvk::MarchTwoState, 3, 1>, tvk::temporal_march_kernel<3, 1>);
+    // Planes per block from the occupancy of the shape loading one plane ahead (as measured).
+    MarchShape s1 = m.step;
+    s1.ahead = 1;
+    if (!with_step_kernel<tvk::MarchTwoState>(s1, [](auto, int, int) {})) s1 = m.step;
+    with_step_kernel<tvk::MarchTwoState>(s1, [&](auto kernel, int rws, int wps) {
+      m.chunk1 = register_march_chunk(dims, kernel, 30, wps * rws - 2, sms, 32, wps);
+    });
+    with_temporal_kernel(m.temporal, [&](auto kernel, int rws, int wps) {
+      m.chunk2 = register_march_chunk(dims, kernel, 28, wps * rws - 4, sms, 64, wps);
+    });
   }
   if (const char* e = std::getenv("GLINT_TV_CHUNK"); e && std::atoi(e) > 0)
     m.chunk = m.chunk_march = m.chunk1 = m.chunk2 = std::atoi(e);  // planes per marching block

@@ -134,6 +134,65 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
     unsetenv(name);
 }
 
+// Every built shape of the register-marching kernels (rows per warp, loads ahead, warps per block,
+// blocks per SM; the one-step kernel for fused-march and two-state, the two-step kernel for
+// temporal) computes the same bits as the CPU reference, with whole and 3-plane chunks.
+TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
+  GLINT_REQUIRE_GPU();
+  struct Shape {
+    const char* rows;
+    const char* ahead;
+    const char* warps;
+    const char* blocks;
+    const char* chunk;
+  };
+  const Shape step_shapes[] = {{"2", "1", "16", "1", nullptr}, {"2", "2", "16", "1", "3"},
+                               {"2", "2", "16", "2", nullptr}, {"1", "1", "16", "2", "3"},
+                               {"1", "2", "16", "2", nullptr}, {"1", "1", "32", "1", nullptr},
+                               {"1", "2", "32", "1", "3"}};
+  const Shape temporal_shapes[] = {{"2", "1", "8", "3", nullptr}, {"2", "1", "8", "4", "3"},
+                                   {"2", "1", "12", "2", nullptr}, {"2", "1", "16", "2", "3"},
+                                   {"1", "1", "16", "2", nullptr}, {"1", "1", "16", "3", "3"},
+                                   {"1", "1", "24", "2", nullptr}, {"1", "1", "32", "1", "3"}};
+  const char* names[] = {"GLINT_TV_KERNEL", "GLINT_TV_ROWS", "GLINT_TV_AHEAD",
+                         "GLINT_TV_WARPS",  "GLINT_TV_BLOCKS", "GLINT_TV_CHUNK"};
+  auto apply = [&](const Shape& sh) {
+    const char* values[] = {"march", sh.rows, sh.ahead, sh.warps, sh.blocks, sh.chunk};
+    for (int k = 0; k < 6; ++k) {
+      if (values[k])
+        setenv(names[k], values[k], 1);
+      else
+        unsetenv(names[k]);
+    }
+  };
+  for (const Dims& d : {kOdd, kChunked}) {
+    const std::size_t n = d.voxels();
+    const auto b = random_volume(n, 21, -0.5f, 1.5f);
+    const auto p0 = random_volume(3 * n, 22, -0.5f, 0.5f);
+    glint::recon::CpuReconstructor cpu(d, 2);
+    for (int steps : {2, 7}) {
+      std::vector<float> pc(p0), xc(n);
+      cpu.denoise(b, 0.08f, steps, true, pc, xc);
+      auto check = [&](const Shape& sh, Variant v) {
+        apply(sh);
+        glint::gpu::GpuReconstructor gpu(d, v, false);
+        std::vector<float> pg(p0), xg(n, std::numeric_limits<float>::quiet_NaN());
+        gpu.denoise(b, 0.08f, steps, true, pg, xg);
+        EXPECT_EQ(bit_mismatches(pg, pc), 0u)
+            << glint::tv::variant_name(v) << " rows " << sh.rows << " ahead " << sh.ahead
+            << " warps " << sh.warps << " blocks " << sh.blocks << " steps " << steps;
+        EXPECT_EQ(bit_mismatches(xg, xc), 0u)
+            << glint::tv::variant_name(v) << " rows " << sh.rows << " ahead " << sh.ahead
+            << " warps " << sh.warps << " blocks " << sh.blocks << " steps " << steps;
+      };
+      for (const Shape& sh : step_shapes)
+        for (Variant v : {Variant::fused_march, Variant::two_state}) check(sh, v);
+      for (const Shape& sh : temporal_shapes) check(sh, Variant::temporal);
+    }
+  }
+  for (const char* name : names) unsetenv(name);
+}
+
 // Denoising (identity, no FFT): the whole solve is the shared arithmetic only, so CPU and every
 // GPU variant agree bit for bit, warm and cold.
 TEST(TvGpu, IdentitySolveIsBitIdenticalToTheCpu) {
