@@ -7,6 +7,8 @@
 // only x < nx is ever read or written by the TV kernels. A dual is three such volumes.
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "glint/tv/fgp_math.hpp"
 
 namespace glint::gpu::tvk {
@@ -685,6 +687,27 @@ __device__ __forceinline__ void march_planes(int q0, int q1, Buf& A, Buf& B, Loa
   }
 }
 
+/// As march_planes, with body(q, L, interior): interior is std::true_type for the planes q0i ..
+/// q1i (where the caller knows that no range check on q can fail, so that the compiler drops
+/// them) and std::false_type elsewhere. D = 2 keeps every check (false_type throughout).
+template <int D, class Load, class Body, class Buf>
+__device__ __forceinline__ void march_planes_split(int q0, int q1, int q0i, int q1i, Buf& A,
+                                                   Buf& B, Load&& load, Body&& body) {
+  if constexpr (D == 2) {
+    march_planes<2>(
+        q0, q1, A, B, [&](Buf& L, int q) { load(L, q, std::false_type{}); },
+        [&](int q, Buf& L) { body(q, L, std::false_type{}); });
+  } else {
+    load(A, q0, std::false_type{});
+    for (int q = q0; q <= q1; ++q) {
+      if (q >= q0i && q <= q1i)
+        body(q, A, std::true_type{});
+      else
+        body(q, A, std::false_type{});
+    }
+  }
+}
+
 /// Plane loads of the two-state marching kernels for a thread's K points (zeros outside the
 /// volume or where `in` is false): p_k in [0..2], p_{k-1} in [3..5], b in [6].
 template <int K, class P>
@@ -770,10 +793,16 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   const P pt(g, static_cast<int>(g.px));
   const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
   using Buf = float[K][7];
+  // Interior planes (march_planes_split): q >= z0 + 1 and q + D <= min(zend, nz - 1), where
+  // every plane index below is inside the volume and the chunk's ranges, and none is the last.
+  const int q0i = z0 + 1, q1i = min(zend, g.nz - 1) - D;
+  // The base of plane q, kept up to date by the body; used at interior planes.
+  long long qbase = static_cast<long long>(z0 - 1) * g.plane;
   // Plane q's loads (zeros outside the volume): r sources in [0..5], b in [6].
-  auto load = [&](Buf& L, int q) {
-    const bool in = q >= 0 && q < g.nz && q <= zend;
-    const long long qb = static_cast<long long>(in ? q : 0) * g.plane;
+  auto load = [&](Buf& L, int q, auto interior) {
+    constexpr bool I = decltype(interior)::value;
+    const bool in = I || (q >= 0 && q < g.nz && q <= zend);
+    const long long qb = I ? qbase + D * g.plane : static_cast<long long>(in ? q : 0) * g.plane;
     if constexpr (S::kTwoState) {
       load_two_state<K>(L, in, qb, src.cur, src.prev, b, pt);
     } else {
@@ -801,9 +830,11 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     ru[k][0] = ru[k][1] = ru[k][2] = zu[k] = 0.f;
     pu[k][0] = pu[k][1] = pu[k][2] = 0.f;
   }
-  auto body = [&](int q, Buf& L) {
+  auto body = [&](int q, Buf& L, auto interior) {
+    constexpr bool I = decltype(interior)::value;
     // r at plane q (zero outside the volume), then the loads of plane q + D.
-    float rq[K][3], bq[K], pq[K][3];
+    float rq[K][3], bq[K];
+    [[maybe_unused]] float pq[K][3];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       if constexpr (S::kTwoState) {
@@ -820,17 +851,19 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       }
       bq[k] = L[k][6];
     }
-    if (q + D <= zend) load(L, q + D);
+    if (I || q + D <= zend) load(L, q + D, interior);
     sry[q & 1][wp][lane] = rq[K - 1][1];
     __syncthreads();
     // z at plane q.
     float zq[K];
-    column_primal<K>(zq, q >= z0 && q < g.nz, bq, rq, ru, q > 0, sry[q & 1][wdn], pt, w, nonneg);
+    column_primal<K>(zq, I || (q >= z0 && q < g.nz), bq, rq, ru, I || q > 0, sry[q & 1][wdn], pt,
+                     w, nonneg);
     szz[q & 1][wp][lane] = zq[0];
     // p at plane u = q - 1.
     const int u = q - 1;
-    const long long ub = static_cast<long long>(u) * g.plane;
-    column_dual<K>(u >= z0 && u < zend, ru, zu, zq, szz[u & 1][wup], u == g.nz - 1, pt, cst,
+    const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
+    column_dual<K>(I || (u >= z0 && u < zend), ru, zu, zq, szz[u & 1][wup], !I && u == g.nz - 1,
+                   pt, cst,
                    [&](int k, const Vec3& pn) {
                      if (!pt.tile[k]) return;
                      const int o = pt.off[k];
@@ -854,9 +887,10 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
         pu[k][2] = pq[k][2];
       }
     }
+    qbase += g.plane;
   };
   Buf A, B;
-  march_planes<D>(z0 - 1, zend, A, B, load, body);
+  march_planes_split<D>(z0 - 1, zend, q0i, q1i, A, B, load, body);
 }
 
 /// Temporally blocked two-state, register marching, halo 2: two FGP steps per pass. Reads p_k
@@ -879,9 +913,18 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   const P pt(g, static_cast<int>(g.px));
   const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
   using Buf = float[K][7];
-  auto load = [&](Buf& L, int q) {
-    const bool in = q >= 0 && q < g.nz && q <= zend + 1;
-    load_two_state<K>(L, in, static_cast<long long>(in ? q : 0) * g.plane, cur, prev, b, pt);
+  // Interior planes (march_planes_split): q >= z0 + 2 and q + D <= min(zend + 1, nz - 1), where
+  // every plane index below is inside the volume and the chunk's ranges, and none is the last.
+  const int q0i = z0 + 2, q1i = min(zend + 1, g.nz - 1) - D;
+  // The base of plane q, kept up to date by the body (a 64-bit add per plane instead of
+  // multiplies); used at interior planes, where it is never negative.
+  long long qbase = static_cast<long long>(z0 - 2) * g.plane;
+  auto load = [&](Buf& L, int q, auto interior) {
+    constexpr bool I = decltype(interior)::value;
+    const bool in = I || (q >= 0 && q < g.nz && q <= zend + 1);
+    const long long base =
+        I ? qbase + D * g.plane : static_cast<long long>(in ? q : 0) * g.plane;
+    load_two_state<K>(L, in, base, cur, prev, b, pt);
   };
   // Carried: at u = q - 1: r_{k+1}, p_k, b, z_{k+1}; at v = q - 2: r_{k+2}, z_{k+2}.
   float r1u[K][3], cu[K][3], bu[K], z1u[K], r2v[K][3], z2v[K];
@@ -891,7 +934,8 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     r2v[k][0] = r2v[k][1] = r2v[k][2] = 0.f;
     bu[k] = z1u[k] = z2v[k] = 0.f;
   }
-  auto body = [&](int q, Buf& L) {
+  auto body = [&](int q, Buf& L, auto interior) {
+    constexpr bool I = decltype(interior)::value;
     // (1) r_{k+1} at q; the loads of plane q + D.
     float r1q[K][3], cq[K][3], bq[K];
 #pragma unroll
@@ -903,12 +947,12 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       }
       bq[k] = L[k][6];
     }
-    if (q + D <= zend + 1) load(L, q + D);
+    if (I || q + D <= zend + 1) load(L, q + D, interior);
     s1y[q & 1][wp][lane] = r1q[K - 1][1];
     __syncthreads();
     // (2) z_{k+1} at q.
     float z1q[K];
-    column_primal<K>(z1q, q >= 0 && q < g.nz && q >= z0 - 1, bq, r1q, r1u, q > 0,
+    column_primal<K>(z1q, I || (q >= 0 && q < g.nz && q >= z0 - 1), bq, r1q, r1u, I || q > 0,
                      s1y[q & 1][wdn], pt, w, nonneg);
     s1z[q & 1][wp][lane] = z1q[0];
     // (3) p_{k+1} and r_{k+2} at u = q - 1.
@@ -917,10 +961,10 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
 #pragma unroll
     for (int k = 0; k < K; ++k) r2u[k][0] = r2u[k][1] = r2u[k][2] = 0.f;
     {
-      const long long ub = static_cast<long long>(u) * g.plane;
-      const bool st = u >= z0 && u < zend;
-      column_dual<K>(u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend, r1u, z1u, z1q,
-                     s1z[u & 1][wup], u == g.nz - 1, pt, cst, [&](int k, const Vec3& pn) {
+      const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
+      const bool st = I || (u >= z0 && u < zend);
+      column_dual<K>(I || (u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend), r1u, z1u, z1q,
+                     s1z[u & 1][wup], !I && u == g.nz - 1, pt, cst, [&](int k, const Vec3& pn) {
                        if (st && pt.tile[k]) store_at(n1, ub, pt.off[k], pn);
                        r2u[k][0] = m::momentum(pn.x, cu[k][0], mb);
                        r2u[k][1] = m::momentum(pn.y, cu[k][1], mb);
@@ -931,13 +975,14 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     __syncthreads();
     // (4) z_{k+2} at u.
     float z2u[K];
-    column_primal<K>(z2u, u >= 0 && u < g.nz && u >= z0 && u <= zend, bu, r2u, r2v, u > 0,
-                     s2y[u & 1][wdn], pt, w, nonneg);
+    column_primal<K>(z2u, I || (u >= 0 && u < g.nz && u >= z0 && u <= zend), bu, r2u, r2v,
+                     I || u > 0, s2y[u & 1][wdn], pt, w, nonneg);
     s2z[u & 1][wp][lane] = z2u[0];
     // (5) p_{k+2} at v = q - 2.
     const int v = q - 2;
-    const long long vb = static_cast<long long>(v) * g.plane;
-    column_dual<K>(v >= z0 && v < zend, r2v, z2v, z2u, s2z[v & 1][wup], v == g.nz - 1, pt, cst,
+    const long long vb = I ? qbase - 2 * g.plane : static_cast<long long>(v) * g.plane;
+    column_dual<K>(I || (v >= z0 && v < zend), r2v, z2v, z2u, s2z[v & 1][wup],
+                   !I && v == g.nz - 1, pt, cst,
                    [&](int k, const Vec3& pn) {
                      if (pt.tile[k]) store_at(n2, vb, pt.off[k], pn);
                    });
@@ -953,9 +998,10 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       z1u[k] = z1q[k];
       z2v[k] = z2u[k];
     }
+    qbase += g.plane;
   };
   Buf A, B;
-  march_planes<D>(z0 - 2, zend + 1, A, B, load, body);
+  march_planes_split<D>(z0 - 2, zend + 1, q0i, q1i, A, B, load, body);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -187,7 +187,7 @@ struct GpuReconstructor::Impl {
   // pass) and chunk2 (two steps) planes per block.
   // `step` and `temporal`: the shapes of the one-step and the two-step kernel.
   bool regmarch = true, twostate_march = false;
-  MarchShape step{3, 2, tvk::kWarps, 0}, temporal{3, 1, tvk::kWarps, 2};
+  MarchShape step{3, 2, tvk::kWarps, 0}, temporal{1, 1, 32, 1};
   int chunk1 = 16, chunk2 = 16;
 
   cudaStream_t s() const { return stream->get(); }
@@ -408,8 +408,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     m.twostate_march = std::string(e) == "march";
   }
   // Defaults measured on the H200 (docs/performance.md): fused-march 2 rows per warp, loads two
-  // planes ahead; temporal 3 rows, one plane ahead; two-state (marching) 3 rows, two ahead; 8
-  // warps per block. GLINT_TV_ROWS, GLINT_TV_AHEAD, GLINT_TV_WARPS (warps per block) and
+  // planes ahead, 8 warps per block; two-state (marching) 3 rows, two ahead, 8 warps; temporal 1
+  // row, one plane ahead, 32 warps (one block of 1024 threads per SM). GLINT_TV_ROWS, GLINT_TV_AHEAD, GLINT_TV_WARPS (warps per block) and
   // GLINT_TV_BLOCKS (blocks per SM, which caps the registers per thread) pick another built shape
   // (with_step_kernel, with_temporal_kernel); an unbuilt one keeps the default.
   if (variant == Variant::fused_march) m.step = MarchShape{2, 2, tvk::kWarps, 0};
