@@ -199,6 +199,10 @@ class GpuEngine final : public GpuClusterFinder {
     std::string names;
     for (int d : options_.devices) names += (names.empty() ? "" : ", ") + device_info(d).name;
     description_ = "gpu (" + names + ")";
+    log::debug("GPU finder ready in {:.0f} ms: {}, batch {}, {} slot(s), {} result clusters per "
+               "slot",
+               host_us() / 1000.0, description_, options_.batch_frames, options_.streams,
+               capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames));
   }
 
   ~GpuEngine() override {
