@@ -1004,6 +1004,171 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   march_planes_split<D>(z0 - 2, zend + 1, q0i, q1i, A, B, load, body);
 }
 
+/// The temporal kernel with two columns per lane: a block of W warps owns a 64-column, W-row
+/// region (lane = a pair of columns, warp = a row), marches along z and makes two FGP steps per
+/// pass as temporal_march_kernel does (the same five stages, the same neighbours, halo 2), with
+/// 8-byte loads and stores, so that each lane's per-plane overhead (range checks, addressing,
+/// shuffles, shared-memory exchange, barriers) is shared by two points. Outputs: 60 x (W - 4).
+/// Regions start at an even column (rows are padded to an even length), so pairs are aligned;
+/// the right point of a pair at x = nx (the first padding column) is read but zeroed.
+template <int W, int MinBlocks>
+__global__ void __launch_bounds__(32 * W, MinBlocks)
+    temporal_pair_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1,
+                         Dual n2, float w, bool nonneg, float cst, float ma, float mb,
+                         int chunk) {
+  // The r_y rows are written and read between the same two barriers of one plane, so one buffer
+  // each; the z rows are read one plane after they are written, so two.
+  __shared__ float2 s1y[W][32];     // r_{k+1}.y of each warp's row
+  __shared__ float2 s1z[2][W][32];  // z_{k+1}
+  __shared__ float2 s2y[W][32];     // r_{k+2}.y
+  __shared__ float2 s2z[2][W][32];  // z_{k+2}
+  const int lane = threadIdx.x, wp = threadIdx.y;
+  const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
+  const int gx = blockIdx.x * 60 - 2 + 2 * lane;  // the pair's left column
+  const int gy = blockIdx.y * (W - 4) - 2 + wp;
+  const bool oky = gy >= 0 && gy < g.ny;
+  const bool ok0 = oky && gx >= 0 && gx < g.nx, ok1 = ok0 && gx + 1 < g.nx;
+  const unsigned off = ok0 ? static_cast<unsigned>(gy * static_cast<int>(g.px) + gx) : 0u;
+  const bool hasxm0 = gx > 0, hasxm1 = gx + 1 > 0, hasym = gy > 0;
+  const bool lastx0 = gx == g.nx - 1, lastx1 = gx + 1 == g.nx - 1, lasty = gy == g.ny - 1;
+  const bool tile = oky && lane >= 1 && lane <= 30 && wp >= 2 && wp < W - 2;
+  const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
+  const int q0i = z0 + 2, q1i = min(zend + 1, g.nz - 1) - 1;
+  long long qbase = static_cast<long long>(z0 - 2) * g.plane;
+  using Buf = float2[7];
+  auto ld2z = [&](const float* __restrict__ p, long long base, bool in) {
+    float2 v = in && ok0 ? __ldg(reinterpret_cast<const float2*>(opaque(p + base) + off))
+                         : make_float2(0.f, 0.f);
+    v.y = ok1 ? v.y : 0.f;
+    return v;
+  };
+  // Plane q's loads: p_k in [0..2], p_{k-1} in [3..5], b in [6].
+  auto load = [&](Buf& L, int q, auto interior) {
+    constexpr bool I = decltype(interior)::value;
+    const bool in = I || (q >= 0 && q < g.nz && q <= zend + 1);
+    const long long base = I ? qbase + g.plane : static_cast<long long>(in ? q : 0) * g.plane;
+    L[0] = ld2z(cur.x, base, in);
+    L[1] = ld2z(cur.y, base, in);
+    L[2] = ld2z(cur.z, base, in);
+    L[3] = ld2z(prev.x, base, in);
+    L[4] = ld2z(prev.y, base, in);
+    L[5] = ld2z(prev.z, base, in);
+    L[6] = ld2z(b, base, in);
+  };
+  auto st2 = [&](const Dual& d, long long base, const Vec3& a, const Vec3& c) {
+    if (ok1) {
+      *reinterpret_cast<float2*>(opaque(d.x + base) + off) = make_float2(a.x, c.x);
+      *reinterpret_cast<float2*>(opaque(d.y + base) + off) = make_float2(a.y, c.y);
+      *reinterpret_cast<float2*>(opaque(d.z + base) + off) = make_float2(a.z, c.z);
+    } else if (ok0) {
+      opaque(d.x + base)[off] = a.x;
+      opaque(d.y + base)[off] = a.y;
+      opaque(d.z + base)[off] = a.z;
+    }
+  };
+  // Carried (index 0: left point, 1: right point): at u = q - 1: r_{k+1}, p_k, b, z_{k+1}; at
+  // v = q - 2: r_{k+2}, z_{k+2}.
+  Vec3 r1u[2], cu[2], r2v[2];
+  float bu[2], z1u[2], z2v[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    r1u[j] = cu[j] = r2v[j] = Vec3{0.f, 0.f, 0.f};
+    bu[j] = z1u[j] = z2v[j] = 0.f;
+  }
+  auto body = [&](int q, Buf& L, auto interior) {
+    constexpr bool I = decltype(interior)::value;
+    // (1) r_{k+1} at q; the loads of plane q + 1.
+    Vec3 r1q[2], cq[2];
+    float bq[2];
+    cq[0] = Vec3{L[0].x, L[1].x, L[2].x};
+    cq[1] = Vec3{L[0].y, L[1].y, L[2].y};
+    r1q[0] = m::momentum(cq[0], Vec3{L[3].x, L[4].x, L[5].x}, ma);
+    r1q[1] = m::momentum(cq[1], Vec3{L[3].y, L[4].y, L[5].y}, ma);
+    bq[0] = L[6].x;
+    bq[1] = L[6].y;
+    if (I || q + 1 <= zend + 1) load(L, q + 1, interior);
+    s1y[wp][lane] = make_float2(r1q[0].y, r1q[1].y);
+    __syncthreads();
+    // (2) z_{k+1} at q.
+    float z1q[2];
+    {
+      const bool in = I || (q >= 0 && q < g.nz && q >= z0 - 1), below = I || q > 0;
+      const float rxm0 = shfl_up1(r1q[1].x);
+      const float2 rym = s1y[wdn][lane];
+      z1q[0] = in ? m::primal(bq[0], r1q[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
+                              below ? r1u[0].z : 0.0f, w, nonneg)
+                  : 0.0f;
+      z1q[1] = in ? m::primal(bq[1], r1q[1], hasxm1 ? r1q[0].x : 0.0f, hasym ? rym.y : 0.0f,
+                              below ? r1u[1].z : 0.0f, w, nonneg)
+                  : 0.0f;
+    }
+    s1z[q & 1][wp][lane] = make_float2(z1q[0], z1q[1]);
+    // (3) p_{k+1} and r_{k+2} at u = q - 1.
+    const int u = q - 1;
+    Vec3 r2u[2] = {Vec3{0.f, 0.f, 0.f}, Vec3{0.f, 0.f, 0.f}};
+    {
+      const float zxp1 = shfl_down1(z1u[0]);
+      if (I || (u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend)) {
+        const bool lz = !I && u == g.nz - 1;
+        const float2 zyp = s1z[u & 1][wup][lane];
+        const Vec3 pn0 = m::project(
+            r1u[0], m::gradient(z1u[0], z1u[1], zyp.x, z1q[0], lastx0, lasty, lz), cst);
+        const Vec3 pn1 = m::project(
+            r1u[1], m::gradient(z1u[1], zxp1, zyp.y, z1q[1], lastx1, lasty, lz), cst);
+        if ((I || (u >= z0 && u < zend)) && tile) {
+          const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
+          st2(n1, ub, pn0, pn1);
+        }
+        r2u[0] = m::momentum(pn0, cu[0], mb);
+        r2u[1] = m::momentum(pn1, cu[1], mb);
+      }
+    }
+    s2y[wp][lane] = make_float2(r2u[0].y, r2u[1].y);
+    __syncthreads();
+    // (4) z_{k+2} at u.
+    float z2u[2];
+    {
+      const bool in = I || (u >= 0 && u < g.nz && u >= z0 && u <= zend), below = I || u > 0;
+      const float rxm0 = shfl_up1(r2u[1].x);
+      const float2 rym = s2y[wdn][lane];
+      z2u[0] = in ? m::primal(bu[0], r2u[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
+                              below ? r2v[0].z : 0.0f, w, nonneg)
+                  : 0.0f;
+      z2u[1] = in ? m::primal(bu[1], r2u[1], hasxm1 ? r2u[0].x : 0.0f, hasym ? rym.y : 0.0f,
+                              below ? r2v[1].z : 0.0f, w, nonneg)
+                  : 0.0f;
+    }
+    s2z[u & 1][wp][lane] = make_float2(z2u[0], z2u[1]);
+    // (5) p_{k+2} at v = q - 2.
+    const int v = q - 2;
+    {
+      const float zxp1 = shfl_down1(z2v[0]);
+      if ((I || (v >= z0 && v < zend)) && tile) {
+        const bool lz = !I && v == g.nz - 1;
+        const float2 zyp = s2z[v & 1][wup][lane];
+        const Vec3 pn0 = m::project(
+            r2v[0], m::gradient(z2v[0], z2v[1], zyp.x, z2u[0], lastx0, lasty, lz), cst);
+        const Vec3 pn1 = m::project(
+            r2v[1], m::gradient(z2v[1], zxp1, zyp.y, z2u[1], lastx1, lasty, lz), cst);
+        const long long vb = I ? qbase - 2 * g.plane : static_cast<long long>(v) * g.plane;
+        st2(n2, vb, pn0, pn1);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      r1u[j] = r1q[j];
+      cu[j] = cq[j];
+      r2v[j] = r2u[j];
+      bu[j] = bq[j];
+      z1u[j] = z1q[j];
+      z2v[j] = z2u[j];
+    }
+    qbase += g.plane;
+  };
+  Buf A, B;
+  march_planes_split<1>(z0 - 2, zend + 1, q0i, q1i, A, B, load, body);
+}
+
 // ---------------------------------------------------------------------------------------------
 // FISTA element-wise kernels (x < nx only; padding is left alone).
 

@@ -104,36 +104,46 @@ int register_march_chunk(const Dims& d, K kernel, int out_x, int out_y, int sms,
 }
 
 /// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
-/// at least B blocks resident per SM (so at most 65536 / (32 W B) registers per thread).
+/// at least B blocks resident per SM (so at most 65536 / (32 W B) registers per thread), C
+/// columns per lane (2: the temporal kernel's pair form, one row per warp, one plane ahead).
 struct MarchShape {
-  int rows, ahead, warps, blocks;
+  int rows, ahead, warps, blocks, cols = 1;
   bool operator==(const MarchShape&) const = default;
   std::string str() const {
     return "rows " + std::to_string(rows) + ", ahead " + std::to_string(ahead) + ", warps " +
-           std::to_string(warps) + ", blocks " + std::to_string(blocks);
+           std::to_string(warps) + ", blocks " + std::to_string(blocks) + ", columns " +
+           std::to_string(cols);
   }
 };
-template <int K, int D, int W, int B>
+template <int K, int D, int W, int B, int C = 1>
 struct Shape {
-  static constexpr MarchShape v{K, D, W, B};
+  static constexpr MarchShape v{K, D, W, B, C};
 };
 
-/// The shapes that are built: f(kernel, K, W) is called for the one equal to `s`; false if none.
+/// The shapes that are built: f(kernel, K, W, output columns per region) is called for the one
+/// equal to `s`; false if none.
+template <class S, class F>
+bool with_temporal_one(const MarchShape& s, F& f) {
+  if (!(s == S::v)) return false;
+  if constexpr (S::v.cols == 2)
+    f(tvk::temporal_pair_kernel<S::v.warps, S::v.blocks>, 1, S::v.warps, 60);
+  else
+    f(tvk::temporal_march_kernel<S::v.rows, S::v.ahead, S::v.warps, S::v.blocks>, S::v.rows,
+      S::v.warps, 28);
+  return true;
+}
 template <class... S, class F>
 bool with_temporal_shape(const MarchShape& s, F&& f) {
-  return ((s == S::v ? (f(tvk::temporal_march_kernel<S::v.rows, S::v.ahead, S::v.warps,
-                                                      S::v.blocks>,
-                          S::v.rows, S::v.warps),
-                        true)
-                     : false) ||
-          ...);
+  return (with_temporal_one<S>(s, f) || ...);
 }
 template <class F>
 bool with_temporal_kernel(const MarchShape& s, F&& f) {
   return with_temporal_shape<Shape<3, 1, 8, 2>, Shape<3, 2, 8, 2>, Shape<2, 1, 8, 2>,
                              Shape<2, 2, 8, 2>, Shape<2, 1, 8, 3>, Shape<2, 1, 8, 4>,
                              Shape<2, 1, 12, 2>, Shape<2, 1, 16, 2>, Shape<1, 1, 16, 2>,
-                             Shape<1, 1, 16, 3>, Shape<1, 1, 24, 2>, Shape<1, 1, 32, 1>>(
+                             Shape<1, 1, 16, 3>, Shape<1, 1, 24, 2>, Shape<1, 1, 32, 1>,
+                             Shape<1, 1, 32, 1, 2>, Shape<1, 1, 16, 1, 2>,
+                             Shape<1, 1, 16, 2, 2>, Shape<1, 1, 24, 1, 2>>(
       s, std::forward<F>(f));
 }
 template <class Src, class... S, class F>
@@ -187,7 +197,7 @@ struct GpuReconstructor::Impl {
   // pass) and chunk2 (two steps) planes per block.
   // `step` and `temporal`: the shapes of the one-step and the two-step kernel.
   bool regmarch = true, twostate_march = false;
-  MarchShape step{3, 2, tvk::kWarps, 0}, temporal{1, 1, 32, 1};
+  MarchShape step{3, 2, tvk::kWarps, 0}, temporal{1, 1, 24, 1, 2};
   int chunk1 = 16, chunk2 = 16;
 
   cudaStream_t s() const { return stream->get(); }
@@ -278,8 +288,8 @@ struct GpuReconstructor::Impl {
   /// Two two-state steps in one register-marching pass.
   void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
                              tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb) {
-    with_temporal_kernel(temporal, [&](auto kernel, int rws, int wps) {
-      const dim3 gr(ceil_div(d.nx, 28), ceil_div(d.ny, wps * rws - 4), ceil_div(d.nz, chunk2));
+    with_temporal_kernel(temporal, [&](auto kernel, int rws, int wps, int ox) {
+      const dim3 gr(ceil_div(d.nx, ox), ceil_div(d.ny, wps * rws - 4), ceil_div(d.nz, chunk2));
       kernel<<<gr, dim3(32, wps), 0, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, chunk2);
     });
   }
@@ -408,14 +418,16 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     m.twostate_march = std::string(e) == "march";
   }
   // Defaults measured on the H200 (docs/performance.md): fused-march 2 rows per warp, loads two
-  // planes ahead, 8 warps per block; two-state (marching) 3 rows, two ahead, 8 warps; temporal 1
-  // row, one plane ahead, 32 warps (one block of 1024 threads per SM). GLINT_TV_ROWS, GLINT_TV_AHEAD, GLINT_TV_WARPS (warps per block) and
-  // GLINT_TV_BLOCKS (blocks per SM, which caps the registers per thread) pick another built shape
+  // planes ahead, 8 warps per block; two-state (marching) 3 rows, two ahead, 8 warps; temporal
+  // the two-column kernel, 24 warps (one block of 768 threads per SM). GLINT_TV_ROWS,
+  // GLINT_TV_AHEAD, GLINT_TV_WARPS (warps per block), GLINT_TV_BLOCKS (blocks per SM, which caps
+  // the registers per thread) and GLINT_TV_COLS (columns per lane) pick another built shape
   // (with_step_kernel, with_temporal_kernel); an unbuilt one keeps the default.
   if (variant == Variant::fused_march) m.step = MarchShape{2, 2, tvk::kWarps, 0};
   auto from_env = [](MarchShape def) {
     return MarchShape{env_int("GLINT_TV_ROWS", def.rows), env_int("GLINT_TV_AHEAD", def.ahead),
-                      env_int("GLINT_TV_WARPS", def.warps), env_int("GLINT_TV_BLOCKS", def.blocks)};
+                      env_int("GLINT_TV_WARPS", def.warps), env_int("GLINT_TV_BLOCKS", def.blocks),
+                      env_int("GLINT_TV_COLS", def.cols)};
   };
   auto unbuilt = [](const char* which, const MarchShape& s) {
     glint::log::write(glint::log::Level::warn, std::string("TV solver: ") + which +
@@ -428,7 +440,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   else if (variant == Variant::fused_march || (variant == Variant::two_state && m.twostate_march))
     unbuilt("one-step", s);
   if (const MarchShape s = from_env(m.temporal);
-      with_temporal_kernel(s, [](auto, int, int) {}))
+      with_temporal_kernel(s, [](auto, int, int, int) {}))
     m.temporal = s;
   else if (variant == Variant::temporal)
     unbuilt("temporal", s);
@@ -441,8 +453,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     with_step_kernel<tvk::MarchTwoState>(s1, [&](auto kernel, int rws, int wps) {
       m.chunk1 = register_march_chunk(dims, kernel, 30, wps * rws - 2, sms, 32, wps);
     });
-    with_temporal_kernel(m.temporal, [&](auto kernel, int rws, int wps) {
-      m.chunk2 = register_march_chunk(dims, kernel, 28, wps * rws - 4, sms, 64, wps);
+    with_temporal_kernel(m.temporal, [&](auto kernel, int rws, int wps, int ox) {
+      m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 64, wps);
     });
   }
   if (const char* e = std::getenv("GLINT_TV_CHUNK"); e && std::atoi(e) > 0)

@@ -135,8 +135,9 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
 }
 
 // Every built shape of the register-marching kernels (rows per warp, loads ahead, warps per block,
-// blocks per SM; the one-step kernel for fused-march and two-state, the two-step kernel for
-// temporal) computes the same bits as the CPU reference, with whole and 3-plane chunks.
+// blocks per SM, columns per lane; the one-step kernel for fused-march and two-state, the
+// two-step kernel for temporal) computes the same bits as the CPU reference, with whole and
+// 3-plane chunks.
 TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
   struct Shape {
@@ -145,6 +146,7 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
     const char* warps;
     const char* blocks;
     const char* chunk;
+    const char* cols = nullptr;
   };
   const Shape step_shapes[] = {{"2", "1", "16", "1", nullptr}, {"2", "2", "16", "1", "3"},
                                {"2", "2", "16", "2", nullptr}, {"1", "1", "16", "2", "3"},
@@ -153,12 +155,16 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
   const Shape temporal_shapes[] = {{"2", "1", "8", "3", nullptr}, {"2", "1", "8", "4", "3"},
                                    {"2", "1", "12", "2", nullptr}, {"2", "1", "16", "2", "3"},
                                    {"1", "1", "16", "2", nullptr}, {"1", "1", "16", "3", "3"},
-                                   {"1", "1", "24", "2", nullptr}, {"1", "1", "32", "1", "3"}};
-  const char* names[] = {"GLINT_TV_KERNEL", "GLINT_TV_ROWS", "GLINT_TV_AHEAD",
-                         "GLINT_TV_WARPS",  "GLINT_TV_BLOCKS", "GLINT_TV_CHUNK"};
+                                   {"1", "1", "24", "2", nullptr}, {"1", "1", "32", "1", "3"},
+                                   {"1", "1", "32", "1", nullptr, "2"},
+                                   {"1", "1", "16", "1", "3", "2"},
+                                   {"1", "1", "16", "2", nullptr, "2"},
+                                   {"1", "1", "24", "1", "3", "2"}};
+  const char* names[] = {"GLINT_TV_KERNEL", "GLINT_TV_ROWS",  "GLINT_TV_AHEAD", "GLINT_TV_WARPS",
+                         "GLINT_TV_BLOCKS", "GLINT_TV_CHUNK", "GLINT_TV_COLS"};
   auto apply = [&](const Shape& sh) {
-    const char* values[] = {"march", sh.rows, sh.ahead, sh.warps, sh.blocks, sh.chunk};
-    for (int k = 0; k < 6; ++k) {
+    const char* values[] = {"march", sh.rows, sh.ahead, sh.warps, sh.blocks, sh.chunk, sh.cols};
+    for (int k = 0; k < 7; ++k) {
       if (values[k])
         setenv(names[k], values[k], 1);
       else
@@ -180,10 +186,12 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
         gpu.denoise(b, 0.08f, steps, true, pg, xg);
         EXPECT_EQ(bit_mismatches(pg, pc), 0u)
             << glint::tv::variant_name(v) << " rows " << sh.rows << " ahead " << sh.ahead
-            << " warps " << sh.warps << " blocks " << sh.blocks << " steps " << steps;
+            << " warps " << sh.warps << " blocks " << sh.blocks << " columns "
+            << (sh.cols ? sh.cols : "1") << " steps " << steps;
         EXPECT_EQ(bit_mismatches(xg, xc), 0u)
             << glint::tv::variant_name(v) << " rows " << sh.rows << " ahead " << sh.ahead
-            << " warps " << sh.warps << " blocks " << sh.blocks << " steps " << steps;
+            << " warps " << sh.warps << " blocks " << sh.blocks << " columns "
+            << (sh.cols ? sh.cols : "1") << " steps " << steps;
       };
       for (const Shape& sh : step_shapes)
         for (Variant v : {Variant::fused_march, Variant::two_state}) check(sh, v);
