@@ -1011,7 +1011,10 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
 /// shuffles, shared-memory exchange, barriers) is shared by two points. Outputs: 60 x (W - 4).
 /// Regions start at an even column (rows are padded to an even length), so pairs are aligned;
 /// the right point of a pair at x = nx (the first padding column) is read but zeroed.
-template <int W, int MinBlocks>
+/// kReload: p_k and b at u = q - 1 are read again (from L1/L2) where stages (3) and (4) need
+/// them instead of being carried from plane q in registers (the same values, so the same bits;
+/// 8 registers fewer, so that 32 warps fit in 64 registers per thread).
+template <int W, int MinBlocks, bool kReload = (W > 24)>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
     temporal_pair_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1,
                          Dual n2, float w, bool nonneg, float cst, float ma, float mb,
@@ -1115,12 +1118,17 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
             r1u[0], m::gradient(z1u[0], z1u[1], zyp.x, z1q[0], lastx0, lasty, lz), cst);
         const Vec3 pn1 = m::project(
             r1u[1], m::gradient(z1u[1], zxp1, zyp.y, z1q[1], lastx1, lasty, lz), cst);
-        if ((I || (u >= z0 && u < zend)) && tile) {
-          const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
-          st2(n1, ub, pn0, pn1);
+        const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
+        if ((I || (u >= z0 && u < zend)) && tile) st2(n1, ub, pn0, pn1);
+        if constexpr (kReload) {
+          const float2 cx = ld2z(cur.x, ub, true), cy = ld2z(cur.y, ub, true),
+                       cz = ld2z(cur.z, ub, true);
+          r2u[0] = m::momentum(pn0, Vec3{cx.x, cy.x, cz.x}, mb);
+          r2u[1] = m::momentum(pn1, Vec3{cx.y, cy.y, cz.y}, mb);
+        } else {
+          r2u[0] = m::momentum(pn0, cu[0], mb);
+          r2u[1] = m::momentum(pn1, cu[1], mb);
         }
-        r2u[0] = m::momentum(pn0, cu[0], mb);
-        r2u[1] = m::momentum(pn1, cu[1], mb);
       }
     }
     s2y[wp][lane] = make_float2(r2u[0].y, r2u[1].y);
@@ -1131,10 +1139,13 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       const bool in = I || (u >= 0 && u < g.nz && u >= z0 && u <= zend), below = I || u > 0;
       const float rxm0 = shfl_up1(r2u[1].x);
       const float2 rym = s2y[wdn][lane];
-      z2u[0] = in ? m::primal(bu[0], r2u[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
+      float2 bb = make_float2(bu[0], bu[1]);
+      if constexpr (kReload)
+        bb = ld2z(b, I ? qbase - g.plane : static_cast<long long>(in ? u : 0) * g.plane, in);
+      z2u[0] = in ? m::primal(bb.x, r2u[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
                               below ? r2v[0].z : 0.0f, w, nonneg)
                   : 0.0f;
-      z2u[1] = in ? m::primal(bu[1], r2u[1], hasxm1 ? r2u[0].x : 0.0f, hasym ? rym.y : 0.0f,
+      z2u[1] = in ? m::primal(bb.y, r2u[1], hasxm1 ? r2u[0].x : 0.0f, hasym ? rym.y : 0.0f,
                               below ? r2v[1].z : 0.0f, w, nonneg)
                   : 0.0f;
     }
@@ -1157,9 +1168,11 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       r1u[j] = r1q[j];
-      cu[j] = cq[j];
       r2v[j] = r2u[j];
-      bu[j] = bq[j];
+      if constexpr (!kReload) {
+        cu[j] = cq[j];
+        bu[j] = bq[j];
+      }
       z1u[j] = z1q[j];
       z2v[j] = z2u[j];
     }
