@@ -18,7 +18,6 @@
 #include "glint/pipeline/frame_assembler.hpp"
 #include "glint/pipeline/ingest.hpp"
 #include "glint/pipeline/run_file.hpp"
-#include "glint/recon/forward_model.hpp"
 #include "glint/recon/reconstruction_stage.hpp"
 
 namespace glint::pipeline {
@@ -336,9 +335,6 @@ void Acquisition::start_reconstruction() {
   recon::StageOptions o;
   try {
     o = stage_options(cfg_);
-    // A bad forward model (e.g. a missing mask file) shows now, not at every volume later.
-    (void)recon::make_forward_model(
-        o.forward, tv::Dims{o.width, o.height, static_cast<int>(o.slices)});
   } catch (const std::exception& e) {
     // Cluster finding goes on without it; stats and the file count it as failed.
     log::error("run {}: reconstruction disabled for this run: {}", run_index_, e.what());

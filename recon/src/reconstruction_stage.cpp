@@ -29,6 +29,8 @@ ReconstructionStage::ReconstructionStage(const StageOptions& options,
   o_.backend.low_priority = true;
   current_.dims = tv::Dims{o_.width, o_.height, int(o_.slices)};
   current_.data.assign(current_.dims.voxels(), 0.0f);
+  // A bad forward model (e.g. a missing mask file) shows here, not at every volume later.
+  full_model_ = make_forward_model(o_.forward, current_.dims);
   worker_ = std::jthread([this](std::stop_token st) { run(st); });
 }
 
@@ -122,7 +124,9 @@ StageStats ReconstructionStage::stats() const {
 
 void ReconstructionStage::run(std::stop_token st) {
   std::unique_ptr<tv::Reconstructor> solver;
-  ForwardModel fm;
+  ForwardModel partial_model;  // for a partial last volume
+  const ForwardModel* fm = &full_model_;
+  const tv::Dims full{o_.width, o_.height, int(o_.slices)};
   while (true) {
     StageResult r;
     {
@@ -136,14 +140,19 @@ void ReconstructionStage::run(std::stop_token st) {
     try {
       const tv::Dims& d = r.input.dims;
       if (!solver || solver->dims() != d) {
-        fm = make_forward_model(o_.forward, d);
+        if (d == full) {
+          fm = &full_model_;
+        } else {
+          partial_model = make_forward_model(o_.forward, d);
+          fm = &partial_model;
+        }
         BackendOptions bo = o_.backend;
-        bo.with_fft = !fm.H.identity();
+        bo.with_fft = !fm->H.identity();
         bo.variant = o_.solver.variant;
         solver = make_reconstructor(d, bo);
       }
       r.output = Volume{d, std::vector<float>(d.voxels())};
-      r.report = solver->solve(r.input.data, fm.H, o_.solver, r.output.data);
+      r.report = solver->solve(r.input.data, fm->H, o_.solver, r.output.data);
       r.backend = solver->name();
       log::info("reconstruction: frames {}..{} ({}x{}x{}) on {} in {:.3f} s", r.first_frame,
                 r.last_frame, d.nx, d.ny, d.nz, r.backend, r.report.seconds);

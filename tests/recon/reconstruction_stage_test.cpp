@@ -129,4 +129,10 @@ TEST(ReconstructionStage, BadOptionsAreRefused) {
   EXPECT_THROW(ReconstructionStage(cpu_options(1, 6, 1, 4, 0.1f), [](StageResult&&) {}),
                std::invalid_argument);
   EXPECT_THROW(glint::recon::parse_hit_weight("photons"), std::invalid_argument);
+  // The forward model is built (and checked) when the stage starts, not at its first volume.
+  auto bad_model = cpu_options(8, 6, 4, 4, 0.1f);
+  bad_model.forward = "mask:/nonexistent/mask.h5:/mask";
+  EXPECT_THROW(ReconstructionStage(bad_model, [](StageResult&&) {}), std::invalid_argument);
+  bad_model.forward = "gaussian:1,1";
+  EXPECT_THROW(ReconstructionStage(bad_model, [](StageResult&&) {}), std::invalid_argument);
 }

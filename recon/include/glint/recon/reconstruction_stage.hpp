@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "glint/recon/forward_model.hpp"
 #include "glint/cluster_table.hpp"
 #include "glint/recon/solver_factory.hpp"
 #include "glint/recon/volume_io.hpp"
@@ -73,6 +74,7 @@ class ReconstructionStage {
 
   StageOptions o_;
   std::function<void(StageResult&&)> sink_;
+  ForwardModel full_model_;  ///< H of a full volume, built (and checked) once
   // Producer side (the caller's thread).
   Volume current_;
   std::uint32_t slice_ = 0, frames_in_slice_ = 0;
