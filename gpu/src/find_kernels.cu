@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "glint/detail/env.hpp"
 #include "check.cuh"
 #include "find_kernels.hpp"
 
@@ -1018,9 +1019,9 @@ FindShape find_shape(uint32_t cols, uint32_t segment, int cluster_size, bool res
 /// 128 to 1024; a tuning knob).
 int find_threads() {
   static const int t = [] {
-    const char* e = std::getenv("GLINT_FIND_THREADS");
-    const int v = e ? std::atoi(e) : 512;
-    return (v >= 128 && v <= kFindThreadsMax && v % 32 == 0) ? v : 512;
+    const int v =
+        static_cast<int>(glint::detail::env_int("GLINT_FIND_THREADS", 512, 128, kFindThreadsMax));
+    return v % 32 == 0 ? v : 512;
   }();
   return t;
 }
@@ -1049,8 +1050,7 @@ void launch_find(const FindLaunch& p, cudaStream_t stream) {
 /// 480 threads such pack blocks also fit beside them in the register file.
 int pack_threads() {
   static const int t = [] {
-    const char* e = std::getenv("GLINT_PACK_THREADS");
-    const int v = e ? std::atoi(e) : 64;
+    const int v = static_cast<int>(glint::detail::env_int("GLINT_PACK_THREADS", 64, 64, 256));
     return (v == 64 || v == 128 || v == 256) ? v : 64;
   }();
   return t;

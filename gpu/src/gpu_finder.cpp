@@ -19,6 +19,7 @@
 #include "find_kernels.hpp"
 #include "glint/gpu/device.hpp"
 #include "glint/gpu/gpu_finder.hpp"
+#include "glint/detail/env.hpp"
 #include "glint/log.hpp"
 
 namespace glint::gpu {
@@ -30,11 +31,8 @@ namespace cm = cluster_math;
 /// Regions (find segments) one 256-thread pack block packs when the results go to device
 /// memory: 8, one per warp, or GLINT_PACK_REGIONS (1 to 1024; a tuning knob).
 uint32_t pack_regions() {
-  static const uint32_t r = [] {
-    const char* e = std::getenv("GLINT_PACK_REGIONS");
-    const int v = e ? std::atoi(e) : 8;
-    return static_cast<uint32_t>(v >= 1 && v <= 1024 ? v : 8);
-  }();
+  static const uint32_t r =
+      static_cast<uint32_t>(glint::detail::env_int("GLINT_PACK_REGIONS", 8, 1, 1024));
   return r;
 }
 
@@ -180,9 +178,9 @@ class GpuEngine final : public GpuClusterFinder {
     // copy stream (the earlier design); GLINT_FIND_EARLY=0 copies a batch in only after the batch
     // that last used its slot has been delivered; GLINT_FIND_TIMELINE=file writes per-batch
     // device and host times of GPU 0 as CSV.
-    if (const char* e = std::getenv("GLINT_FIND_OUTPUT")) device_out_ = std::string(e) != "mapped";
-    if (const char* e = std::getenv("GLINT_FIND_EARLY")) early_upload_ = std::string(e) != "0";
-    if (const char* e = std::getenv("GLINT_FIND_TIMELINE")) timeline_path_ = e;
+    device_out_ = !glint::detail::env_is("GLINT_FIND_OUTPUT", "mapped");
+    early_upload_ = !glint::detail::env_is("GLINT_FIND_EARLY", "0");
+    timeline_path_ = glint::detail::env_text("GLINT_FIND_TIMELINE");
     host_origin_ = std::chrono::steady_clock::now();
     build_lanes();
     slots_.resize(options_.streams);
@@ -562,7 +560,7 @@ class GpuEngine final : public GpuClusterFinder {
       }
       lane.slots.resize(options_.streams);
       for (auto& ls : lane.slots) ls.graphs.resize(options_.streams + 1);
-      if (li == 0 && std::getenv("GLINT_FIND_PROFILE") != nullptr) {
+      if (li == 0 && glint::detail::env_set("GLINT_FIND_PROFILE")) {
         lane.profile = DeviceBuffer<unsigned long long>(lane.blocks * kFindProfileSlots);
         lane.profile.zero(lane.compute.get());
         lane.release_ns = DeviceBuffer<unsigned long long>(2 * lane.blocks);
@@ -604,10 +602,8 @@ class GpuEngine final : public GpuClusterFinder {
     const uint64_t band_px = static_cast<uint64_t>(lane.r1 - lane.r0) * cols;
     const uint64_t h = static_cast<uint64_t>(params_.cluster_size / 2);
     const uint64_t halo = std::max<uint64_t>(1, h * cols + h);
-    const char* env = std::getenv("GLINT_FIND_RESIDENT");
-    const bool allow_resident = env == nullptr || std::string(env) != "0";
-    const char* cap_env = std::getenv("GLINT_FIND_SEGMENTS");
-    const long long cap = cap_env ? std::atoll(cap_env) : 0;
+    const bool allow_resident = !glint::detail::env_is("GLINT_FIND_RESIDENT", "0");
+    const long long cap = glint::detail::env_int("GLINT_FIND_SEGMENTS", 0, 1, 1LL << 40);
     int sms = 0;
     GLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, lane.device));
     const uint64_t by_halo = band_px / halo;

@@ -12,6 +12,7 @@
 
 #include "check.cuh"
 #include "cuda_owners.hpp"
+#include "glint/detail/env.hpp"
 #include "glint/gpu/tv_solver.hpp"
 #include "tv_kernels.cuh"
 
@@ -82,9 +83,7 @@ int march_chunk(const Dims& d, K kernel, int sms) {
 /// Defaults measured on the H200 (docs/performance.md): fused 1 plane, two-state 4 planes.
 int zrun_from_env(Variant v) {
   const int fallback = v == Variant::fused ? 1 : 4;
-  const char* e = std::getenv("GLINT_TV_ZRUN");
-  if (!e) return fallback;
-  const int z = std::atoi(e);
+  const int z = static_cast<int>(glint::detail::env_int("GLINT_TV_ZRUN", fallback, 1, 8));
   return (z == 1 || z == 2 || z == 4 || z == 8) ? z : fallback;
 }
 
@@ -165,9 +164,10 @@ bool with_step_kernel(const MarchShape& s, F&& f) {
 }
 
 /// An integer tuning knob from the environment (benchmarks), or `fallback`.
+/// A kernel-shape variable: an unbuilt shape keeps the default (with_step_kernel and
+/// with_temporal_kernel decide).
 int env_int(const char* name, int fallback) {
-  const char* e = std::getenv(name);
-  return e ? std::atoi(e) : fallback;
+  return static_cast<int>(glint::detail::env_int(name, fallback, 0, 1024));
 }
 
 }  // namespace
@@ -413,10 +413,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                   (long long)dims.padded_x() * dims.ny};
   m.chunk = march_chunk(dims, tvk::temporal_kernel, prop.multiProcessorCount);
   m.chunk_march = march_chunk(dims, tvk::fused_march_kernel, prop.multiProcessorCount);
-  if (const char* e = std::getenv("GLINT_TV_KERNEL")) {
-    m.regmarch = std::string(e) != "classic";
-    m.twostate_march = std::string(e) == "march";
-  }
+  m.regmarch = !glint::detail::env_is("GLINT_TV_KERNEL", "classic");
+  m.twostate_march = glint::detail::env_is("GLINT_TV_KERNEL", "march");
   // Defaults measured on the H200 (docs/performance.md): fused-march 2 rows per warp, loads two
   // planes ahead, 8 warps per block; two-state (marching) 3 rows, two ahead, 8 warps; temporal
   // the two-column kernel, 24 warps (one block of 768 threads per SM). GLINT_TV_ROWS,
@@ -457,10 +455,10 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
       m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 64, wps);
     });
   }
-  if (const char* e = std::getenv("GLINT_TV_CHUNK"); e && std::atoi(e) > 0)
-    m.chunk = m.chunk_march = m.chunk1 = m.chunk2 = std::atoi(e);  // planes per marching block
+  if (const auto c = glint::detail::env_int("GLINT_TV_CHUNK", 0, 1, 1 << 20); c > 0)
+    m.chunk = m.chunk_march = m.chunk1 = m.chunk2 = static_cast<int>(c);  // planes per block
   m.zrun = zrun_from_env(variant);
-  if (const char* e = std::getenv("GLINT_TV_PAIRS")) m.pairs = std::atoi(e) != 0;
+  m.pairs = glint::detail::env_int("GLINT_TV_PAIRS", 1, 0, 1) != 0;
   m.stream = std::make_unique<Stream>(low_priority ? StreamPriority::low : StreamPriority::normal);
   m.e0 = std::make_unique<Event>(/*timing=*/true);
   m.e1 = std::make_unique<Event>(/*timing=*/true);
