@@ -1004,6 +1004,217 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   march_planes_split<D>(z0 - 2, zend + 1, q0i, q1i, A, B, load, body);
 }
 
+/// A lane's two points (columns gx and gx + 1 of row gy) in the one-step two-column kernel.
+/// gx is even (regions start at an even column, rows are padded to an even length), so the pair
+/// is one aligned 8-byte access; the right point at x = nx (the first padding column) is read
+/// but zeroed, and never written. temporal_pair_kernel does the same steps inline: moved onto
+/// these functions (the same operations) it compiled to different code, with a spill in its
+/// 24-warp default, so it keeps its own form.
+struct PairPoints {
+  unsigned off;  // in-plane offset of the left point (0 for points outside the volume)
+  bool oky, ok0, ok1, hasxm0, hasxm1, hasym, lastx0, lastx1, lasty;  // oky: the row exists
+  __device__ __forceinline__ PairPoints(const Geom& g, int gx, int gy) {
+    oky = gy >= 0 && gy < g.ny;
+    ok0 = oky && gx >= 0 && gx < g.nx;
+    ok1 = ok0 && gx + 1 < g.nx;
+    off = ok0 ? static_cast<unsigned>(gy * static_cast<int>(g.px) + gx) : 0u;
+    hasxm0 = gx > 0;
+    hasxm1 = gx + 1 > 0;
+    hasym = gy > 0;
+    lastx0 = gx == g.nx - 1;
+    lastx1 = gx + 1 == g.nx - 1;
+    lasty = gy == g.ny - 1;
+  }
+  /// The pair of p at a plane base (zeros outside the volume or where `in` is false).
+  __device__ __forceinline__ float2 load(const float* __restrict__ p, long long base,
+                                         bool in) const {
+    float2 v = in && ok0 ? __ldg(reinterpret_cast<const float2*>(opaque(p + base) + off))
+                         : make_float2(0.f, 0.f);
+    v.y = ok1 ? v.y : 0.f;
+    return v;
+  }
+  /// Stores the pair's dual components a (left) and c (right) at a plane base, where they exist.
+  __device__ __forceinline__ void store(const Dual& d, long long base, const Vec3& a,
+                                        const Vec3& c) const {
+    if (ok1) {
+      *reinterpret_cast<float2*>(opaque(d.x + base) + off) = make_float2(a.x, c.x);
+      *reinterpret_cast<float2*>(opaque(d.y + base) + off) = make_float2(a.y, c.y);
+      *reinterpret_cast<float2*>(opaque(d.z + base) + off) = make_float2(a.z, c.z);
+    } else {
+      store_one(d, base, 0, a);
+    }
+  }
+  /// Stores one point's (j = 0 left, 1 right) dual components, if it exists.
+  __device__ __forceinline__ void store_one(const Dual& d, long long base, int j,
+                                            const Vec3& v) const {
+    if (!(j == 0 ? ok0 : ok1)) return;
+    const unsigned o = off + static_cast<unsigned>(j);
+    opaque(d.x + base)[o] = v.x;
+    opaque(d.y + base)[o] = v.y;
+    opaque(d.z + base)[o] = v.z;
+  }
+};
+
+/// Plane loads of the two-state two-column kernels: p_k in [0..2], p_{k-1} in [3..5], b in [6].
+__device__ __forceinline__ void load_two_state_pair(float2 (&L)[7], const PairPoints& pp,
+                                                    bool in, long long base, const CDual& cur,
+                                                    const CDual& prev, const float* b) {
+  L[0] = pp.load(cur.x, base, in);
+  L[1] = pp.load(cur.y, base, in);
+  L[2] = pp.load(cur.z, base, in);
+  L[3] = pp.load(prev.x, base, in);
+  L[4] = pp.load(prev.y, base, in);
+  L[5] = pp.load(prev.z, base, in);
+  L[6] = pp.load(b, base, in);
+}
+
+/// z at one plane for a lane's two points (column_primal's pair form): the left point's r_x
+/// neighbour from the lane before (shuffle), the right point's from the left point, r_y of the
+/// row before from `row_before` (the warp before's row), r_z from `r_before` (absent at the first
+/// plane). Points outside `in` get 0. Every lane must call it (shuffles).
+__device__ __forceinline__ void pair_primal(float (&z)[2], const PairPoints& pp, bool in,
+                                            float2 b, const Vec3 (&r)[2],
+                                            const float2* row_before, const Vec3 (&r_before)[2],
+                                            bool has_before, float w, bool nonneg) {
+  const float rxm0 = shfl_up1(r[1].x);
+  const float2 rym = row_before[threadIdx.x];
+  z[0] = in ? m::primal(b.x, r[0], pp.hasxm0 ? rxm0 : 0.0f, pp.hasym ? rym.x : 0.0f,
+                        has_before ? r_before[0].z : 0.0f, w, nonneg)
+            : 0.0f;
+  z[1] = in ? m::primal(b.y, r[1], pp.hasxm1 ? r[0].x : 0.0f, pp.hasym ? rym.y : 0.0f,
+                        has_before ? r_before[1].z : 0.0f, w, nonneg)
+            : 0.0f;
+}
+
+/// p' at one plane for a lane's two points where `active` (column_dual's pair form): z_x of the
+/// right point's neighbour from the lane after (shuffle), z_y from `row_after` (the warp after's
+/// row), z_z from `z_after`; emit(p'0, p'1) takes them. Every lane must call it (shuffles).
+template <class Emit>
+__device__ __forceinline__ void pair_dual(const PairPoints& pp, bool active, const Vec3 (&r)[2],
+                                          const float (&z)[2], const float (&z_after)[2],
+                                          const float2* row_after, bool last_plane, float cst,
+                                          Emit&& emit) {
+  const float zxp1 = shfl_down1(z[0]);
+  if (!active) return;
+  const float2 zyp = row_after[threadIdx.x];
+  const Vec3 pn0 = m::project(
+      r[0], m::gradient(z[0], z[1], zyp.x, z_after[0], pp.lastx0, pp.lasty, last_plane), cst);
+  const Vec3 pn1 = m::project(
+      r[1], m::gradient(z[1], zxp1, zyp.y, z_after[1], pp.lastx1, pp.lasty, last_plane), cst);
+  emit(pn0, pn1);
+}
+
+/// The one-step kernel (march_step_kernel) with two columns per lane: a block of W warps owns a
+/// 64-column, W-row region (lane = a pair of columns, warp = a row) and marches along z with one
+/// plane loaded ahead, halo 1, with 8-byte loads and stores, so that each lane's per-plane
+/// overhead is shared by two points. Outputs: 62 x (W - 2) (lane 0 stores only its right point,
+/// lane 31 only its left); region i starts at column 62 i - 2 (even), so its outputs are columns
+/// 62 i - 1 .. 62 i + 60 and the grid needs ceil((nx + 1) / 62) regions in x. Same operations on
+/// the same values as march_step_kernel, so the same bits.
+template <class S, int W, int MinBlocks>
+__global__ void __launch_bounds__(32 * W, MinBlocks)
+    march_step_pair_kernel(Geom g, const float* __restrict__ b, S src, Dual p, Dual out, float w,
+                           bool nonneg, float cst, float mom, int chunk) {
+  __shared__ float2 sry[2][W][32];  // r_y of each warp's row
+  __shared__ float2 szz[2][W][32];  // z of each warp's row
+  const int lane = threadIdx.x, wp = threadIdx.y;
+  const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
+  const int gy = blockIdx.y * (W - 2) - 1 + wp;
+  const PairPoints pp(g, blockIdx.x * 62 - 2 + 2 * lane, gy);
+  const bool tiley = pp.oky && wp >= 1 && wp < W - 1;
+  const bool tile0 = tiley && lane >= 1, tile1 = tiley && lane <= 30;
+  const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
+  using Buf = float2[7];
+  // Interior planes as in march_step_kernel (one plane ahead).
+  const int q0i = z0 + 1, q1i = min(zend, g.nz - 1) - 1;
+  long long qbase = static_cast<long long>(z0 - 1) * g.plane;
+  // Plane q's loads (zeros outside the volume): r sources in [0..5], b in [6].
+  auto load = [&](Buf& L, int q, auto interior) {
+    constexpr bool I = decltype(interior)::value;
+    const bool in = I || (q >= 0 && q < g.nz && q <= zend);
+    const long long base = I ? qbase + g.plane : static_cast<long long>(in ? q : 0) * g.plane;
+    if constexpr (S::kTwoState) {
+      load_two_state_pair(L, pp, in, base, src.cur, src.prev, b);
+    } else {
+      L[0] = pp.load(src.r.x, base, in);
+      L[1] = pp.load(src.r.y, base, in);
+      L[2] = pp.load(src.r.z, base, in);
+      // The old p (written in place): plain loads, at rows with output points only.
+      const bool t = in && tiley && pp.ok0;
+      L[3] = L[4] = L[5] = make_float2(0.f, 0.f);
+      if (t) {
+        L[3] = *reinterpret_cast<const float2*>(opaque(src.pold.x + base) + pp.off);
+        L[4] = *reinterpret_cast<const float2*>(opaque(src.pold.y + base) + pp.off);
+        L[5] = *reinterpret_cast<const float2*>(opaque(src.pold.z + base) + pp.off);
+      }
+      L[6] = pp.load(b, base, in);
+    }
+  };
+  Vec3 ru[2], pu[2];  // plane u = q - 1: r, old p (fused)
+  float zu[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    ru[j] = pu[j] = Vec3{0.f, 0.f, 0.f};
+    zu[j] = 0.f;
+  }
+  auto body = [&](int q, Buf& L, auto interior) {
+    constexpr bool I = decltype(interior)::value;
+    // r at plane q (zero outside the volume), then the loads of plane q + 1.
+    Vec3 rq[2];
+    [[maybe_unused]] Vec3 pq[2];
+    const Vec3 l0{L[0].x, L[1].x, L[2].x}, l1{L[0].y, L[1].y, L[2].y};
+    const Vec3 o0{L[3].x, L[4].x, L[5].x}, o1{L[3].y, L[4].y, L[5].y};
+    if constexpr (S::kTwoState) {
+      rq[0] = m::momentum(l0, o0, src.m);
+      rq[1] = m::momentum(l1, o1, src.m);
+    } else {
+      rq[0] = l0;
+      rq[1] = l1;
+      pq[0] = o0;
+      pq[1] = o1;
+    }
+    const float2 bq = L[6];
+    if (I || q + 1 <= zend) load(L, q + 1, interior);
+    sry[q & 1][wp][lane] = make_float2(rq[0].y, rq[1].y);
+    __syncthreads();
+    // z at plane q.
+    float zq[2];
+    pair_primal(zq, pp, I || (q >= z0 && q < g.nz), bq, rq, sry[q & 1][wdn], ru, I || q > 0, w,
+                nonneg);
+    szz[q & 1][wp][lane] = make_float2(zq[0], zq[1]);
+    // p at plane u = q - 1.
+    const int u = q - 1;
+    const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
+    pair_dual(pp, I || (u >= z0 && u < zend), ru, zu, zq, szz[u & 1][wup], !I && u == g.nz - 1,
+              cst, [&](const Vec3& pn0, const Vec3& pn1) {
+                // Two-state: p' to out; fused: p' to p in place and r' = momentum(p', p) to out.
+                const Dual& d = S::kTwoState ? out : p;
+                if (tile0 && tile1) {
+                  pp.store(d, ub, pn0, pn1);
+                  if constexpr (!S::kTwoState)
+                    pp.store(out, ub, m::momentum(pn0, pu[0], mom), m::momentum(pn1, pu[1], mom));
+                } else if (tile0) {
+                  pp.store_one(d, ub, 0, pn0);
+                  if constexpr (!S::kTwoState)
+                    pp.store_one(out, ub, 0, m::momentum(pn0, pu[0], mom));
+                } else if (tile1) {
+                  pp.store_one(d, ub, 1, pn1);
+                  if constexpr (!S::kTwoState)
+                    pp.store_one(out, ub, 1, m::momentum(pn1, pu[1], mom));
+                }
+              });
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      ru[j] = rq[j];
+      zu[j] = zq[j];
+      if constexpr (!S::kTwoState) pu[j] = pq[j];
+    }
+    qbase += g.plane;
+  };
+  Buf A, B;
+  march_planes_split<1>(z0 - 1, zend, q0i, q1i, A, B, load, body);
+}
+
 /// The temporal kernel with two columns per lane: a block of W warps owns a 64-column, W-row
 /// region (lane = a pair of columns, warp = a row), marches along z and makes two FGP steps per
 /// pass as temporal_march_kernel does (the same five stages, the same neighbours, halo 2), with
