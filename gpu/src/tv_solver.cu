@@ -104,7 +104,7 @@ int register_march_chunk(const Dims& d, K kernel, int out_x, int out_y, int sms,
 
 /// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
 /// at least B blocks resident per SM (so at most 65536 / (32 W B) registers per thread), C
-/// columns per lane (2: the kernels' pair forms, one row per warp, one plane ahead).
+/// columns per lane (2: the temporal kernel's pair form, one row per warp, one plane ahead).
 struct MarchShape {
   int rows, ahead, warps, blocks, cols = 1;
   bool operator==(const MarchShape&) const = default;
@@ -145,20 +145,14 @@ bool with_temporal_kernel(const MarchShape& s, F&& f) {
                              Shape<1, 1, 16, 2, 2>, Shape<1, 1, 24, 1, 2>>(
       s, std::forward<F>(f));
 }
-/// f(kernel, K, W, output columns per region) for the one-step shape equal to `s`; false if none.
-template <class Src, class S, class F>
-bool with_step_one(const MarchShape& s, F& f) {
-  if (!(s == S::v)) return false;
-  if constexpr (S::v.cols == 2)
-    f(tvk::march_step_pair_kernel<Src, S::v.warps, S::v.blocks>, 1, S::v.warps, 62);
-  else
-    f(tvk::march_step_kernel<Src, S::v.rows, S::v.ahead, S::v.warps, S::v.blocks>, S::v.rows,
-      S::v.warps, 30);
-  return true;
-}
 template <class Src, class... S, class F>
 bool with_step_shape(const MarchShape& s, F&& f) {
-  return (with_step_one<Src, S>(s, f) || ...);
+  return ((s == S::v ? (f(tvk::march_step_kernel<Src, S::v.rows, S::v.ahead, S::v.warps,
+                                                  S::v.blocks>,
+                          S::v.rows, S::v.warps),
+                        true)
+                     : false) ||
+          ...);
 }
 /// The one-step kernel's shapes (two-state or stored r as Src).
 template <class Src, class F>
@@ -166,8 +160,7 @@ bool with_step_kernel(const MarchShape& s, F&& f) {
   return with_step_shape<Src, Shape<3, 1, 8, 0>, Shape<3, 2, 8, 0>, Shape<2, 1, 8, 0>,
                          Shape<2, 2, 8, 0>, Shape<2, 1, 16, 1>, Shape<2, 2, 16, 1>,
                          Shape<2, 2, 16, 2>, Shape<1, 1, 16, 2>, Shape<1, 2, 16, 2>,
-                         Shape<1, 1, 32, 1>, Shape<1, 2, 32, 1>, Shape<1, 1, 32, 1, 2>,
-                         Shape<1, 1, 24, 1, 2>, Shape<1, 1, 16, 2, 2>>(s, std::forward<F>(f));
+                         Shape<1, 1, 32, 1>, Shape<1, 2, 32, 1>>(s, std::forward<F>(f));
 }
 
 /// An integer tuning knob from the environment (benchmarks), or `fallback`.
@@ -286,11 +279,8 @@ struct GpuReconstructor::Impl {
   template <class S>
   void launch_march_step(const float* b, S src, tvk::Dual p, tvk::Dual out, float w,
                          bool nonneg, float cst, float mom) {
-    // The two-column kernel's regions start at an even column, one left of their first output
-    // (x = -1 in the first region), so it needs one column more than nx.
-    const int nx = step.cols == 2 ? d.nx + 1 : d.nx;
-    with_step_kernel<S>(step, [&](auto kernel, int rws, int wps, int ox) {
-      const dim3 gr(ceil_div(nx, ox), ceil_div(d.ny, wps * rws - 2), ceil_div(d.nz, chunk1));
+    with_step_kernel<S>(step, [&](auto kernel, int rws, int wps) {
+      const dim3 gr(ceil_div(d.nx, 30), ceil_div(d.ny, wps * rws - 2), ceil_div(d.nz, chunk1));
       kernel<<<gr, dim3(32, wps), 0, s()>>>(g, b, src, p, out, w, nonneg, cst, mom, chunk1);
     });
   }
@@ -443,7 +433,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                                                    " is not built; using the default");
   };
   if (const MarchShape s = from_env(m.step);
-      with_step_kernel<tvk::MarchTwoState>(s, [](auto, int, int, int) {}))
+      with_step_kernel<tvk::MarchTwoState>(s, [](auto, int, int) {}))
     m.step = s;
   else if (variant == Variant::fused_march || (variant == Variant::two_state && m.twostate_march))
     unbuilt("one-step", s);
@@ -457,9 +447,9 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     // Planes per block from the occupancy of the shape loading one plane ahead (as measured).
     MarchShape s1 = m.step;
     s1.ahead = 1;
-    if (!with_step_kernel<tvk::MarchTwoState>(s1, [](auto, int, int, int) {})) s1 = m.step;
-    with_step_kernel<tvk::MarchTwoState>(s1, [&](auto kernel, int rws, int wps, int ox) {
-      m.chunk1 = register_march_chunk(dims, kernel, ox, wps * rws - 2, sms, 32, wps);
+    if (!with_step_kernel<tvk::MarchTwoState>(s1, [](auto, int, int) {})) s1 = m.step;
+    with_step_kernel<tvk::MarchTwoState>(s1, [&](auto kernel, int rws, int wps) {
+      m.chunk1 = register_march_chunk(dims, kernel, 30, wps * rws - 2, sms, 32, wps);
     });
     with_temporal_kernel(m.temporal, [&](auto kernel, int rws, int wps, int ox) {
       m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 64, wps);
