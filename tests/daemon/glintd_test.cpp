@@ -242,6 +242,63 @@ TEST(Glintd, SenderRestartedMidRun) {
   EXPECT_EQ(d.wait_exit(20s), 0);
 }
 
+/// Resident memory (kB) and open descriptors of a process, from /proc: sockets apart (a control
+/// client's connection comes and goes on its own schedule).
+struct Footprint {
+  long rss_kb = -1;
+  std::size_t fds = 0, sockets = 0;
+};
+Footprint footprint(pid_t pid) {
+  Footprint f;
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) f.rss_kb = std::stol(line.substr(6));
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    std::error_code ec;
+    if (fs::read_symlink(e.path(), ec).string().rfind("socket:", 0) == 0) ++f.sockets;
+    else ++f.fds;
+  }
+  return f;
+}
+
+TEST(Glintd, ManyRunsLeaveNoDescriptorsOpenAndMemoryFlat) {
+  // Months on a beamline are many runs: back-to-back acquisitions, each a file of its own. Idle
+  // between runs, after a warm-up, the daemon holds no more descriptors and hardly more memory.
+  Rig rig("soak", /*auto_start=*/false);
+  Process d(rig.glintd(), rig.dir / "glintd.log");
+  ASSERT_TRUE(d.started());
+  ASSERT_EQ(wait_status(rig.control_ep, [](const json&) { return true; }, 10s)["state"], "idle")
+      << d.log();
+  constexpr uint64_t kRuns = 24, kWarm = 6, kFrames = 30;
+  Footprint warm, last;
+  for (uint64_t i = 1; i <= kRuns; ++i) {
+    const json started = control(rig.control_ep, "start");
+    ASSERT_TRUE(started.value("ok", false)) << started.dump() << d.log();
+    Process s(rig.sim(kFrames, 0), rig.dir / ("sim_" + std::to_string(i) + ".log"));
+    ASSERT_EQ(s.wait_exit(30s), 0) << s.log();
+    const json r = wait_status(rig.control_ep, [&](const json& j) {
+      return run_done(j, i) && j.value("state", std::string()) == "idle";
+    }, 20s);
+    ASSERT_TRUE(run_done(r, i)) << r.dump() << d.log();
+    if (i == kWarm) warm = footprint(d.pid());
+  }
+  last = footprint(d.pid());
+  ASSERT_GT(warm.rss_kb, 0);
+  EXPECT_EQ(last.fds, warm.fds) << "files, pipes and event descriptors when idle after run "
+                                << kWarm << " and run " << kRuns;
+  EXPECT_LE(last.sockets, warm.sockets + 1) << "sockets: " << warm.sockets << " after run "
+                                            << kWarm << ", " << last.sockets << " after run " << kRuns;
+  EXPECT_LT(last.rss_kb - warm.rss_kb, 8 * 1024)
+      << "resident memory grew from " << warm.rss_kb << " kB to " << last.rss_kb << " kB";
+  for (uint64_t i : {uint64_t{1}, kWarm, kRuns}) {
+    const auto f = pipeline::read_run_file(rig.file(i));
+    EXPECT_EQ(f.frames.size(), kDark + kFrames) << "run " << i;
+    EXPECT_FALSE(f.end_time.empty()) << "run " << i;
+  }
+  d.signal(SIGTERM);
+  EXPECT_EQ(d.wait_exit(20s), 0) << d.log();
+}
+
 TEST(Glintd, ConfigCheckAndErrors) {
   Process ok({bin("glintd").string(), "--check", "--config", (fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml").string()},
              glint::testing::fresh_dir("check") / "ok.log");

@@ -54,6 +54,7 @@ class Process {
   Process& operator=(const Process&) = delete;
 
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   void signal(int sig) const { ::kill(pid_, sig); }
   bool running() {
     if (pid_ <= 0 || status_) return false;
