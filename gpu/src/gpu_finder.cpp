@@ -437,7 +437,6 @@ class GpuEngine final : public GpuClusterFinder {
         .count();
   }
 
-
   /// With GLINT_FIND_PROFILE set: cycles per frame in each phase of the find kernel, averaged
   /// over the bands of GPU 0 (a tuning aid).
   void report_profile() {
