@@ -334,9 +334,7 @@ void add_bench_pipeline(CLI::App& bench) {
     const auto median_fps = [&](std::size_t i) {
       std::vector<double> v;
       for (const auto& r : rounds) v.push_back(r[i].fps());
-      std::sort(v.begin(), v.end());
-      const std::size_t m = v.size() / 2;
-      return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+      return median(std::move(v));
     };
     const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
     const double image_mb = image_bytes(sim) / 1e6;

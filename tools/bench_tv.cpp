@@ -33,11 +33,6 @@ struct BenchTvArgs {
   int device = 0;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 int run_bench_tv(const BenchTvArgs& a) {
   std::vector<tv::Variant> variants;
   try {

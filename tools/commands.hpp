@@ -2,6 +2,7 @@
 // Each subcommand of the `glint` tool lives in its own file and registers itself here.
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -23,6 +24,9 @@ void add_ctl_command(CLI::App& app);
 /// Makes SIGINT (and SIGTERM) set the returned flag instead of ending the process, so that a
 /// long-running subcommand (glint sim, glint ctl watch) can stop cleanly and report.
 const std::atomic<bool>& stop_on_signals();
+
+/// The median of benchmark samples (the mean of the middle two for an even count); 0 if empty.
+double median(std::vector<double> samples);
 
 /// `glint find`: cluster finding over an HDF5 frame file.
 void add_find_command(CLI::App& app);
