@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "glint/tv/forward_spec.hpp"
 #include "glint/tv/reconstructor.hpp"
 
 namespace glint::config {
@@ -287,46 +288,19 @@ void read_logging(Section s, LoggingConfig& c) {
   s.reject_unknown();
 }
 
-/// identity | gaussian:SX,SY,SZ (sigmas > 0) | mask:FILE.h5:/dataset; the mask file itself is
-/// read when a run starts.
-bool valid_forward(const std::string& f) {
-  if (f == "identity") return true;
-  if (f.rfind("gaussian:", 0) == 0) {
-    std::stringstream ss(f.substr(9));
-    std::string part;
-    int n = 0;
-    while (std::getline(ss, part, ',')) {
-      std::size_t used = 0;
-      double v = 0;
-      try {
-        v = std::stod(part, &used);
-      } catch (const std::exception&) {
-        return false;
-      }
-      if (used != part.size() || !std::isfinite(v) || v <= 0) return false;
-      ++n;
-    }
-    return n == 3 && f.back() != ',';
-  }
-  if (f.rfind("mask:", 0) == 0) {
-    const std::string rest = f.substr(5);
-    const auto colon = rest.rfind(':');
-    return colon != std::string::npos && colon > 0 && colon + 1 < rest.size() &&
-           rest[colon + 1] == '/';
-  }
-  return false;
-}
-
 void read_reconstruction(Section s, ReconstructionConfig& c) {
   s.read_bool("enabled", c.enabled);
   s.read_integer("frames_per_slice", c.frames_per_slice, 1, 100000000);
   s.read_integer("slices", c.slices, 2, 4096);
   s.read_string("weight", c.weight, {"centres", "signal"});
   s.read_nonempty_string("forward", c.forward);
-  if (!valid_forward(c.forward))
-    s.fail_key("forward", fmt::format("'{}' is not allowed (allowed: identity, gaussian:SX,SY,SZ with "
-                                      "sigmas > 0, mask:FILE.h5:/dataset)",
-                                      c.forward));
+  try {
+    (void)tv::parse_forward_spec(c.forward);  // the mask file itself is read when a run starts
+  } catch (const std::invalid_argument& e) {
+    s.fail_key("forward", fmt::format("{} (allowed: identity, gaussian:SX,SY,SZ with sigmas >= 0 in "
+                                      "voxels, mask:FILE.h5:/dataset)",
+                                      e.what()));
+  }
   s.read_double("lambda", c.lambda, 0.0, 1e6, false);
   s.read_integer("outer", c.outer, 1, 100000);
   s.read_integer("tv_inner", c.tv_inner, 1, 100000);

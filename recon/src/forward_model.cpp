@@ -8,23 +8,12 @@
 #include <fmt/format.h>
 
 #include "glint/recon/fftw.hpp"
+#include "glint/tv/forward_spec.hpp"
 #include "glint/recon/volume_io.hpp"
 
 namespace glint::recon {
 
 namespace {
-
-double parse_sigma(std::string_view spec, std::string_view s) {
-  try {
-    std::size_t used = 0;
-    const double v = std::stod(std::string(s), &used);
-    if (used != s.size() || !(v >= 0) || !std::isfinite(v)) throw std::invalid_argument("");
-    return v;
-  } catch (const std::exception&) {
-    throw std::invalid_argument(fmt::format(
-        "forward model '{}': sigma '{}' is not a non-negative number", spec, s));
-  }
-}
 
 /// Signed frequency in cycles per voxel of index k on an axis of n samples.
 double freq(int k, int n) { return (k <= n / 2 ? k : k - n) / double(n); }
@@ -49,56 +38,43 @@ tv::TransferFunction gaussian_transfer(const tv::Dims& d, double sx, double sy, 
 ForwardModel make_forward_model(std::string_view spec, const tv::Dims& d) {
   ForwardModel fm;
   fm.spec = std::string(spec);
-  if (spec == "identity") return fm;
-  if (spec.starts_with("gaussian:")) {
-    const std::string_view rest = spec.substr(9);
-    const auto c1 = rest.find(','), c2 = rest.find(',', c1 == rest.npos ? c1 : c1 + 1);
-    if (c1 == rest.npos || c2 == rest.npos)
-      throw std::invalid_argument(
-          fmt::format("forward model '{}': expected gaussian:SX,SY,SZ (sigmas in voxels)", spec));
-    const double sx = parse_sigma(spec, rest.substr(0, c1));
-    const double sy = parse_sigma(spec, rest.substr(c1 + 1, c2 - c1 - 1));
-    const double sz = parse_sigma(spec, rest.substr(c2 + 1));
-    fm.H = gaussian_transfer(d, sx, sy, sz);
-    return fm;
+  const tv::ForwardSpec f = tv::parse_forward_spec(spec);
+  switch (f.kind) {
+    case tv::ForwardSpec::Kind::identity: return fm;
+    case tv::ForwardSpec::Kind::gaussian:
+      fm.H = gaussian_transfer(d, f.sigma[0], f.sigma[1], f.sigma[2]);
+      return fm;
+    case tv::ForwardSpec::Kind::mask: break;
   }
-  if (spec.starts_with("mask:")) {
-    const std::string_view rest = spec.substr(5);
-    const auto c = rest.rfind(":/");
-    if (c == rest.npos)
-      throw std::invalid_argument(
-          fmt::format("forward model '{}': expected mask:FILE.h5:/dataset", spec));
-    const std::string file(rest.substr(0, c)), dataset(rest.substr(c + 1));
-    Volume a;
-    try {
-      a = read_array3(file, dataset);
-    } catch (const std::exception& e) {
-      throw std::invalid_argument(fmt::format("forward model '{}': {}", spec, e.what()));
-    }
-    const int hx = d.nx / 2 + 1;
-    if (a.dims.nz != d.nz || a.dims.ny != d.ny || (a.dims.nx != hx && a.dims.nx != d.nx))
-      throw std::invalid_argument(fmt::format(
-          "{}:{}: shape ({}, {}, {}) does not fit the volume ({}, {}, {}): expected ({}, {}, {}) "
-          "(half spectrum) or ({}, {}, {})",
-          file, dataset, a.dims.nz, a.dims.ny, a.dims.nx, d.nz, d.ny, d.nx, d.nz, d.ny, hx, d.nz,
-          d.ny, d.nx));
-    fm.H.h.resize(d.spectrum_size());
-    for (int z = 0; z < d.nz; ++z)
-      for (int y = 0; y < d.ny; ++y)
-        for (int x = 0; x < hx; ++x) {
-          const float v = a.data[(std::size_t(z) * d.ny + y) * a.dims.nx + x];
-          if (!std::isfinite(v) || v < 0)
-            throw std::invalid_argument(fmt::format(
-                "{}:{}: value {} at (z={}, y={}, x={}) is not a finite number >= 0", file,
-                dataset, v, z, y, x));
-          fm.H.h[(std::size_t(z) * d.ny + y) * hx + x] = v;
-        }
-    if (tv::max_h2(fm.H) <= 0)
-      throw std::invalid_argument(fmt::format("{}:{}: the mask is zero everywhere", file, dataset));
-    return fm;
+  const std::string& file = f.file;
+  const std::string& dataset = f.dataset;
+  Volume a;
+  try {
+    a = read_array3(file, dataset);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(fmt::format("forward model '{}': {}", spec, e.what()));
   }
-  throw std::invalid_argument(fmt::format(
-      "unknown forward model '{}' (identity, gaussian:SX,SY,SZ, mask:FILE.h5:/dataset)", spec));
+  const int hx = d.nx / 2 + 1;
+  if (a.dims.nz != d.nz || a.dims.ny != d.ny || (a.dims.nx != hx && a.dims.nx != d.nx))
+    throw std::invalid_argument(fmt::format(
+        "{}:{}: shape ({}, {}, {}) does not fit the volume ({}, {}, {}): expected ({}, {}, {}) "
+        "(half spectrum) or ({}, {}, {})",
+        file, dataset, a.dims.nz, a.dims.ny, a.dims.nx, d.nz, d.ny, d.nx, d.nz, d.ny, hx, d.nz,
+        d.ny, d.nx));
+  fm.H.h.resize(d.spectrum_size());
+  for (int z = 0; z < d.nz; ++z)
+    for (int y = 0; y < d.ny; ++y)
+      for (int x = 0; x < hx; ++x) {
+        const float v = a.data[(std::size_t(z) * d.ny + y) * a.dims.nx + x];
+        if (!std::isfinite(v) || v < 0)
+          throw std::invalid_argument(fmt::format(
+              "{}:{}: value {} at (z={}, y={}, x={}) is not a finite number >= 0", file,
+              dataset, v, z, y, x));
+        fm.H.h[(std::size_t(z) * d.ny + y) * hx + x] = v;
+      }
+  if (tv::max_h2(fm.H) <= 0)
+    throw std::invalid_argument(fmt::format("{}:{}: the mask is zero everywhere", file, dataset));
+  return fm;
 }
 
 std::vector<float> apply_forward(const tv::TransferFunction& H, const tv::Dims& d,

@@ -183,7 +183,7 @@ TEST(Config, BadValuesNameKeyLineAndAllowed) {
       {"reconstruction:\n  weight: photons\n", "reconstruction.weight", 2, "centres, signal"},
       {"reconstruction:\n  forward: blur\n", "reconstruction.forward", 2, "gaussian:SX,SY,SZ"},
       {"reconstruction:\n  forward: \"gaussian:1,2\"\n", "reconstruction.forward", 2, "identity"},
-      {"reconstruction:\n  forward: \"gaussian:1,0,2\"\n", "reconstruction.forward", 2, "sigmas > 0"},
+      {"reconstruction:\n  forward: \"gaussian:1,-1,2\"\n", "reconstruction.forward", 2, "not a non-negative number"},
       {"reconstruction:\n  forward: \"mask:m.h5\"\n", "reconstruction.forward", 2, "mask:FILE.h5:/dataset"},
       {"reconstruction:\n  outer: 0\n", "reconstruction.outer", 2, "1 to"},
       {"reconstruction:\n  tv_inner: x\n", "reconstruction.tv_inner", 2, "not an integer"},
