@@ -46,6 +46,15 @@ __device__ __forceinline__ long long at(const Geom& g, int x, int y, int z) {
 }
 __device__ __forceinline__ float ld(const float* __restrict__ p, long long i) { return __ldg(p + i); }
 
+/// 8-byte loads and stores of an x-neighbour pair (rows have an even length, so pairs at even x
+/// are aligned).
+__device__ __forceinline__ float2 ld2(const float* __restrict__ p, long long i) {
+  return __ldg(reinterpret_cast<const float2*>(p + i));
+}
+__device__ __forceinline__ void st2(float* p, long long i, float a, float b) {
+  *reinterpret_cast<float2*>(p + i) = make_float2(a, b);
+}
+
 // ---------------------------------------------------------------------------------------------
 // One voxel per thread: block (32, 8, 1), grid (ceil(nx/32), ceil(ny/8), nz).
 
@@ -62,6 +71,28 @@ __global__ void primal_kernel(Geom g, const float* __restrict__ b, CDual r, floa
   const float rym = y > 0 ? ld(r.y, i - g.px) : 0.0f;
   const float rzm = z > 0 ? ld(r.z, i - g.plane) : 0.0f;
   out[i] = m::primal(ld(b, i), ri, rxm, rym, rzm, w, nonneg);
+}
+
+/// The final x' = primal(b, p) of a proximal step with two x-neighbours per thread (8-byte
+/// loads and stores, as fused_pair_kernel): block (32, 8) covers 64 x 8 voxels of plane
+/// blockIdx.z; the right voxel's lower-x r is the left voxel's own. Same values, same bits.
+__global__ void primal_pair_kernel(Geom g, const float* __restrict__ b, CDual r, float w,
+                                   bool nonneg, float* __restrict__ out) {
+  const int x = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  const int z = blockIdx.z;
+  if (x >= g.nx || y >= g.ny) return;
+  const long long i = at(g, x, y, z);
+  const float2 rx = ld2(r.x, i), ry = ld2(r.y, i), rz = ld2(r.z, i), bb = ld2(b, i);
+  const float rxm = x > 0 ? ld(r.x, i - 1) : 0.0f;
+  const float2 rym = y > 0 ? ld2(r.y, i - g.px) : make_float2(0.f, 0.f);
+  const float2 rzm = z > 0 ? ld2(r.z, i - g.plane) : make_float2(0.f, 0.f);
+  const float z0 = m::primal(bb.x, Vec3{rx.x, ry.x, rz.x}, rxm, rym.x, rzm.x, w, nonneg);
+  const float z1 = m::primal(bb.y, Vec3{rx.y, ry.y, rz.y}, rx.x, rym.y, rzm.y, w, nonneg);
+  if (x + 1 < g.nx)
+    st2(out, i, z0, z1);
+  else
+    out[i] = z0;
 }
 
 /// Separate variant, second kernel: gradient of z, projection, momentum. p updated in place (own
@@ -88,13 +119,6 @@ __global__ void dual_kernel(Geom g, const float* __restrict__ zb, Dual rin, Dual
 
 /// Where a fused kernel gets r from: a stored buffer (fused) or p_k + m (p_k - p_{k-1}) computed
 /// on the fly from two stored duals (two-state).
-__device__ __forceinline__ float2 ld2(const float* __restrict__ p, long long i) {
-  return __ldg(reinterpret_cast<const float2*>(p + i));
-}
-__device__ __forceinline__ void st2(float* p, long long i, float a, float b) {
-  *reinterpret_cast<float2*>(p + i) = make_float2(a, b);
-}
-
 struct StoredR {
   CDual r;
   __device__ __forceinline__ float2 x2(long long i) const { return ld2(r.x, i); }
@@ -1196,15 +1220,18 @@ __global__ void init_kernel(Geom g, const float* __restrict__ y, bool nonneg, fl
   xprev[i] = v;
 }
 
-/// out = xbar = x + mom (x - xprev), zero in the padding (the FFT input).
-__global__ void extrapolate_kernel(Geom g, const float* __restrict__ x,
-                                   const float* __restrict__ xprev, float mom,
-                                   float* __restrict__ out) {
-  const int ix = blockIdx.x * blockDim.x + threadIdx.x;
+/// out = xbar = x + mom (x - xprev), zero in the padding (the FFT input); two x-neighbours per
+/// thread (8-byte accesses; grid over px / 2 pairs).
+__global__ void extrapolate_pair_kernel(Geom g, const float* __restrict__ x,
+                                        const float* __restrict__ xprev, float mom,
+                                        float* __restrict__ out) {
+  const int ix = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
   const int iy = blockIdx.y * blockDim.y + threadIdx.y;
   if (ix >= g.px || iy >= g.ny) return;
   const long long i = at(g, ix, iy, blockIdx.z);
-  out[i] = ix < g.nx ? m::extrapolate(x[i], xprev[i], mom) : 0.0f;
+  const float2 xv = ld2(x, i), pv = ld2(xprev, i);
+  st2(out, i, ix < g.nx ? m::extrapolate(xv.x, pv.x, mom) : 0.0f,
+      ix + 1 < g.nx ? m::extrapolate(xv.y, pv.y, mom) : 0.0f);
 }
 
 /// In the Fourier domain: S = HY/N - (H^2/N) S, the back-projected residual's spectrum.

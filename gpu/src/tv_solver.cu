@@ -384,7 +384,8 @@ struct GpuReconstructor::Impl {
         break;
       }
     }
-    tvk::primal_kernel<<<grid(d.nx), block(), 0, s()>>>(g, b, tvk::c(dual(pset)), w, nonneg, out);
+    tvk::primal_pair_kernel<<<grid((d.nx + 1) / 2), block(), 0, s()>>>(g, b, tvk::c(dual(pset)),
+                                                                        w, nonneg, out);
     GLINT_CUDA_CHECK_LAUNCH();
     // The next proximal step starts from this dual (r_1 = p_0): the fused variants' r already
     // holds p (the last step wrote r with m = 0); the two-state ones restart with prev = cur.
@@ -457,6 +458,9 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   }
   if (const auto c = glint::detail::env_int("GLINT_TV_CHUNK", 0, 1, 1 << 20); c > 0)
     m.chunk = m.chunk_march = m.chunk1 = m.chunk2 = static_cast<int>(c);  // planes per block
+  glint::log::write(glint::log::Level::debug,
+                    "TV solver: planes per block of the marching kernels: one step per pass " +
+                        std::to_string(m.chunk1) + ", two steps " + std::to_string(m.chunk2));
   m.zrun = zrun_from_env(variant);
   m.pairs = glint::detail::env_int("GLINT_TV_PAIRS", 1, 0, 1) != 0;
   m.stream = std::make_unique<Stream>(low_priority ? StreamPriority::low : StreamPriority::normal);
@@ -569,8 +573,8 @@ tv::SolveReport GpuReconstructor::solve(std::span<const float> y, const tv::Tran
   for (int it = 1; it <= o.outer; ++it) {
     const float mom = it >= 2 ? F[it - 2] : 0.0f;
     if (!identity) {
-      tvk::extrapolate_kernel<<<m.grid(m.g.px), blk, 0, m.s()>>>(m.g, m.x.get(), m.xprev.get(),
-                                                                 mom, m.buf.get());
+      tvk::extrapolate_pair_kernel<<<m.grid(m.g.px / 2), blk, 0, m.s()>>>(
+          m.g, m.x.get(), m.xprev.get(), mom, m.buf.get());
       GLINT_CUDA_CHECK_LAUNCH();
       GLINT_CUFFT_CHECK(cufftExecR2C(m.r2c.get(), m.buf.get(),
                                      reinterpret_cast<cufftComplex*>(m.buf.get())));
