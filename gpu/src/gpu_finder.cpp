@@ -316,27 +316,16 @@ class GpuEngine final : public GpuClusterFinder {
   void push_dark(std::span<const uint16_t> frames) override {
     const std::size_t n_total = check_dark_frames(params_, frames);
     const std::size_t chunk = static_cast<std::size_t>(options_.batch_frames);
-    Slot& s = slots_[next_slot_];
-    wait_dark_upload(next_slot_);
-    if (s.in_flight) collect(next_slot_);  // also frees its staging
-    const int par = static_cast<int>(frames_done_ & 1u);
     for (std::size_t f0 = 0; f0 < n_total; f0 += chunk) {
       const std::size_t n = std::min(chunk, n_total - f0);
-      std::memcpy(s.staging.get(), frames.data() + f0 * np_, n * np_ * sizeof(uint16_t));
-      for (auto& lane : lanes_) {
-        DeviceGuard g(lane.device);
-        const std::size_t rows_here = lane.fr1 - lane.fr0;
-        upload(lane, lane.dark_frames.get(), s.staging.get(), n, lane.compute.get());
-        launch_dark(lane.live.arrays(), par, lane.dark_frames.get(), static_cast<uint32_t>(n),
-                    params_.shape.cols, lane.r0, lane.r1, lane.fr0,
-                    static_cast<uint32_t>(rows_here), params_.pedestal_window,
-                    lane.compute.get());
-        ++stats_.direct_launches;
-      }
-      for (auto& lane : lanes_) {
-        DeviceGuard g(lane.device);
-        lane.compute.synchronize();  // the staging is reused by the next chunk
-      }
+      std::span<uint16_t> st = staging();
+      std::memcpy(st.data(), frames.data() + f0 * np_, n * np_ * sizeof(uint16_t));
+      submit_dark(n);
+    }
+    // Unlike submit_dark, the frames are accumulated when this returns.
+    for (auto& lane : lanes_) {
+      DeviceGuard g(lane.device);
+      lane.compute.synchronize();
     }
   }
 
