@@ -20,6 +20,7 @@
 #include "glint/gpu/device.hpp"
 #include "glint/gpu/gpu_finder.hpp"
 #include "glint/detail/env.hpp"
+#include "glint/detail/median.hpp"
 #include "glint/log.hpp"
 
 namespace glint::gpu {
@@ -488,11 +489,7 @@ class GpuEngine final : public GpuClusterFinder {
         out_spread.push_back(static_cast<double>(x1 - x0) * 1e-3);
         mhz.push_back(clk / ns * 1e3);
       }
-      const auto median = [](std::vector<double> v) {
-        if (v.empty()) return 0.0;
-        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-        return v[v.size() / 2];
-      };
+      using glint::detail::median;
       if (!span.empty())
         line += "; launches (" + std::to_string(span.size()) + " recorded, medians): span " +
                 std::to_string(median(span)) + " us, block entries spread " +
