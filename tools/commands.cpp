@@ -1,17 +1,9 @@
 #include "commands.hpp"
 
-#include <algorithm>
 #include <csignal>
 #include <iostream>
 
 namespace glint::tools {
-
-double median(std::vector<double> samples) {
-  if (samples.empty()) return 0.0;
-  std::sort(samples.begin(), samples.end());
-  const std::size_t m = samples.size() / 2;
-  return samples.size() % 2 ? samples[m] : 0.5 * (samples[m - 1] + samples[m]);
-}
 
 void fail(const std::string& command, const std::string& message, int status) {
   std::cerr << command << ": " << message << "\n";

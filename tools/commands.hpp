@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "glint/detail/median.hpp"
+
 namespace glint::tools {
 
 /// Exit status of a subcommand that failed on bad input (missing file, wrong dataset, ...).
@@ -26,7 +28,7 @@ void add_ctl_command(CLI::App& app);
 const std::atomic<bool>& stop_on_signals();
 
 /// The median of benchmark samples (the mean of the middle two for an even count); 0 if empty.
-double median(std::vector<double> samples);
+using glint::detail::median;
 
 /// `glint find`: cluster finding over an HDF5 frame file.
 void add_find_command(CLI::App& app);

@@ -6,6 +6,7 @@
 
 #include "glint/cluster_finder.hpp"
 #include "glint/cluster_math.hpp"
+#include "glint/cluster_window.hpp"
 
 namespace glint {
 
@@ -101,20 +102,10 @@ class ReferenceFinder final : public ClusterFinder {
         const double rms = cm::noise_of(state_.sum2[i], state_.count[i], mean_[i]);
         const double v = cm::sub(static_cast<double>(f[i]), mean_[i]);
         if (cm::is_negative_outlier(v, rms, thresholds_)) continue;
-        double total = 0.0;
-        double max = 0.0;
-        for (int dy = -h; dy <= h; ++dy) {
-          const int yy = y + dy;
-          if (yy < 0 || yy >= rows) continue;
-          for (int dx = -h; dx <= h; ++dx) {
-            const int xx = x + dx;
-            if (xx < 0 || xx >= cols) continue;
-            const std::size_t j = static_cast<std::size_t>(yy) * cols + xx;
-            const double d = cm::sub(static_cast<double>(f[j]), mean_[j]);
-            total = cm::add(total, d);
-            if (max < d) max = d;
-          }
-        }
+        const auto [total, max] = cm::window_sum(x, y, h, rows, cols, [&](int dy, int dx) {
+          const std::size_t j = static_cast<std::size_t>(y + dy) * cols + (x + dx);
+          return cm::sub(static_cast<double>(f[j]), mean_[j]);
+        });
         const cm::PixelAction action = cm::classify(v, rms, total, max, thresholds_);
         if (action == cm::PixelAction::update) {
           mean_[i] = cm::fast_push(state_.sum[i], state_.sum2[i], static_cast<double>(f[i]),

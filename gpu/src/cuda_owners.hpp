@@ -1,6 +1,7 @@
 #pragma once
-// Move-only owners of CUDA resources. Internal to glint::gpu (includes the CUDA runtime header);
-// public headers never include this. Constructors throw CudaError, destructors only log.
+// Move-only owners of CUDA resources, and the timing of a bulk copy with them. Internal to
+// glint::gpu (includes the CUDA runtime header); public headers never include this. Constructors
+// throw CudaError, destructors only log.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -204,5 +205,12 @@ class GraphExec {
   }
   cudaGraphExec_t g_ = nullptr;
 };
+
+/// Milliseconds one cudaMemcpyAsync of `bytes` from `src` to `dst` takes on stream `s`, timed
+/// with events around each copy: the median (glint/detail/median.hpp) of `repeats` copies (at
+/// least one) after `warmups` uncounted ones. Work already queued on `s` runs first; returns with
+/// the copies done. Defined in transfer.cpp; the bandwidth floors use it.
+double median_copy_ms(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                      cudaStream_t s, int repeats, int warmups);
 
 }  // namespace glint::gpu::detail

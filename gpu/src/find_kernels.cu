@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "glint/cluster_window.hpp"
 #include "glint/detail/env.hpp"
 #include "check.cuh"
 #include "find_kernels.hpp"
@@ -680,30 +681,24 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
           if (!cm::is_negative_outlier(v, rms, thr)) {
             double tlo = 0.0, thi = 0.0, mlo = 0.0, mhi = 0.0;
             bool above = false;
-            for (int dy = -h; dy <= h; ++dy) {
-              const int yy = y + dy;
-              if (yy < 0 || yy >= rows) continue;
-              for (int dx = -h; dx <= h; ++dx) {
-                const int xx = x + dx;
-                if (xx < 0 || xx >= cols) continue;
-                const int jj = j + dy * cols + dx;
-                double lo, hi;
-                if (dy < 0 || (dy == 0 && dx < 0)) {
-                  if (jj < p0) {
-                    get_bounds(jj - base, lo, hi);
-                    above = true;
-                  } else {
-                    lo = hi = final_own(jj);
-                  }
+            cm::for_each_in_window(x, y, h, rows, cols, [&](int dy, int dx) {
+              const int jj = j + dy * cols + dx;
+              double lo, hi;
+              if (dy < 0 || (dy == 0 && dx < 0)) {
+                if (jj < p0) {
+                  get_bounds(jj - base, lo, hi);
+                  above = true;
                 } else {
-                  lo = hi = sh_d0[jj - base];
+                  lo = hi = final_own(jj);
                 }
-                tlo = cm::add(tlo, lo);
-                thi = cm::add(thi, hi);
-                if (mlo < lo) mlo = lo;
-                if (mhi < hi) mhi = hi;
+              } else {
+                lo = hi = sh_d0[jj - base];
               }
-            }
+              tlo = cm::add(tlo, lo);
+              thi = cm::add(thi, hi);
+              if (mlo < lo) mlo = lo;
+              if (mhi < hi) mhi = hi;
+            });
             const Decision db = above ? decide_bounds(v, rms, tlo, thi, mlo, mhi, thr)
                                       : Decision{kUnknown, kUnknown};
             if (!above) {
@@ -716,25 +711,13 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
               stored = db.stored == kYes;
             } else {
               while (load_acquire(prog_above, sys_above) < g + 1) __nanosleep(20);
-              double total = 0.0, mx = 0.0;
-              for (int dy = -h; dy <= h; ++dy) {
-                const int yy = y + dy;
-                if (yy < 0 || yy >= rows) continue;
-                for (int dx = -h; dx <= h; ++dx) {
-                  const int xx = x + dx;
-                  if (xx < 0 || xx >= cols) continue;
-                  const int jj = j + dy * cols + dx;
-                  double dd;
-                  if (dy < 0 || (dy == 0 && dx < 0)) {
-                    dd = jj < p0 ? cm::sub(fval(jj), __ldcg(arrays_for(jj).mean[nxt] + jj))
+              const auto [total, mx] = cm::window_sum(x, y, h, rows, cols, [&](int dy, int dx) {
+                const int jj = j + dy * cols + dx;
+                if (dy < 0 || (dy == 0 && dx < 0))
+                  return jj < p0 ? cm::sub(fval(jj), __ldcg(arrays_for(jj).mean[nxt] + jj))
                                  : final_own(jj);
-                  } else {
-                    dd = sh_d0[jj - base];
-                  }
-                  total = cm::add(total, dd);
-                  if (mx < dd) mx = dd;
-                }
-              }
+                return sh_d0[jj - base];
+              });
               const cm::PixelAction act = cm::classify(v, rms, total, mx, thr);
               update = act == cm::PixelAction::update;
               stored = act == cm::PixelAction::candidate && v == mx;

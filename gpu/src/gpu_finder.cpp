@@ -20,6 +20,7 @@
 #include "glint/gpu/device.hpp"
 #include "glint/gpu/gpu_finder.hpp"
 #include "glint/detail/env.hpp"
+#include "glint/detail/median.hpp"
 #include "glint/log.hpp"
 
 namespace glint::gpu {
@@ -316,27 +317,16 @@ class GpuEngine final : public GpuClusterFinder {
   void push_dark(std::span<const uint16_t> frames) override {
     const std::size_t n_total = check_dark_frames(params_, frames);
     const std::size_t chunk = static_cast<std::size_t>(options_.batch_frames);
-    Slot& s = slots_[next_slot_];
-    wait_dark_upload(next_slot_);
-    if (s.in_flight) collect(next_slot_);  // also frees its staging
-    const int par = static_cast<int>(frames_done_ & 1u);
     for (std::size_t f0 = 0; f0 < n_total; f0 += chunk) {
       const std::size_t n = std::min(chunk, n_total - f0);
-      std::memcpy(s.staging.get(), frames.data() + f0 * np_, n * np_ * sizeof(uint16_t));
-      for (auto& lane : lanes_) {
-        DeviceGuard g(lane.device);
-        const std::size_t rows_here = lane.fr1 - lane.fr0;
-        upload(lane, lane.dark_frames.get(), s.staging.get(), n, lane.compute.get());
-        launch_dark(lane.live.arrays(), par, lane.dark_frames.get(), static_cast<uint32_t>(n),
-                    params_.shape.cols, lane.r0, lane.r1, lane.fr0,
-                    static_cast<uint32_t>(rows_here), params_.pedestal_window,
-                    lane.compute.get());
-        ++stats_.direct_launches;
-      }
-      for (auto& lane : lanes_) {
-        DeviceGuard g(lane.device);
-        lane.compute.synchronize();  // the staging is reused by the next chunk
-      }
+      std::span<uint16_t> st = staging();
+      std::memcpy(st.data(), frames.data() + f0 * np_, n * np_ * sizeof(uint16_t));
+      submit_dark(n);
+    }
+    // Unlike submit_dark, the frames are accumulated when this returns.
+    for (auto& lane : lanes_) {
+      DeviceGuard g(lane.device);
+      lane.compute.synchronize();
     }
   }
 
@@ -499,11 +489,7 @@ class GpuEngine final : public GpuClusterFinder {
         out_spread.push_back(static_cast<double>(x1 - x0) * 1e-3);
         mhz.push_back(clk / ns * 1e3);
       }
-      const auto median = [](std::vector<double> v) {
-        if (v.empty()) return 0.0;
-        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-        return v[v.size() / 2];
-      };
+      using glint::detail::median;
       if (!span.empty())
         line += "; launches (" + std::to_string(span.size()) + " recorded, medians): span " +
                 std::to_string(median(span)) + " us, block entries spread " +

@@ -632,21 +632,10 @@ double measure_copy_bandwidth(std::size_t bytes, int reps, int device) {
   const std::size_t n = bytes / sizeof(float);
   DeviceBuffer a(n), b(n);
   Stream st;
-  Event e0(/*timing=*/true), e1(/*timing=*/true);
   GLINT_CUDA_CHECK(cudaMemsetAsync(a.get(), 1, n * sizeof(float), st.get()));
-  std::vector<float> ms;
-  for (int r = 0; r < reps + 2; ++r) {
-    GLINT_CUDA_CHECK(cudaEventRecord(e0.get(), st.get()));
-    GLINT_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), n * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, st.get()));
-    GLINT_CUDA_CHECK(cudaEventRecord(e1.get(), st.get()));
-    GLINT_CUDA_CHECK(cudaEventSynchronize(e1.get()));
-    float t = 0;
-    GLINT_CUDA_CHECK(cudaEventElapsedTime(&t, e0.get(), e1.get()));
-    if (r >= 2) ms.push_back(t);  // the first two warm up
-  }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  const double med = detail::median_copy_ms(b.get(), a.get(), n * sizeof(float),
+                                            cudaMemcpyDeviceToDevice, st.get(), reps,
+                                            /*warmups=*/2);
   return 2.0 * double(n * sizeof(float)) / (med * 1e-3) / 1e9;
 }
 
