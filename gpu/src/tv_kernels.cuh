@@ -213,16 +213,107 @@ __device__ __forceinline__ float shfl_down1(float v) {
 
 /// The same step with two x-neighbours per thread (8-byte loads and stores; rows are padded to an
 /// even length, so pairs are aligned). Within the pair, the left voxel's upper-x z is the right
-/// voxel's own z, and the right voxel's lower-x r is the left voxel's own r. Across pairs the
-/// neighbours come from the neighbouring lanes (a warp is one row of 64 voxels): the r_x left of
-/// the pair is lane - 1's right r_x, and the z right of the pair is lane + 1's own left z (the
-/// same values, computed by the lane that owns them); only lane 0 and lane 31 load or compute
-/// them across the warp's edge. Block (32, 8) covers 64 x 8 voxels; a thread walks ZR planes as
-/// above. Same values, so the same bits.
+/// voxel's own z, and the right voxel's lower-x r is the left voxel's own r. Block (32, 8) covers
+/// 64 x 8 voxels; a thread walks ZR planes as above. Same values, so the same bits.
 template <class R, bool kTwoState, int ZR>
 __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __restrict__ b,
                                                          R r, Dual p, Dual out, float w,
                                                          bool nonneg, float cst, float mom) {
+  const int x = 2 * (blockIdx.x * blockDim.x + threadIdx.x);  // left voxel of the pair
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  const int z0 = blockIdx.z * ZR;
+  if (x >= g.nx || y >= g.ny) return;
+  long long i = at(g, x, y, z0);
+  const bool has1 = x + 1 < g.nx;             // the right voxel exists
+  const bool lx0 = !has1, lx1 = x + 2 >= g.nx;  // last face in x
+  const bool ly = y == g.ny - 1;
+  float2 rx = r.x2(i), ry = r.y2(i), rz = r.z2(i);
+  float2 zc;
+  {
+    const float2 bb = ld2(b, i);
+    const float rxm = x > 0 ? r.x(i - 1) : 0.0f;
+    const float2 rym = y > 0 ? r.y2(i - g.px) : make_float2(0.f, 0.f);
+    const float2 rzm = z0 > 0 ? r.z2(i - g.plane) : make_float2(0.f, 0.f);
+    zc.x = m::primal(bb.x, Vec3{rx.x, ry.x, rz.x}, rxm, rym.x, rzm.x, w, nonneg);
+    zc.y = m::primal(bb.y, Vec3{rx.y, ry.y, rz.y}, rx.x, rym.y, rzm.y, w, nonneg);
+  }
+#pragma unroll
+  for (int k = 0; k < ZR; ++k) {
+    const int z = z0 + k;
+    if (z >= g.nz) break;
+    const bool lz = z == g.nz - 1;
+    float2 pox = make_float2(0.f, 0.f), poy = pox, poz = pox;
+    if constexpr (!kTwoState) {
+      pox = ld2(p.x, i);
+      poy = ld2(p.y, i);
+      poz = ld2(p.z, i);
+    }
+    // z at the plane above (becomes the next plane's own z).
+    float2 ux = make_float2(0.f, 0.f), uy = ux, uz = ux, zz = ux;
+    if (!lz) {
+      const long long j = i + g.plane;
+      ux = r.x2(j);
+      uy = r.y2(j);
+      uz = r.z2(j);
+      const float2 bb = ld2(b, j);
+      const float rxm = x > 0 ? r.x(j - 1) : 0.0f;
+      const float2 rym = y > 0 ? r.y2(j - g.px) : make_float2(0.f, 0.f);
+      zz.x = m::primal(bb.x, Vec3{ux.x, uy.x, uz.x}, rxm, rym.x, rz.x, w, nonneg);
+      zz.y = m::primal(bb.y, Vec3{ux.y, uy.y, uz.y}, ux.x, rym.y, rz.y, w, nonneg);
+    }
+    // z at the row above.
+    float2 zy = make_float2(0.f, 0.f);
+    if (!ly) {
+      const long long j = i + g.px;
+      const float2 bb = ld2(b, j), vx = r.x2(j), vy = r.y2(j), vz = r.z2(j);
+      const float rxm = x > 0 ? r.x(j - 1) : 0.0f;
+      const float2 rzm = z > 0 ? r.z2(j - g.plane) : make_float2(0.f, 0.f);
+      zy.x = m::primal(bb.x, Vec3{vx.x, vy.x, vz.x}, rxm, ry.x, rzm.x, w, nonneg);
+      zy.y = m::primal(bb.y, Vec3{vx.y, vy.y, vz.y}, vx.x, ry.y, rzm.y, w, nonneg);
+    }
+    // z right of the pair.
+    float zx1 = 0.f;
+    if (!lx1) {
+      const long long j = i + 2;
+      zx1 = m::primal(ld(b, j), Vec3{r.x(j), r.y(j), r.z(j)}, rx.y,
+                      y > 0 ? r.y(j - g.px) : 0.0f, z > 0 ? r.z(j - g.plane) : 0.0f, w, nonneg);
+    }
+    const Vec3 p0 = m::project(Vec3{rx.x, ry.x, rz.x},
+                               m::gradient(zc.x, zc.y, zy.x, zz.x, lx0, ly, lz), cst);
+    Vec3 p1{0.f, 0.f, 0.f};
+    if (has1)
+      p1 = m::project(Vec3{rx.y, ry.y, rz.y}, m::gradient(zc.y, zx1, zy.y, zz.y, lx1, ly, lz),
+                      cst);
+    if constexpr (kTwoState) {
+      st2(out.x, i, p0.x, p1.x);
+      st2(out.y, i, p0.y, p1.y);
+      st2(out.z, i, p0.z, p1.z);
+    } else {
+      st2(p.x, i, p0.x, p1.x);
+      st2(p.y, i, p0.y, p1.y);
+      st2(p.z, i, p0.z, p1.z);
+      st2(out.x, i, m::momentum(p0.x, pox.x, mom), m::momentum(p1.x, pox.y, mom));
+      st2(out.y, i, m::momentum(p0.y, poy.x, mom), m::momentum(p1.y, poy.y, mom));
+      st2(out.z, i, m::momentum(p0.z, poz.x, mom), m::momentum(p1.z, poz.y, mom));
+    }
+    zc = zz;
+    rx = ux;
+    ry = uy;
+    rz = uz;
+    i += g.plane;
+  }
+}
+
+/// The pair kernel with the neighbours across pairs taken from the neighbouring lanes (a warp is
+/// one row of 64 voxels): the r_x left of the pair is lane - 1's right r_x, and the z right of the
+/// pair is lane + 1's own left z (the same values, computed by the lane that owns them); only
+/// lane 0 and lane 31 load them across the warp's edge, issuing those loads before anything
+/// waits on them. Fewer loads and registers, one more shuffle per value: faster for fused (13
+/// volumes), slower for two-state, whose r costs two loads (docs/performance.md).
+template <class R, bool kTwoState, int ZR>
+__global__ void __launch_bounds__(256)
+    fused_pair_shfl_kernel(Geom g, const float* __restrict__ b, R r, Dual p, Dual out, float w,
+                           bool nonneg, float cst, float mom) {
   const int lane = threadIdx.x;
   const int x = 2 * (blockIdx.x * blockDim.x + lane);  // left voxel of the pair
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
@@ -234,19 +325,18 @@ __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __
   const bool lx0 = !has1, lx1 = x + 2 >= g.nx;  // last face in x
   const bool ly = y == g.ny - 1;
   const float2 zero2 = make_float2(0.f, 0.f);
-  // r_x left of the pair at index j (the pair's left voxel): lane - 1's right r_x (rx_right, the
-  // caller's own right r_x, shuffled up), loaded by lane 0.
-  auto left_rx = [&](float rx_right, long long j) {
-    const float v = shfl_up1(rx_right);
-    return lane > 0 ? v : (x > 0 && in ? r.x(j - 1) : 0.0f);
-  };
+  // Lane 0 loads the r_x left of the warp's row segment, lane 31 the values of the z right of
+  // it; all loads of a plane are issued before the arithmetic that waits on them.
+  const bool edge0 = lane == 0 && x > 0 && in, edge31 = lane == 31 && in && !lx1;
   float2 rx = in ? r.x2(i) : zero2, ry = in ? r.y2(i) : zero2, rz = in ? r.z2(i) : zero2;
   float2 zc;
   {
     const float2 bb = in ? ld2(b, i) : zero2;
-    const float rxm = left_rx(rx.y, i);
+    const float rxm0 = edge0 ? r.x(i - 1) : 0.0f;
     const float2 rym = y > 0 && in ? r.y2(i - g.px) : zero2;
     const float2 rzm = z0 > 0 && in ? r.z2(i - g.plane) : zero2;
+    const float v = shfl_up1(rx.y);
+    const float rxm = lane > 0 ? v : rxm0;
     zc.x = m::primal(bb.x, Vec3{rx.x, ry.x, rz.x}, rxm, rym.x, rzm.x, w, nonneg);
     zc.y = m::primal(bb.y, Vec3{rx.y, ry.y, rz.y}, rx.x, rym.y, rzm.y, w, nonneg);
   }
@@ -263,6 +353,17 @@ __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __
         poz = ld2(p.z, i);
       }
     }
+    // Lane 31's loads for the z right of the pair, issued before anything waits on them.
+    float eb = 0.f, erx = 0.f, ery = 0.f, erz = 0.f, erym = 0.f, erzm = 0.f;
+    if (edge31) {
+      const long long j = i + 2;
+      eb = ld(b, j);
+      erx = r.x(j);
+      ery = r.y(j);
+      erz = r.z(j);
+      if (y > 0) erym = r.y(j - g.px);
+      if (z > 0) erzm = r.z(j - g.plane);
+    }
     // z at the plane above (becomes the next plane's own z).
     float2 ux = zero2, uy = zero2, uz = zero2, zz = zero2;
     if (!lz) {
@@ -273,8 +374,10 @@ __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __
         uz = r.z2(j);
       }
       const float2 bb = in ? ld2(b, j) : zero2;
-      const float rxm = left_rx(ux.y, j);
+      const float rxm0 = edge0 ? r.x(j - 1) : 0.0f;
       const float2 rym = y > 0 && in ? r.y2(j - g.px) : zero2;
+      const float v = shfl_up1(ux.y);
+      const float rxm = lane > 0 ? v : rxm0;
       zz.x = m::primal(bb.x, Vec3{ux.x, uy.x, uz.x}, rxm, rym.x, rz.x, w, nonneg);
       zz.y = m::primal(bb.y, Vec3{ux.y, uy.y, uz.y}, ux.x, rym.y, rz.y, w, nonneg);
     }
@@ -289,18 +392,16 @@ __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __
         vy = r.y2(j);
         vz = r.z2(j);
       }
-      const float rxm = left_rx(vx.y, j);
+      const float rxm0 = edge0 ? r.x(j - 1) : 0.0f;
       const float2 rzm = z > 0 && in ? r.z2(j - g.plane) : zero2;
+      const float v = shfl_up1(vx.y);
+      const float rxm = lane > 0 ? v : rxm0;
       zy.x = m::primal(bb.x, Vec3{vx.x, vy.x, vz.x}, rxm, ry.x, rzm.x, w, nonneg);
       zy.y = m::primal(bb.y, Vec3{vx.y, vy.y, vz.y}, vx.x, ry.y, rzm.y, w, nonneg);
     }
     // z right of the pair: lane + 1's own left z; lane 31 computes it.
     float zx1 = shfl_down1(zc.x);
-    if (lane == 31 && in && !lx1) {
-      const long long j = i + 2;
-      zx1 = m::primal(ld(b, j), Vec3{r.x(j), r.y(j), r.z(j)}, rx.y,
-                      y > 0 ? r.y(j - g.px) : 0.0f, z > 0 ? r.z(j - g.plane) : 0.0f, w, nonneg);
-    }
+    if (edge31) zx1 = m::primal(eb, Vec3{erx, ery, erz}, rx.y, erym, erzm, w, nonneg);
     if (in) {
       const Vec3 p0 = m::project(Vec3{rx.x, ry.x, rz.x},
                                  m::gradient(zc.x, zc.y, zy.x, zz.x, lx0, ly, lz), cst);

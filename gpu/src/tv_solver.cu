@@ -80,9 +80,10 @@ int march_chunk(const Dims& d, K kernel, int sms) {
 
 /// Planes per thread of the one-voxel kernels (fused, two-state): GLINT_TV_ZRUN = 1, 2, 4 or 8
 /// overrides the default (a tuning knob for benchmarks).
-/// Defaults measured on the H200 (docs/performance.md): fused 1 plane, two-state 4 planes.
+/// Defaults measured on the H200 (docs/performance.md): fused 2 planes (lane-shuffle kernel),
+/// two-state 4 planes.
 int zrun_from_env(Variant v) {
-  const int fallback = v == Variant::fused ? 1 : 4;
+  const int fallback = v == Variant::fused ? 2 : 4;
   const int z = static_cast<int>(glint::detail::env_int("GLINT_TV_ZRUN", fallback, 1, 8));
   return (z == 1 || z == 2 || z == 4 || z == 8) ? z : fallback;
 }
@@ -90,7 +91,7 @@ int zrun_from_env(Variant v) {
 /// Planes per block of the register-marching kernels: about four waves of resident blocks, at
 /// least 16 planes (each block loads one or two planes on either side of its chunk), at most
 /// max_chunk (shorter chunks balance the last wave; measured on the H200: one step per pass 32,
-/// two steps 64).
+/// two steps 48).
 template <class K>
 int register_march_chunk(const Dims& d, K kernel, int out_x, int out_y, int sms, int max_chunk,
                          int warps = tvk::kWarps) {
@@ -190,6 +191,7 @@ struct GpuReconstructor::Impl {
   int cur = 0, prev = 0, rcur = 1;
   int chunk = 8, chunk_march = 8, zrun = 2;
   bool pairs = true;  // fused and two-state: two x-neighbours per thread
+  bool shuffle = true;  // ... and the neighbours across pairs from the neighbouring lanes
   // Register-marching kernels (tv_kernels.cuh) for fused-march and temporal, and for two-state
   // with GLINT_TV_KERNEL=march (its one-voxel pair kernel is faster on the H200);
   // GLINT_TV_KERNEL=classic selects the earlier shared-memory kernels of fused-march and
@@ -258,7 +260,14 @@ struct GpuReconstructor::Impl {
       const dim3 gr(ceil_div(d.nx, xw), ceil_div(d.ny, tvk::kTY), ceil_div(d.nz, zr));
       kernel<<<gr, block(), 0, s()>>>(g, b, r, p, out, w, nonneg, cst, mom);
     };
-    if (pairs) {
+    if (pairs && shuffle) {
+      switch (zrun) {
+        case 1: go(tvk::fused_pair_shfl_kernel<R, kTwoState, 1>, 1); break;
+        case 4: go(tvk::fused_pair_shfl_kernel<R, kTwoState, 4>, 4); break;
+        case 8: go(tvk::fused_pair_shfl_kernel<R, kTwoState, 8>, 8); break;
+        default: go(tvk::fused_pair_shfl_kernel<R, kTwoState, 2>, 2); break;
+      }
+    } else if (pairs) {
       switch (zrun) {
         case 1: go(tvk::fused_pair_kernel<R, kTwoState, 1>, 1); break;
         case 4: go(tvk::fused_pair_kernel<R, kTwoState, 4>, 4); break;
@@ -453,7 +462,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
       m.chunk1 = register_march_chunk(dims, kernel, 30, wps * rws - 2, sms, 32, wps);
     });
     with_temporal_kernel(m.temporal, [&](auto kernel, int rws, int wps, int ox) {
-      m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 64, wps);
+      m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 48, wps);
     });
   }
   if (const auto c = glint::detail::env_int("GLINT_TV_CHUNK", 0, 1, 1 << 20); c > 0)
@@ -463,6 +472,10 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                         std::to_string(m.chunk1) + ", two steps " + std::to_string(m.chunk2));
   m.zrun = zrun_from_env(variant);
   m.pairs = glint::detail::env_int("GLINT_TV_PAIRS", 1, 0, 1) != 0;
+  // Measured on the H200 (docs/performance.md): the lane-shuffle pair kernel is faster for fused,
+  // the loading one for two-state. GLINT_TV_SHUFFLE = 0 or 1 overrides.
+  m.shuffle = glint::detail::env_int("GLINT_TV_SHUFFLE", variant == Variant::fused ? 1 : 0, 0,
+                                     1) != 0;
   m.stream = std::make_unique<Stream>(low_priority ? StreamPriority::low : StreamPriority::normal);
   m.e0 = std::make_unique<Event>(/*timing=*/true);
   m.e1 = std::make_unique<Event>(/*timing=*/true);

@@ -77,8 +77,9 @@ TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
 }
 
 // The kernel choices kept for comparisons (GLINT_TV_KERNEL, rows per warp, loads ahead, planes
-// per block, planes and voxels per thread) compute the same bits as the CPU reference too: two-state's
-// register-marching kernel, the earlier shared-memory kernels, and chunks of 1 and 3 planes.
+// per block, planes and voxels per thread, the pair kernels' lane shuffles) compute the same bits
+// as the CPU reference too: two-state's register-marching kernel, the earlier shared-memory
+// kernels, chunks of 1 and 3 planes, and each pair kernel for both fused and two-state.
 TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
   struct Setting {
@@ -88,13 +89,18 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
     const char* chunk;
     const char* zrun;
     const char* pairs;
+    const char* shuffle = nullptr;
   };
   const Setting settings[] = {{"march", "3", "2", nullptr, nullptr, nullptr},
                               {"march", "2", "1", "3", nullptr, nullptr},
                               {"march", "2", "2", "1", nullptr, nullptr},
                               {"march", "3", "1", "5", "1", nullptr},
                               {"classic", nullptr, nullptr, nullptr, "8", nullptr},
-                              {"classic", nullptr, nullptr, nullptr, "2", "0"}};
+                              {"classic", nullptr, nullptr, nullptr, "2", "0"},
+                              {nullptr, nullptr, nullptr, nullptr, "1", nullptr, "1"},
+                              {nullptr, nullptr, nullptr, nullptr, "4", nullptr, "1"},
+                              {nullptr, nullptr, nullptr, nullptr, "8", nullptr, "1"},
+                              {nullptr, nullptr, nullptr, nullptr, "2", nullptr, "0"}};
   auto set = [](const char* name, const char* value) {
     if (value)
       setenv(name, value, 1);
@@ -116,6 +122,7 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
         set("GLINT_TV_CHUNK", st.chunk);
         set("GLINT_TV_ZRUN", st.zrun);
         set("GLINT_TV_PAIRS", st.pairs);
+        set("GLINT_TV_SHUFFLE", st.shuffle);
         for (Variant v : glint::tv::kAllVariants) {
           glint::gpu::GpuReconstructor gpu(d, v, false);
           std::vector<float> pg(p0), xg(n, std::numeric_limits<float>::quiet_NaN());
@@ -130,7 +137,7 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
   }
   for (const char* name :
        {"GLINT_TV_KERNEL", "GLINT_TV_ROWS", "GLINT_TV_AHEAD", "GLINT_TV_CHUNK", "GLINT_TV_ZRUN",
-        "GLINT_TV_PAIRS"})
+        "GLINT_TV_PAIRS", "GLINT_TV_SHUFFLE"})
     unsetenv(name);
 }
 
