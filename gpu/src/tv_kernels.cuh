@@ -1262,14 +1262,16 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     const int u = q - 1;
     Vec3 r2u[2] = {Vec3{0.f, 0.f, 0.f}, Vec3{0.f, 0.f, 0.f}};
     {
-      const float zxp1 = shfl_down1(z1u[0]);
+      // kReload: the thread's own z_{k+1} at u from the shared row it wrote one plane before.
+      const float2 zu = kReload ? s1z[u & 1][wp][lane] : make_float2(z1u[0], z1u[1]);
+      const float zxp1 = shfl_down1(zu.x);
       if (I || (u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend)) {
         const bool lz = !I && u == g.nz - 1;
         const float2 zyp = s1z[u & 1][wup][lane];
         const Vec3 pn0 = m::project(
-            r1u[0], m::gradient(z1u[0], z1u[1], zyp.x, z1q[0], lastx0, lasty, lz), cst);
+            r1u[0], m::gradient(zu.x, zu.y, zyp.x, z1q[0], lastx0, lasty, lz), cst);
         const Vec3 pn1 = m::project(
-            r1u[1], m::gradient(z1u[1], zxp1, zyp.y, z1q[1], lastx1, lasty, lz), cst);
+            r1u[1], m::gradient(zu.y, zxp1, zyp.y, z1q[1], lastx1, lasty, lz), cst);
         const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
         if ((I || (u >= z0 && u < zend)) && tile) st2(n1, ub, pn0, pn1);
         if constexpr (kReload) {
@@ -1305,14 +1307,15 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     // (5) p_{k+2} at v = q - 2.
     const int v = q - 2;
     {
-      const float zxp1 = shfl_down1(z2v[0]);
+      const float2 zv = kReload ? s2z[v & 1][wp][lane] : make_float2(z2v[0], z2v[1]);
+      const float zxp1 = shfl_down1(zv.x);
       if ((I || (v >= z0 && v < zend)) && tile) {
         const bool lz = !I && v == g.nz - 1;
         const float2 zyp = s2z[v & 1][wup][lane];
         const Vec3 pn0 = m::project(
-            r2v[0], m::gradient(z2v[0], z2v[1], zyp.x, z2u[0], lastx0, lasty, lz), cst);
+            r2v[0], m::gradient(zv.x, zv.y, zyp.x, z2u[0], lastx0, lasty, lz), cst);
         const Vec3 pn1 = m::project(
-            r2v[1], m::gradient(z2v[1], zxp1, zyp.y, z2u[1], lastx1, lasty, lz), cst);
+            r2v[1], m::gradient(zv.y, zxp1, zyp.y, z2u[1], lastx1, lasty, lz), cst);
         const long long vb = I ? qbase - 2 * g.plane : static_cast<long long>(v) * g.plane;
         st2(n2, vb, pn0, pn1);
       }
@@ -1324,9 +1327,9 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       if constexpr (!kReload) {
         cu[j] = cq[j];
         bu[j] = bq[j];
+        z1u[j] = z1q[j];
+        z2v[j] = z2u[j];
       }
-      z1u[j] = z1q[j];
-      z2v[j] = z2u[j];
     }
     qbase += g.plane;
   };

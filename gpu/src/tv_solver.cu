@@ -230,9 +230,15 @@ struct GpuReconstructor::Impl {
                                      cudaMemcpyDeviceToDevice, s()));
   }
 
-  /// Resets the dual to zero (cold start, or the start of a solve).
-  void reset_dual() {
-    for (std::size_t k = 0; k < sets.size(); ++k) zero(int(k));
+  /// Resets the dual to zero (cold start, or the start of a solve). Only the sets that the first
+  /// step reads are zeroed: p (set 0), and for the variants that store r, r_1 = p_0 (set 1); the
+  /// others are written in full (every voxel x < nx) before anything reads them. `all` zeroes
+  /// every set (once, so that even their unused padding columns are defined).
+  void reset_dual(bool all = false) {
+    const bool stored_r = variant == Variant::separate || variant == Variant::fused ||
+                          variant == Variant::fused_cube || variant == Variant::fused_march;
+    const std::size_t n = all ? sets.size() : std::min<std::size_t>(sets.size(), stored_r ? 2 : 1);
+    for (std::size_t k = 0; k < n; ++k) zero(int(k));
     cur = prev = 0;
     rcur = 1;
   }
@@ -527,7 +533,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   GLINT_CUDA_CHECK(cudaMemsetAsync(m.buf.get(), 0, V * sizeof(float), m.s()));
   if (!with_fft) GLINT_CUDA_CHECK(cudaMemsetAsync(m.yv.get(), 0, V * sizeof(float), m.s()));
   if (m.zb.get()) GLINT_CUDA_CHECK(cudaMemsetAsync(m.zb.get(), 0, V * sizeof(float), m.s()));
-  m.reset_dual();
+  m.reset_dual(/*all=*/true);
   GLINT_CUDA_CHECK(cudaStreamSynchronize(m.s()));
 }
 
