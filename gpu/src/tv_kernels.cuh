@@ -73,6 +73,19 @@ __global__ void primal_kernel(Geom g, const float* __restrict__ b, CDual r, floa
   out[i] = m::primal(ld(b, i), ri, rxm, rym, rzm, w, nonneg);
 }
 
+/// A voxel pair's three dual components (x: the left voxel, y: the right one).
+struct Vec3x2 {
+  float2 x, y, z;
+};
+
+/// Operation 1 for an x-neighbour pair: b and r of the pair, r_x left of it (the right voxel's is
+/// the left voxel's own), r_y below and r_z before the pair.
+__device__ __forceinline__ float2 pair_primal(float2 b, const Vec3x2& r, float rxm, float2 rym,
+                                              float2 rzm, float w, bool nonneg) {
+  return make_float2(m::primal(b.x, Vec3{r.x.x, r.y.x, r.z.x}, rxm, rym.x, rzm.x, w, nonneg),
+                     m::primal(b.y, Vec3{r.x.y, r.y.y, r.z.y}, r.x.x, rym.y, rzm.y, w, nonneg));
+}
+
 /// The final x' = primal(b, p) of a proximal step with two x-neighbours per thread (8-byte
 /// loads and stores, as fused_pair_kernel): block (32, 8) covers 64 x 8 voxels of plane
 /// blockIdx.z; the right voxel's lower-x r is the left voxel's own. Same values, same bits.
@@ -87,12 +100,11 @@ __global__ void primal_pair_kernel(Geom g, const float* __restrict__ b, CDual r,
   const float rxm = x > 0 ? ld(r.x, i - 1) : 0.0f;
   const float2 rym = y > 0 ? ld2(r.y, i - g.px) : make_float2(0.f, 0.f);
   const float2 rzm = z > 0 ? ld2(r.z, i - g.plane) : make_float2(0.f, 0.f);
-  const float z0 = m::primal(bb.x, Vec3{rx.x, ry.x, rz.x}, rxm, rym.x, rzm.x, w, nonneg);
-  const float z1 = m::primal(bb.y, Vec3{rx.y, ry.y, rz.y}, rx.x, rym.y, rzm.y, w, nonneg);
+  const float2 zp = pair_primal(bb, Vec3x2{rx, ry, rz}, rxm, rym, rzm, w, nonneg);
   if (x + 1 < g.nx)
-    st2(out, i, z0, z1);
+    st2(out, i, zp.x, zp.y);
   else
-    out[i] = z0;
+    out[i] = zp.x;
 }
 
 /// Separate variant, second kernel: gradient of z, projection, momentum. p updated in place (own
@@ -211,6 +223,39 @@ __device__ __forceinline__ float shfl_down1(float v) {
   return __shfl_down_sync(0xffffffffu, v, 1);
 }
 
+/// Which faces a voxel pair's gradient stops at, and whether its right voxel exists.
+struct PairFaces {
+  bool lx0, lx1, ly, lz, has1;
+};
+
+/// The end of a pair kernel's step at one plane: the projections of r plus the gradients of z (z
+/// of the pair, of the voxel right of it, of the row above and of the plane above), then p' to
+/// `out` (two-state) or p' to p in place and r' = momentum(p', p_old) to `out` (fused).
+template <bool kTwoState>
+__device__ __forceinline__ void pair_update(const Vec3x2& r, float2 zc, float zx1, float2 zy,
+                                            float2 zz, PairFaces f, float cst,
+                                            const Vec3x2& pold, float mom, const Dual& p,
+                                            const Dual& out, long long i) {
+  const Vec3 p0 = m::project(Vec3{r.x.x, r.y.x, r.z.x},
+                             m::gradient(zc.x, zc.y, zy.x, zz.x, f.lx0, f.ly, f.lz), cst);
+  Vec3 p1{0.f, 0.f, 0.f};
+  if (f.has1)
+    p1 = m::project(Vec3{r.x.y, r.y.y, r.z.y},
+                    m::gradient(zc.y, zx1, zy.y, zz.y, f.lx1, f.ly, f.lz), cst);
+  if constexpr (kTwoState) {
+    st2(out.x, i, p0.x, p1.x);
+    st2(out.y, i, p0.y, p1.y);
+    st2(out.z, i, p0.z, p1.z);
+  } else {
+    st2(p.x, i, p0.x, p1.x);
+    st2(p.y, i, p0.y, p1.y);
+    st2(p.z, i, p0.z, p1.z);
+    st2(out.x, i, m::momentum(p0.x, pold.x.x, mom), m::momentum(p1.x, pold.x.y, mom));
+    st2(out.y, i, m::momentum(p0.y, pold.y.x, mom), m::momentum(p1.y, pold.y.y, mom));
+    st2(out.z, i, m::momentum(p0.z, pold.z.x, mom), m::momentum(p1.z, pold.z.y, mom));
+  }
+}
+
 /// The same step with two x-neighbours per thread (8-byte loads and stores; rows are padded to an
 /// even length, so pairs are aligned). Within the pair, the left voxel's upper-x z is the right
 /// voxel's own z, and the right voxel's lower-x r is the left voxel's own r. Block (32, 8) covers
@@ -234,8 +279,7 @@ __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __
     const float rxm = x > 0 ? r.x(i - 1) : 0.0f;
     const float2 rym = y > 0 ? r.y2(i - g.px) : make_float2(0.f, 0.f);
     const float2 rzm = z0 > 0 ? r.z2(i - g.plane) : make_float2(0.f, 0.f);
-    zc.x = m::primal(bb.x, Vec3{rx.x, ry.x, rz.x}, rxm, rym.x, rzm.x, w, nonneg);
-    zc.y = m::primal(bb.y, Vec3{rx.y, ry.y, rz.y}, rx.x, rym.y, rzm.y, w, nonneg);
+    zc = pair_primal(bb, Vec3x2{rx, ry, rz}, rxm, rym, rzm, w, nonneg);
   }
 #pragma unroll
   for (int k = 0; k < ZR; ++k) {
@@ -258,8 +302,7 @@ __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __
       const float2 bb = ld2(b, j);
       const float rxm = x > 0 ? r.x(j - 1) : 0.0f;
       const float2 rym = y > 0 ? r.y2(j - g.px) : make_float2(0.f, 0.f);
-      zz.x = m::primal(bb.x, Vec3{ux.x, uy.x, uz.x}, rxm, rym.x, rz.x, w, nonneg);
-      zz.y = m::primal(bb.y, Vec3{ux.y, uy.y, uz.y}, ux.x, rym.y, rz.y, w, nonneg);
+      zz = pair_primal(bb, Vec3x2{ux, uy, uz}, rxm, rym, rz, w, nonneg);
     }
     // z at the row above.
     float2 zy = make_float2(0.f, 0.f);
@@ -268,8 +311,7 @@ __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __
       const float2 bb = ld2(b, j), vx = r.x2(j), vy = r.y2(j), vz = r.z2(j);
       const float rxm = x > 0 ? r.x(j - 1) : 0.0f;
       const float2 rzm = z > 0 ? r.z2(j - g.plane) : make_float2(0.f, 0.f);
-      zy.x = m::primal(bb.x, Vec3{vx.x, vy.x, vz.x}, rxm, ry.x, rzm.x, w, nonneg);
-      zy.y = m::primal(bb.y, Vec3{vx.y, vy.y, vz.y}, vx.x, ry.y, rzm.y, w, nonneg);
+      zy = pair_primal(bb, Vec3x2{vx, vy, vz}, rxm, ry, rzm, w, nonneg);
     }
     // z right of the pair.
     float zx1 = 0.f;
@@ -278,24 +320,9 @@ __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __
       zx1 = m::primal(ld(b, j), Vec3{r.x(j), r.y(j), r.z(j)}, rx.y,
                       y > 0 ? r.y(j - g.px) : 0.0f, z > 0 ? r.z(j - g.plane) : 0.0f, w, nonneg);
     }
-    const Vec3 p0 = m::project(Vec3{rx.x, ry.x, rz.x},
-                               m::gradient(zc.x, zc.y, zy.x, zz.x, lx0, ly, lz), cst);
-    Vec3 p1{0.f, 0.f, 0.f};
-    if (has1)
-      p1 = m::project(Vec3{rx.y, ry.y, rz.y}, m::gradient(zc.y, zx1, zy.y, zz.y, lx1, ly, lz),
-                      cst);
-    if constexpr (kTwoState) {
-      st2(out.x, i, p0.x, p1.x);
-      st2(out.y, i, p0.y, p1.y);
-      st2(out.z, i, p0.z, p1.z);
-    } else {
-      st2(p.x, i, p0.x, p1.x);
-      st2(p.y, i, p0.y, p1.y);
-      st2(p.z, i, p0.z, p1.z);
-      st2(out.x, i, m::momentum(p0.x, pox.x, mom), m::momentum(p1.x, pox.y, mom));
-      st2(out.y, i, m::momentum(p0.y, poy.x, mom), m::momentum(p1.y, poy.y, mom));
-      st2(out.z, i, m::momentum(p0.z, poz.x, mom), m::momentum(p1.z, poz.y, mom));
-    }
+    pair_update<kTwoState>(Vec3x2{rx, ry, rz}, zc, zx1, zy, zz,
+                           PairFaces{lx0, lx1, ly, lz, has1}, cst, Vec3x2{pox, poy, poz}, mom, p,
+                           out, i);
     zc = zz;
     rx = ux;
     ry = uy;
@@ -337,8 +364,7 @@ __global__ void __launch_bounds__(256)
     const float2 rzm = z0 > 0 && in ? r.z2(i - g.plane) : zero2;
     const float v = shfl_up1(rx.y);
     const float rxm = lane > 0 ? v : rxm0;
-    zc.x = m::primal(bb.x, Vec3{rx.x, ry.x, rz.x}, rxm, rym.x, rzm.x, w, nonneg);
-    zc.y = m::primal(bb.y, Vec3{rx.y, ry.y, rz.y}, rx.x, rym.y, rzm.y, w, nonneg);
+    zc = pair_primal(bb, Vec3x2{rx, ry, rz}, rxm, rym, rzm, w, nonneg);
   }
 #pragma unroll
   for (int k = 0; k < ZR; ++k) {
@@ -378,8 +404,7 @@ __global__ void __launch_bounds__(256)
       const float2 rym = y > 0 && in ? r.y2(j - g.px) : zero2;
       const float v = shfl_up1(ux.y);
       const float rxm = lane > 0 ? v : rxm0;
-      zz.x = m::primal(bb.x, Vec3{ux.x, uy.x, uz.x}, rxm, rym.x, rz.x, w, nonneg);
-      zz.y = m::primal(bb.y, Vec3{ux.y, uy.y, uz.y}, ux.x, rym.y, rz.y, w, nonneg);
+      zz = pair_primal(bb, Vec3x2{ux, uy, uz}, rxm, rym, rz, w, nonneg);
     }
     // z at the row above.
     float2 zy = zero2;
@@ -396,32 +421,15 @@ __global__ void __launch_bounds__(256)
       const float2 rzm = z > 0 && in ? r.z2(j - g.plane) : zero2;
       const float v = shfl_up1(vx.y);
       const float rxm = lane > 0 ? v : rxm0;
-      zy.x = m::primal(bb.x, Vec3{vx.x, vy.x, vz.x}, rxm, ry.x, rzm.x, w, nonneg);
-      zy.y = m::primal(bb.y, Vec3{vx.y, vy.y, vz.y}, vx.x, ry.y, rzm.y, w, nonneg);
+      zy = pair_primal(bb, Vec3x2{vx, vy, vz}, rxm, ry, rzm, w, nonneg);
     }
     // z right of the pair: lane + 1's own left z; lane 31 computes it.
     float zx1 = shfl_down1(zc.x);
     if (edge31) zx1 = m::primal(eb, Vec3{erx, ery, erz}, rx.y, erym, erzm, w, nonneg);
-    if (in) {
-      const Vec3 p0 = m::project(Vec3{rx.x, ry.x, rz.x},
-                                 m::gradient(zc.x, zc.y, zy.x, zz.x, lx0, ly, lz), cst);
-      Vec3 p1{0.f, 0.f, 0.f};
-      if (has1)
-        p1 = m::project(Vec3{rx.y, ry.y, rz.y}, m::gradient(zc.y, zx1, zy.y, zz.y, lx1, ly, lz),
-                        cst);
-      if constexpr (kTwoState) {
-        st2(out.x, i, p0.x, p1.x);
-        st2(out.y, i, p0.y, p1.y);
-        st2(out.z, i, p0.z, p1.z);
-      } else {
-        st2(p.x, i, p0.x, p1.x);
-        st2(p.y, i, p0.y, p1.y);
-        st2(p.z, i, p0.z, p1.z);
-        st2(out.x, i, m::momentum(p0.x, pox.x, mom), m::momentum(p1.x, pox.y, mom));
-        st2(out.y, i, m::momentum(p0.y, poy.x, mom), m::momentum(p1.y, poy.y, mom));
-        st2(out.z, i, m::momentum(p0.z, poz.x, mom), m::momentum(p1.z, poz.y, mom));
-      }
-    }
+    if (in)
+      pair_update<kTwoState>(Vec3x2{rx, ry, rz}, zc, zx1, zy, zz,
+                             PairFaces{lx0, lx1, ly, lz, has1}, cst, Vec3x2{pox, poy, poz}, mom,
+                             p, out, i);
     zc = zz;
     rx = ux;
     ry = uy;
