@@ -145,11 +145,7 @@ void FrameFileWriter::write(uint64_t first, uint64_t count, std::span<const uint
 }
 
 void FrameFileWriter::set_attribute(const std::string& name, uint64_t value) {
-  const Id space(H5Screate(H5S_SCALAR), H5Sclose);
-  const Id attr(H5Acreate2(h_->dataset.get(), name.c_str(), H5T_STD_U64LE, space.get(),
-                           H5P_DEFAULT, H5P_DEFAULT),
-                H5Aclose);
-  if (!attr.valid() || H5Awrite(attr.get(), H5T_NATIVE_UINT64, &value) < 0)
+  if (!glint::hdf5::write_attribute<uint64_t>(h_->dataset.get(), name.c_str(), value))
     throw std::runtime_error(fmt::format("cannot write attribute {} of dataset {}", name, where_));
 }
 

@@ -62,42 +62,17 @@ struct Context {
   }
 };
 
-Hid make_string_type() {
-  Hid t(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(t.get(), H5T_VARIABLE);
-  H5Tset_cset(t.get(), H5T_CSET_UTF8);
-  return t;
-}
+using glint::hdf5::native_type;
+Hid make_string_type() { return glint::hdf5::string_type(); }
 
 void write_string_attr(const Context& c, hid_t obj, const char* name, const std::string& value) {
-  Hid type = make_string_type();
-  Hid space(c.id(H5Screate(H5S_SCALAR), "dataspace"), H5Sclose);
-  Hid attr(c.id(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                   std::string("attribute ") + name),
-           H5Aclose);
-  const char* p = value.c_str();
-  c.check(H5Awrite(attr.get(), type.get(), &p), name);
+  if (!glint::hdf5::write_attribute(obj, name, value)) c.fail(std::string("attribute ") + name);
 }
-
-template <class T>
-hid_t native_type();
-template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
-template <> hid_t native_type<uint64_t>() { return H5T_NATIVE_UINT64; }
-template <> hid_t native_type<uint32_t>() { return H5T_NATIVE_UINT32; }
-template <> hid_t native_type<uint16_t>() { return H5T_NATIVE_UINT16; }
-template <> hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
-template <> hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
 
 template <class T>
 void write_numeric_attr(const Context& c, hid_t obj, const char* name, std::span<const T> values) {
-  const hsize_t n = values.size();
-  Hid space(c.id(n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr),
-                    "dataspace"),
-            H5Sclose);
-  Hid attr(c.id(H5Acreate2(obj, name, native_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                   std::string("attribute ") + name),
-           H5Aclose);
-  c.check(H5Awrite(attr.get(), native_type<T>(), values.data()), name);
+  if (!glint::hdf5::write_attribute<T>(obj, name, values))
+    c.fail(std::string("attribute ") + name);
 }
 
 template <class T>

@@ -113,25 +113,13 @@ Volume read3(const std::string& file, const std::string& spec, bool floats_only)
   return v;
 }
 
-void attribute(hid_t obj, const std::string& name, const Attribute& a) {
-  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
-  if (const double* d = std::get_if<double>(&a)) {
-    Hid at(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-           H5Aclose);
-    H5Awrite(at.get(), H5T_NATIVE_DOUBLE, d);
-  } else if (const long long* i = std::get_if<long long>(&a)) {
-    Hid at(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-           H5Aclose);
-    H5Awrite(at.get(), H5T_NATIVE_LLONG, i);
-  } else {
-    const std::string& s = std::get<std::string>(a);
-    Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(type.get(), s.empty() ? 1 : s.size());
-    H5Tset_cset(type.get(), H5T_CSET_UTF8);
-    Hid at(H5Acreate2(obj, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-           H5Aclose);
-    H5Awrite(at.get(), type.get(), s.empty() ? "" : s.c_str());
-  }
+/// Writes one attribute of dataset `where` in `file`; throws when HDF5 refuses.
+void attribute(hid_t obj, const std::string& name, const Attribute& a, const std::string& file,
+               const std::string& where) {
+  const bool ok = std::visit(
+      [&](const auto& v) { return glint::hdf5::write_attribute(obj, name.c_str(), v); }, a);
+  if (!ok)
+    throw std::runtime_error(fmt::format("{}: cannot write attribute {} of {}", file, name, where));
 }
 
 }  // namespace
@@ -160,7 +148,7 @@ void write_volumes(const std::string& file, const std::vector<DatasetOut>& datas
     if (H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                  d.volume->data.data()) < 0)
       throw std::runtime_error(fmt::format("{}: writing {} failed", file, d.name));
-    for (const auto& [k, a] : d.attributes) attribute(ds.get(), k, a);
+    for (const auto& [k, a] : d.attributes) attribute(ds.get(), k, a, file, d.name);
   }
 }
 

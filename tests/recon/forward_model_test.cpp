@@ -110,9 +110,26 @@ TEST(VolumeIo, Float64InputAndAttributesRoundTrip) {
   hid_t a = H5Aopen(ds, "lambda", H5P_DEFAULT);
   H5Aread(a, H5T_NATIVE_DOUBLE, &lambda);
   H5Aclose(a);
+  long long outer = 0;
+  a = H5Aopen(ds, "outer", H5P_DEFAULT);
+  H5Aread(a, H5T_NATIVE_LLONG, &outer);
+  H5Aclose(a);
+  // Text attributes are variable-length UTF-8, as in the run files (and as h5py writes a str).
+  a = H5Aopen(ds, "forward", H5P_DEFAULT);
+  hid_t type = H5Aget_type(a);
+  EXPECT_TRUE(H5Tis_variable_str(type) > 0);
+  EXPECT_EQ(H5Tget_cset(type), H5T_CSET_UTF8);
+  char* text = nullptr;
+  H5Aread(a, type, &text);
+  const std::string forward = text ? text : "";
+  H5free_memory(text);
+  H5Tclose(type);
+  H5Aclose(a);
   H5Dclose(ds);
   H5Fclose(file);
   EXPECT_EQ(lambda, 0.25);
+  EXPECT_EQ(outer, 20);
+  EXPECT_EQ(forward, "identity");
   fs::remove(f);
 }
 
