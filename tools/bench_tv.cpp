@@ -23,6 +23,7 @@ namespace {
 
 struct BenchTvArgs {
   int field = 256;
+  std::string shape;  // NX,NY,NZ: instead of field^3
   int tv_inner = 10;
   int outer = 20;
   std::string variant = "all";
@@ -33,8 +34,34 @@ struct BenchTvArgs {
   int device = 0;
 };
 
+/// "NX,NY,NZ" (each at least 4).
+tv::Dims parse_shape(const std::string& text) {
+  tv::Dims d{};
+  int* axes[] = {&d.nx, &d.ny, &d.nz};
+  std::string_view rest = text;
+  for (int k = 0; k < 3; ++k) {
+    const auto comma = rest.find(',');
+    if ((k < 2) == (comma == rest.npos)) break;
+    const std::string part(rest.substr(0, comma));
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != part.size() || part.empty() || v < 4)
+      throw std::invalid_argument("--shape " + text + ": expected NX,NY,NZ, each at least 4");
+    *axes[k] = v;
+    rest = comma == rest.npos ? std::string_view() : rest.substr(comma + 1);
+    if (k == 2) return d;
+  }
+  throw std::invalid_argument("--shape " + text + ": expected NX,NY,NZ, each at least 4");
+}
+
 int run_bench_tv(const BenchTvArgs& a) {
   std::vector<tv::Variant> variants;
+  tv::Dims d{a.field, a.field, a.field};
   try {
     if (a.variant == "all") {
       variants.assign(std::begin(tv::kAllVariants), std::end(tv::kAllVariants));
@@ -47,6 +74,7 @@ int run_bench_tv(const BenchTvArgs& a) {
       }
     }
     if (a.field < 8) throw std::invalid_argument("--field must be >= 8");
+    if (!a.shape.empty()) d = parse_shape(a.shape);
     if (a.tv_inner < 1 || a.outer < 1 || a.repeats < 1)
       throw std::invalid_argument("--tv-inner, --outer and --repeats must be >= 1");
   } catch (const std::exception& e) {
@@ -57,8 +85,7 @@ int run_bench_tv(const BenchTvArgs& a) {
     const std::string why = gpu::unavailable_reason();
     if (!why.empty()) throw std::runtime_error(why);
     const auto info = gpu::device_info(a.device);
-    const tv::Dims d{a.field, a.field, a.field};
-    const auto truth = recon::make_phantom(a.field);
+    const auto truth = recon::make_phantom(d.nx, d.ny, d.nz);
     const auto fm = recon::make_forward_model(a.forward, d);
     auto y = recon::apply_forward(fm.H, d, truth, 0);
     recon::add_noise(y, a.noise, 1);
@@ -67,10 +94,12 @@ int run_bench_tv(const BenchTvArgs& a) {
         gpu::measure_copy_bandwidth(std::max<std::size_t>(1ull << 30, 2 * d.voxels() * 4), 20,
                                     a.device);
     std::cout << fmt::format(
-        "glint bench tv: {}^3 phantom, forward {}, lambda {}, noise {}, {} outer x {} TV steps, "
+        "glint bench tv: {} phantom, forward {}, lambda {}, noise {}, {} outer x {} TV steps, "
         "medians of {}\n{} ({} SMs); device copy bandwidth {:.0f} GB/s (read + write, "
         "cudaMemcpy D2D, same run)\n",
-        a.field, fm.spec, a.lambda, a.noise, a.outer, a.tv_inner, a.repeats, info.name,
+        d.nx == d.ny && d.ny == d.nz ? fmt::format("{}^3", d.nx)
+                                     : fmt::format("{}x{}x{}", d.nx, d.ny, d.nz),
+        fm.spec, a.lambda, a.noise, a.outer, a.tv_inner, a.repeats, info.name,
         info.sm_count, copy_gbs);
     std::cout << fmt::format("{:<12} {:>10} {:>11} {:>8} {:>9} {:>7} {:>10} {:>10} {:>12}\n",
                              "variant", "solve ms", "step ms", "volumes", "GB/s", "% copy",
@@ -123,6 +152,9 @@ void add_bench_tv(CLI::App& bench) {
   auto a = std::make_shared<BenchTvArgs>();
   CLI::App* c = bench.add_subcommand("tv", "time the GPU TV solver's kernel variants");
   c->add_option("--field", a->field, "phantom edge N (N^3 voxels)")->capture_default_str();
+  c->add_option("--shape", a->shape,
+                "NX,NY,NZ: a phantom of this extent instead of N^3 (e.g. a detector's volume of "
+                "slices, 400,400,16)");
   c->add_option("--tv-inner", a->tv_inner, "FGP steps per outer iteration")->capture_default_str();
   c->add_option("--outer", a->outer, "FISTA iterations")->capture_default_str();
   c->add_option("--variant", a->variant,

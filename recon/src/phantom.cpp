@@ -25,20 +25,22 @@ constexpr Ellipsoid kEllipsoids[] = {
 };
 }  // namespace
 
-std::vector<float> make_phantom(int n) {
-  if (n < 2) throw std::invalid_argument("phantom size must be at least 2");
-  std::vector<float> v(std::size_t(n) * n * n, 0.0f);
-  for (int k = 0; k < n; ++k)
-    for (int j = 0; j < n; ++j)
-      for (int i = 0; i < n; ++i) {
-        const double x = 2.0 * (i + 0.5) / n - 1, y = 2.0 * (j + 0.5) / n - 1,
-                     z = 2.0 * (k + 0.5) / n - 1;
+std::vector<float> make_phantom(int n) { return make_phantom(n, n, n); }
+
+std::vector<float> make_phantom(int nx, int ny, int nz) {
+  if (nx < 2 || ny < 2 || nz < 2) throw std::invalid_argument("phantom size must be at least 2");
+  std::vector<float> v(std::size_t(nx) * ny * nz, 0.0f);
+  for (int k = 0; k < nz; ++k)
+    for (int j = 0; j < ny; ++j)
+      for (int i = 0; i < nx; ++i) {
+        const double x = 2.0 * (i + 0.5) / nx - 1, y = 2.0 * (j + 0.5) / ny - 1,
+                     z = 2.0 * (k + 0.5) / nz - 1;
         float val = 0.0f;
         for (const auto& e : kEllipsoids) {
           const double dx = (x - e.cx) / e.ax, dy = (y - e.cy) / e.ay, dz = (z - e.cz) / e.az;
           if (dx * dx + dy * dy + dz * dz <= 1.0) val = e.value;
         }
-        v[(std::size_t(k) * n + j) * n + i] = val;
+        v[(std::size_t(k) * ny + j) * nx + i] = val;
       }
   return v;
 }

@@ -145,4 +145,19 @@ TEST(Phantom, EllipsoidsOfSeveralValuesOnZeroBackground) {
   EXPECT_EQ(values.front(), 0.0f);
   EXPECT_EQ(values.back(), 1.0f);
   EXPECT_EQ(p[(std::size_t(n / 2) * n + n / 2) * n + n / 2], 0.2f);  // centre: interior
+  EXPECT_EQ(glint::recon::make_phantom(n, n, n), p);
+}
+
+// A detector's volume of slices: the same ellipsoids stretched to an nx x ny x nz box.
+TEST(Phantom, FillsABoxOfAnyExtent) {
+  const int nx = 40, ny = 24, nz = 8;
+  const auto p = glint::recon::make_phantom(nx, ny, nz);
+  ASSERT_EQ(p.size(), std::size_t(nx) * ny * nz);
+  auto at = [&](int i, int j, int k) { return p[(std::size_t(k) * ny + j) * nx + i]; };
+  EXPECT_EQ(at(0, 0, 0), 0.0f);                        // corner: background
+  EXPECT_EQ(at(nx / 2, ny / 2, nz / 2), 0.2f);         // centre: interior
+  EXPECT_EQ(at(nx / 2, ny / 2, 0), 0.0f);              // first slice: outside the body
+  EXPECT_EQ(at(nx / 2, ny / 2, 1), 0.2f);              // second slice: the interior
+  EXPECT_EQ(at(34, ny / 2, nz / 2), 0.5f);             // x = 0.725: the body's shell
+  EXPECT_THROW(glint::recon::make_phantom(40, 1, 8), std::invalid_argument);
 }
