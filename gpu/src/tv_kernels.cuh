@@ -58,7 +58,7 @@ __device__ __forceinline__ void st2(float* p, long long i, float a, float b) {
 // ---------------------------------------------------------------------------------------------
 // One voxel per thread: block (32, 8, 1), grid (ceil(nx/32), ceil(ny/8), nz).
 
-/// z = primal(b, r) (also the final x' = primal(b, p)).
+/// z = primal(b, r): the separate variant's first kernel.
 __global__ void primal_kernel(Geom g, const float* __restrict__ b, CDual r, float w, bool nonneg,
                               float* __restrict__ out) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
