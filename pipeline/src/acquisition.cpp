@@ -378,7 +378,6 @@ void Acquisition::finish_reconstruction() {
     st = w.stage_owner->stats();
   }
   st.volumes_failed += recon_failed_at_start_.load();
-  // weight, frames_per_slice and slices are in the file already (RunMetadata::reconstruction).
   ReconstructionSummary sum;
   sum.frames = st.frames;
   sum.volumes_done = st.volumes_done;

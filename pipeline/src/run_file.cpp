@@ -725,9 +725,6 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
   }
 
   ReconstructionSummary sum;
-  sum.weight = l.weight;
-  sum.frames_per_slice = l.frames_per_slice;
-  sum.slices = l.slices;
   sum.frames = u64_or("frames", 0);
   sum.volumes_done = u64_or("volumes_done", n);
   sum.volumes_dropped = u64_or("volumes_dropped", 0);

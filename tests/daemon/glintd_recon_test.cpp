@@ -187,11 +187,12 @@ void check_volumes(const pipeline::RunFileContents& f, const std::vector<pipelin
 /// The stage's totals in the file and in `stats`, for `want` volumes given to the stage.
 void check_totals(const RunResult& r, std::size_t want) {
   const auto& f = r.file;
+  ASSERT_TRUE(f.reconstruction_layout.has_value());
+  EXPECT_EQ(f.reconstruction_layout->weight, "centres");
+  EXPECT_EQ(f.reconstruction_layout->frames_per_slice, kFramesPerSlice);
+  EXPECT_EQ(f.reconstruction_layout->slices, kSlices);
   ASSERT_TRUE(f.reconstruction_summary.has_value());
   const auto& sum = *f.reconstruction_summary;
-  EXPECT_EQ(sum.weight, "centres");
-  EXPECT_EQ(sum.frames_per_slice, kFramesPerSlice);
-  EXPECT_EQ(sum.slices, kSlices);
   EXPECT_EQ(sum.frames, kDataFrames);
   EXPECT_EQ(sum.volumes_failed, 0u);
   EXPECT_EQ(sum.volumes_done + sum.volumes_dropped, want);

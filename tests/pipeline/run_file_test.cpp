@@ -293,10 +293,12 @@ TEST_F(RunFile, ReconstructionIsAppendedInPlaceDuringTheRun) {
   const RunFileContents r = read_run_file(file);
   EXPECT_FALSE(r.end_time.empty());
   EXPECT_EQ(r.clusters.n_clusters(), 3u);
+  ASSERT_TRUE(r.reconstruction_layout.has_value());
+  EXPECT_EQ(*r.reconstruction_layout, *recon_metadata().reconstruction);
+  EXPECT_EQ(r.reconstruction_layout->weight, "signal");
+  EXPECT_EQ(r.reconstruction_layout->frames_per_slice, 10u);
+  EXPECT_EQ(r.reconstruction_layout->slices, 3u);
   ASSERT_TRUE(r.reconstruction_summary.has_value());
-  EXPECT_EQ(r.reconstruction_summary->weight, "signal");
-  EXPECT_EQ(r.reconstruction_summary->frames_per_slice, 10u);
-  EXPECT_EQ(r.reconstruction_summary->slices, 3u);
   EXPECT_EQ(r.reconstruction_summary->frames, 50u);
   EXPECT_EQ(r.reconstruction_summary->volumes_done, 2u);
   EXPECT_EQ(r.reconstruction_summary->volumes_dropped, 1u);
@@ -389,7 +391,8 @@ TEST_F(RunFile, ReconstructionVisibleToAnotherProcessAndAfterACrash) {
   expect_volume(r.reconstruction[1], v1);
   ASSERT_TRUE(r.reconstruction_summary.has_value());
   EXPECT_EQ(r.reconstruction_summary->volumes_done, 2u);
-  EXPECT_EQ(r.reconstruction_summary->weight, "signal");
+  ASSERT_TRUE(r.reconstruction_layout.has_value());
+  EXPECT_EQ(*r.reconstruction_layout, *recon_metadata().reconstruction);
   EXPECT_EQ(files_in(dir), std::vector<fs::path>{"run_000009.h5"});
   ::close(to_parent[0]);
   ::close(to_child[1]);
@@ -460,7 +463,7 @@ TEST_F(RunFile, ReconstructionReadableByH5pyDuringAndAfterTheRun) {
     w.add_reconstruction(recon_volume(7, 3, 1.0f));
     EXPECT_EQ(check(1, "open"), 0) << "h5py (SWMR) during the run";
     w.add_reconstruction(recon_volume(37, 2, 1.0f));
-    w.set_reconstruction_summary(ReconstructionSummary{"signal", 10, 3, 50, 2, 0, 0});
+    w.set_reconstruction_summary(ReconstructionSummary{50, 2, 0, 0});
     w.close(nullptr);
   }
   EXPECT_EQ(check(2, "closed"), 0);

@@ -107,12 +107,9 @@ struct ReconstructionVolume {
   bool partial = false;                      ///< fewer slices than the layout's (end of the run)
 };
 
-/// What the reconstruction stage did over the whole run (attributes of /entry/reconstruction).
+/// What the reconstruction stage did over the whole run (attributes of /entry/reconstruction
+/// written at close; the run-constant ones are in ReconstructionLayout).
 struct ReconstructionSummary {
-  /// Read back from the layout's attributes; the writer takes them from
-  /// RunMetadata::reconstruction and ignores these.
-  std::string weight;  ///< centres | signal
-  uint32_t frames_per_slice = 0, slices = 0;
   uint64_t frames = 0, volumes_done = 0, volumes_dropped = 0, volumes_failed = 0;
 };
 
