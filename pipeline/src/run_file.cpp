@@ -63,7 +63,6 @@ struct Context {
 };
 
 using glint::hdf5::native_type;
-Hid make_string_type() { return glint::hdf5::string_type(); }
 
 void write_string_attr(const Context& c, hid_t obj, const char* name, const std::string& value) {
   if (!glint::hdf5::write_attribute(obj, name, value)) c.fail(std::string("attribute ") + name);
@@ -347,7 +346,7 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
     write_string_attr(c, entry.get(), "program_name", "glint");
     write_string_attr(c, entry.get(), "program_version", GLINT_VERSION);
     {
-      Hid type = make_string_type();
+      Hid type = hdf5::string_type();
       Hid space(c.id(H5Screate(H5S_SCALAR), "dataspace"), H5Sclose);
       Hid ds(c.id(H5Dcreate2(entry.get(), "config", type.get(), space.get(), H5P_DEFAULT,
                                 H5P_DEFAULT, H5P_DEFAULT),
@@ -619,7 +618,7 @@ bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
 std::string read_string_attr(const Context& c, hid_t obj, const char* name) {
   if (!has_attr(obj, name)) return {};
   Hid attr(c.id(H5Aopen(obj, name, H5P_DEFAULT), name), H5Aclose);
-  Hid type = make_string_type();
+  Hid type = hdf5::string_type();
   char* p = nullptr;
   c.check(H5Aread(attr.get(), type.get(), &p), name);
   std::string s = p ? p : "";
@@ -784,7 +783,7 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
     out.pedestal_window = read_numeric_attr<uint32_t>(c, det.get(), "pedestal_window").at(0);
     out.backend = read_string_attr(c, det.get(), "backend");
     Hid cfg(c.id(H5Dopen2(f, "entry/config", H5P_DEFAULT), "config"), H5Dclose);
-    Hid type = make_string_type();
+    Hid type = hdf5::string_type();
     char* p = nullptr;
     c.check(H5Dread(cfg.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), "config");
     out.config_yaml = p ? p : "";
