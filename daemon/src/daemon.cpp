@@ -94,7 +94,6 @@ void Daemon::start_run(const config::Config& cfg) {
             cfg.pedestal.keep_previous && last_pedestal_ ? 0u : cfg.pedestal.dark_frames,
             fmt::join(cfg.ingest.endpoints, " "));
   samples_.clear();
-  last_sample_ = {};
   run_ = std::make_unique<pipeline::Acquisition>(cfg, index, last_pedestal_);
 }
 
@@ -138,10 +137,9 @@ void Daemon::housekeeping() {
   std::string line;
   if (run_) {
     const auto s = run_->stats();
-    if (now - last_sample_ >= std::chrono::seconds(1)) {
+    if (samples_.empty() || now - samples_.back().t >= std::chrono::seconds(1)) {
       samples_.push_back(Sample{now, s.frames_processed, s.bytes, s.clusters});
       while (samples_.size() > 6) samples_.pop_front();
-      last_sample_ = now;
     }
     line = fmt::format("run {} {}: {} frames, {} clusters, {} dropped, {} bad", s.run_index,
                        to_string(s.state), s.frames_processed, s.clusters, s.dropped, s.bad_total);

@@ -77,7 +77,6 @@ class Daemon {
     uint64_t frames, bytes, clusters;
   };
   std::deque<Sample> samples_;          ///< one per second, the last few seconds of the run
-  std::chrono::steady_clock::time_point last_sample_{};
 
   mutable std::mutex mu_;               ///< guards the fields below
   std::optional<config::Config> pending_reload_;
