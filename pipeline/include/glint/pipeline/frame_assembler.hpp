@@ -93,7 +93,7 @@ class FrameAssembler {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool woken_ = false;  ///< wake() was called since the last pop()
+  bool woken_ = false;  ///< wake() was called since pop() last returned nullptr
   std::vector<FramePtr> free_;
   std::map<uint64_t, FramePtr> pending_;
   std::deque<FramePtr> ready_;
