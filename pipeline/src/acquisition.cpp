@@ -332,15 +332,6 @@ RunStats Acquisition::stats() const {
 void Acquisition::start_reconstruction() {
   Worker& w = *w_;
   const auto& r = cfg_.reconstruction;
-  recon::StageOptions o;
-  try {
-    o = stage_options(cfg_);
-  } catch (const std::exception& e) {
-    // Cluster finding goes on without it; stats and the file count it as failed.
-    log::error("run {}: reconstruction disabled for this run: {}", run_index_, e.what());
-    recon_failed_at_start_.store(1);
-    return;
-  }
   RunFileWriter* writer = &*w.writer;
   auto sink = [writer](recon::StageResult&& res) {
     ReconstructionVolume v;
@@ -358,9 +349,12 @@ void Acquisition::start_reconstruction() {
     // Appended to the run file in place; throws on failure: the stage counts it as failed.
     writer->add_reconstruction(v);
   };
+  recon::StageOptions o;
   try {
+    o = stage_options(cfg_);
     w.stage_owner = std::make_unique<recon::ReconstructionStage>(o, std::move(sink));
   } catch (const std::exception& e) {
+    // Cluster finding goes on without it; stats and the file count it as failed.
     log::error("run {}: reconstruction disabled for this run: {}", run_index_, e.what());
     recon_failed_at_start_.store(1);
     return;
