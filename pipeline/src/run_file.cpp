@@ -40,8 +40,11 @@ std::string hdf5_message() {
   return text.empty() ? "HDF5 error" : text;
 }
 
+/// Switches HDF5's printing of errors off for the calling thread (HDF5 keeps that setting per
+/// thread): called on entry to everything here that makes HDF5 calls, since a writer's methods
+/// run on the run's thread and the reconstruction thread, and each run has a thread of its own.
 void silence_hdf5() {
-  static const bool done = [] {
+  thread_local const bool done = [] {
     hdf5::silence_errors();
     return true;
   }();
@@ -417,6 +420,7 @@ RunFileWriter::RunFileWriter(RunFileWriter&&) noexcept = default;
 RunFileWriter& RunFileWriter::operator=(RunFileWriter&&) noexcept = default;
 
 void RunFileWriter::write_start_pedestal(const PedestalState& p) {
+  silence_hdf5();
   Impl& m = *impl_;
   std::lock_guard io(m.io_mu);
   if (p.shape != m.finder.shape) throw OutputError(m.path.string() + ": pedestal shape differs");
@@ -428,6 +432,7 @@ void RunFileWriter::write_start_pedestal(const PedestalState& p) {
 
 void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> timestamps,
                            std::span<const uint8_t> flags) {
+  silence_hdf5();
   Impl& m = *impl_;
   std::lock_guard io(m.io_mu);
   if (m.closed) throw OutputError(m.path.string() + ": append after close");
@@ -461,6 +466,7 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
 }
 
 void RunFileWriter::append_empty_frames(std::span<const FrameRow> rows) {
+  silence_hdf5();
   Impl& m = *impl_;
   std::lock_guard io(m.io_mu);
   if (m.closed) throw OutputError(m.path.string() + ": append after close");
@@ -476,6 +482,7 @@ void RunFileWriter::append_empty_frames(std::span<const FrameRow> rows) {
 }
 
 void RunFileWriter::add_reconstruction(const ReconstructionVolume& v) {
+  silence_hdf5();
   Impl& m = *impl_;
   const std::size_t n = std::size_t(v.nx) * v.ny * v.nz;
   if (n == 0 || v.input.size() != n || v.output.size() != n)
@@ -546,6 +553,7 @@ void write_recon_summary(const Context& c, hid_t entry, const ReconstructionSumm
 }  // namespace
 
 void RunFileWriter::flush() {
+  silence_hdf5();
   Impl& m = *impl_;
   std::lock_guard io(m.io_mu);
   if (m.closed) return;
@@ -553,6 +561,7 @@ void RunFileWriter::flush() {
 }
 
 void RunFileWriter::close(const PedestalState* end) {
+  silence_hdf5();
   Impl& m = *impl_;
   if (m.closed) return;
   m.closed = true;

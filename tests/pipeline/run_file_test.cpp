@@ -163,6 +163,19 @@ TEST_F(RunFile, MissingDirectoryIsAClearError) {
   EXPECT_THROW(RunFileWriter(file, metadata()), OutputError);
 }
 
+// HDF5 prints its error stack unless told not to, and that setting is per thread: a run file's
+// errors on any thread (each run has its own, the reconstruction another) are thrown, naming
+// the file, and never printed.
+TEST_F(RunFile, ErrorsOnAnyThreadAreThrownNotPrinted) {
+  testing::internal::CaptureStderr();
+  std::thread([&] { EXPECT_THROW(read_run_file(dir / "missing.h5"), OutputError); }).join();
+  std::thread([&] {
+    EXPECT_THROW(RunFileWriter(dir / "no_such_dir" / "run.h5", metadata()), OutputError);
+  }).join();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("HDF5"), std::string::npos) << err;
+}
+
 TEST_F(RunFile, ReadableByH5py) {
   if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "h5py is not installed (scripts/setup.sh installs python3-h5py)";
