@@ -9,6 +9,7 @@
 
 #include "tool_test.hpp"
 
+using glint::testing::expect_failure;
 using glint::testing::run_glint;
 using glint::testing::ToolResult;
 
@@ -49,5 +50,5 @@ TEST_F(GlintBenchPipeline, RoundsReportEveryLegAndTheirMedians) {
   EXPECT_DOUBLE_EQ(j["median_frames_per_s"][0].get<double>(), floor_fps[1]);
   EXPECT_DOUBLE_EQ(j["median_frames_per_s"][1].get<double>(), pipeline_fps[1]);
   EXPECT_DOUBLE_EQ(j["ratio_to_floor"].get<double>(), pipeline_fps[1] / floor_fps[1]);
-  EXPECT_EQ(run_glint("bench pipeline --repeat 0").status, 2);
+  expect_failure("bench pipeline --repeat 0", 2, "--repeat: Value 0 not in range 1 to 100");
 }
