@@ -251,10 +251,12 @@ void add_bench_pipeline(CLI::App& bench) {
   cmd->callback([a] {
     if (a->ports == 0 || a->size % a->ports != 0)
       fail("glint bench pipeline", "--ports must divide --size", kExitUsage);
-    auto endpoints = [&](int offset) {
+    // The endpoints of the next leg: fresh ports for every leg when --base-port is given.
+    int next_port = a->base_port;
+    auto endpoints = [&] {
       std::vector<std::string> eps;
       for (uint32_t p = 0; p < a->ports; ++p)
-        eps.push_back(a->base_port > 0 ? fmt::format("tcp://127.0.0.1:{}", a->base_port + offset + static_cast<int>(p))
+        eps.push_back(a->base_port > 0 ? fmt::format("tcp://127.0.0.1:{}", next_port++)
                                        : std::string("tcp://127.0.0.1:*"));
       return eps;
     };
@@ -299,15 +301,12 @@ void add_bench_pipeline(CLI::App& bench) {
     // rounds[r] = {floor, pipeline, pipeline + reconstruction}, as far as asked for.
     std::vector<std::vector<Leg>> rounds;
     try {
-      int offset = 0;  // fresh ports for every leg when --base-port is given
       for (uint32_t r = 0; r < a->repeat; ++r) {
         std::vector<Leg> legs;
-        sim.endpoints = endpoints(offset);
-        offset += static_cast<int>(a->ports);
+        sim.endpoints = endpoints();
         legs.push_back(run_floor(sim, a->hwm));
         if (!a->floor_only) {
-          sim.endpoints = endpoints(offset);
-          offset += static_cast<int>(a->ports);
+          sim.endpoints = endpoints();
           legs.push_back(run_pipeline(sim, cfg));
           std::filesystem::remove_all(a->output);
           if (a->recon_slices > 0) {
@@ -318,8 +317,7 @@ void add_bench_pipeline(CLI::App& bench) {
             with.reconstruction.slices = a->recon_slices;
             with.reconstruction.frames_per_slice = a->recon_frames_per_slice;
             with.reconstruction.backend = a->backend;
-            sim.endpoints = endpoints(offset);
-            offset += static_cast<int>(a->ports);
+            sim.endpoints = endpoints();
             legs.push_back(run_pipeline(sim, with));
             std::filesystem::remove_all(a->output);
           }

@@ -880,7 +880,7 @@ class GpuEngine final : public GpuClusterFinder {
       if (tl) ls.d0.record(os);
       const uint64_t want = lane.copy_clusters == 0 ? ls.out_capacity : lane.copy_clusters;
       ls.copied = std::min<uint64_t>(want, ls.out_capacity);
-      copy_results(lane, ls, 0, ls.copied, os);
+      copy_results(ls, 0, ls.copied, os);
       if (tl) ls.d1.record(os);
       ls.done.record(os);
     } else {
@@ -905,9 +905,7 @@ class GpuEngine final : public GpuClusterFinder {
 
   /// Copies clusters [c0, c1) of slot ls's device results into its host buffer (with c0 == 0
   /// also the overflow flag and the per-frame counts).
-  void copy_results(const Lane& lane, const LaneSlot& ls, uint64_t c0, uint64_t c1,
-                    cudaStream_t s) const {
-    (void)lane;
+  void copy_results(const LaneSlot& ls, uint64_t c0, uint64_t c1, cudaStream_t s) const {
     const OutLayout l = out_layout(options_.batch_frames, ls.out_capacity, values_);
     const auto copy = [&](std::size_t from, std::size_t to) {
       if (to > from)
@@ -952,7 +950,7 @@ class GpuEngine final : public GpuClusterFinder {
         // More than the copy brought back (the load rose): the rest now, then a larger copy.
         if (total > ls.copied) {
           ++stats_.result_recopies;
-          copy_results(lane, ls, ls.copied, total, ls.out_stream.get());
+          copy_results(ls, ls.copied, total, ls.out_stream.get());
           ls.out_stream.synchronize();
         }
         lane.copy_clusters = total + total / 4 + 16 * static_cast<uint64_t>(options_.batch_frames);

@@ -228,6 +228,17 @@ struct PairFaces {
   bool lx0, lx1, ly, lz, has1;
 };
 
+/// Operations 2 and 3 for an x-neighbour pair: p' = project(r, gradient of z) of the left voxel
+/// (r0) and, if has1, of the right one (r1; else 0). zc: z of the pair, zx1: z right of it, zy: z
+/// of the row above, za: z of the plane above.
+__device__ __forceinline__ void pair_project(const Vec3& r0, const Vec3& r1, float2 zc, float zx1,
+                                             float2 zy, float2 za, PairFaces f, float cst,
+                                             Vec3& p0, Vec3& p1) {
+  p0 = m::project(r0, m::gradient(zc.x, zc.y, zy.x, za.x, f.lx0, f.ly, f.lz), cst);
+  p1 = Vec3{0.f, 0.f, 0.f};
+  if (f.has1) p1 = m::project(r1, m::gradient(zc.y, zx1, zy.y, za.y, f.lx1, f.ly, f.lz), cst);
+}
+
 /// The end of a pair kernel's step at one plane: the projections of r plus the gradients of z (z
 /// of the pair, of the voxel right of it, of the row above and of the plane above), then p' to
 /// `out` (two-state) or p' to p in place and r' = momentum(p', p_old) to `out` (fused).
@@ -236,12 +247,9 @@ __device__ __forceinline__ void pair_update(const Vec3x2& r, float2 zc, float zx
                                             float2 zz, PairFaces f, float cst,
                                             const Vec3x2& pold, float mom, const Dual& p,
                                             const Dual& out, long long i) {
-  const Vec3 p0 = m::project(Vec3{r.x.x, r.y.x, r.z.x},
-                             m::gradient(zc.x, zc.y, zy.x, zz.x, f.lx0, f.ly, f.lz), cst);
-  Vec3 p1{0.f, 0.f, 0.f};
-  if (f.has1)
-    p1 = m::project(Vec3{r.x.y, r.y.y, r.z.y},
-                    m::gradient(zc.y, zx1, zy.y, zz.y, f.lx1, f.ly, f.lz), cst);
+  Vec3 p0, p1;
+  pair_project(Vec3{r.x.x, r.y.x, r.z.x}, Vec3{r.x.y, r.y.y, r.z.y}, zc, zx1, zy, zz, f, cst, p0,
+               p1);
   if constexpr (kTwoState) {
     st2(out.x, i, p0.x, p1.x);
     st2(out.y, i, p0.y, p1.y);
@@ -1274,12 +1282,10 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       const float2 zu = kReload ? s1z[u & 1][wp][lane] : make_float2(z1u[0], z1u[1]);
       const float zxp1 = shfl_down1(zu.x);
       if (I || (u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend)) {
-        const bool lz = !I && u == g.nz - 1;
-        const float2 zyp = s1z[u & 1][wup][lane];
-        const Vec3 pn0 = m::project(
-            r1u[0], m::gradient(zu.x, zu.y, zyp.x, z1q[0], lastx0, lasty, lz), cst);
-        const Vec3 pn1 = m::project(
-            r1u[1], m::gradient(zu.y, zxp1, zyp.y, z1q[1], lastx1, lasty, lz), cst);
+        Vec3 pn0, pn1;
+        pair_project(r1u[0], r1u[1], zu, zxp1, s1z[u & 1][wup][lane],
+                     make_float2(z1q[0], z1q[1]),
+                     PairFaces{lastx0, lastx1, lasty, !I && u == g.nz - 1, true}, cst, pn0, pn1);
         const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
         if ((I || (u >= z0 && u < zend)) && tile) st2(n1, ub, pn0, pn1);
         if constexpr (kReload) {
@@ -1318,12 +1324,10 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       const float2 zv = kReload ? s2z[v & 1][wp][lane] : make_float2(z2v[0], z2v[1]);
       const float zxp1 = shfl_down1(zv.x);
       if ((I || (v >= z0 && v < zend)) && tile) {
-        const bool lz = !I && v == g.nz - 1;
-        const float2 zyp = s2z[v & 1][wup][lane];
-        const Vec3 pn0 = m::project(
-            r2v[0], m::gradient(zv.x, zv.y, zyp.x, z2u[0], lastx0, lasty, lz), cst);
-        const Vec3 pn1 = m::project(
-            r2v[1], m::gradient(zv.y, zxp1, zyp.y, z2u[1], lastx1, lasty, lz), cst);
+        Vec3 pn0, pn1;
+        pair_project(r2v[0], r2v[1], zv, zxp1, s2z[v & 1][wup][lane],
+                     make_float2(z2u[0], z2u[1]),
+                     PairFaces{lastx0, lastx1, lasty, !I && v == g.nz - 1, true}, cst, pn0, pn1);
         const long long vb = I ? qbase - 2 * g.plane : static_cast<long long>(v) * g.plane;
         st2(n2, vb, pn0, pn1);
       }
@@ -1415,13 +1419,6 @@ __global__ void gradient_step_kernel(Geom g, const float* __restrict__ x,
     st2(res, i, b0, b1);
   else
     res[i] = b0;
-}
-
-/// A plain float4 device copy, for the bandwidth floor measured in the same run.
-__global__ void copy_kernel(long long n4, const float4* __restrict__ in, float4* __restrict__ out) {
-  for (long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; k < n4;
-       k += static_cast<long long>(gridDim.x) * blockDim.x)
-    out[k] = in[k];
 }
 
 }  // namespace glint::gpu::tvk

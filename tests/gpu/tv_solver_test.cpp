@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "glint/gpu/tv_solver.hpp"
@@ -47,6 +48,39 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 // Odd sizes: partial tiles on every axis, and more z planes than one marching chunk.
 const Dims kOdd{37, 19, 21};
 const Dims kChunked{70, 41, 35};
+
+/// Tuning variables for one GPU solver construction: set() sets a name (or, for nullptr, unsets
+/// it); every name set is unset again when this goes out of scope.
+class TuningEnv {
+ public:
+  ~TuningEnv() {
+    for (const std::string& n : names_) unsetenv(n.c_str());
+  }
+  void set(const char* name, const char* value) {
+    names_.emplace_back(name);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+
+ private:
+  std::vector<std::string> names_;
+};
+
+/// The GPU denoise of (b, p0) by variant v, with the tuning variables now set, against the CPU's
+/// result (pc, xc), bit for bit; `what` names the setting in a failure.
+void expect_denoise_is_cpus(const Dims& d, Variant v, const std::vector<float>& b,
+                            const std::vector<float>& p0, int steps, const std::vector<float>& pc,
+                            const std::vector<float>& xc, const std::string& what) {
+  glint::gpu::GpuReconstructor gpu(d, v, false);
+  std::vector<float> pg(p0), xg(d.voxels(), std::numeric_limits<float>::quiet_NaN());
+  gpu.denoise(b, 0.08f, steps, true, pg, xg);
+  EXPECT_EQ(bit_mismatches(pg, pc), 0u) << glint::tv::variant_name(v) << " " << what << " steps "
+                                         << steps;
+  EXPECT_EQ(bit_mismatches(xg, xc), 0u) << glint::tv::variant_name(v) << " " << what << " steps "
+                                         << steps;
+}
 
 }  // namespace
 
@@ -101,12 +135,6 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
                               {nullptr, nullptr, nullptr, nullptr, "4", nullptr, "1"},
                               {nullptr, nullptr, nullptr, nullptr, "8", nullptr, "1"},
                               {nullptr, nullptr, nullptr, nullptr, "2", nullptr, "0"}};
-  auto set = [](const char* name, const char* value) {
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  };
   for (const Dims& d : {kOdd, kChunked}) {
     const std::size_t n = d.voxels();
     const auto b = random_volume(n, 11, -0.5f, 1.5f);
@@ -116,29 +144,22 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
       std::vector<float> pc(p0), xc(n);
       cpu.denoise(b, 0.08f, steps, true, pc, xc);
       for (const Setting& st : settings) {
-        set("GLINT_TV_KERNEL", st.kernel);
-        set("GLINT_TV_ROWS", st.rows);
-        set("GLINT_TV_AHEAD", st.ahead);
-        set("GLINT_TV_CHUNK", st.chunk);
-        set("GLINT_TV_ZRUN", st.zrun);
-        set("GLINT_TV_PAIRS", st.pairs);
-        set("GLINT_TV_SHUFFLE", st.shuffle);
-        for (Variant v : glint::tv::kAllVariants) {
-          glint::gpu::GpuReconstructor gpu(d, v, false);
-          std::vector<float> pg(p0), xg(n, std::numeric_limits<float>::quiet_NaN());
-          gpu.denoise(b, 0.08f, steps, true, pg, xg);
-          EXPECT_EQ(bit_mismatches(pg, pc), 0u)
-              << glint::tv::variant_name(v) << " kernel " << st.kernel << " steps " << steps;
-          EXPECT_EQ(bit_mismatches(xg, xc), 0u)
-              << glint::tv::variant_name(v) << " kernel " << st.kernel << " steps " << steps;
-        }
+        TuningEnv env;
+        env.set("GLINT_TV_KERNEL", st.kernel);
+        env.set("GLINT_TV_ROWS", st.rows);
+        env.set("GLINT_TV_AHEAD", st.ahead);
+        env.set("GLINT_TV_CHUNK", st.chunk);
+        env.set("GLINT_TV_ZRUN", st.zrun);
+        env.set("GLINT_TV_PAIRS", st.pairs);
+        env.set("GLINT_TV_SHUFFLE", st.shuffle);
+        for (Variant v : glint::tv::kAllVariants)
+          expect_denoise_is_cpus(d, v, b, p0, steps, pc, xc,
+                                 std::string("kernel ") + (st.kernel ? st.kernel : "default") +
+                                     " zrun " + (st.zrun ? st.zrun : "default") + " shuffle " +
+                                     (st.shuffle ? st.shuffle : "default"));
       }
     }
   }
-  for (const char* name :
-       {"GLINT_TV_KERNEL", "GLINT_TV_ROWS", "GLINT_TV_AHEAD", "GLINT_TV_CHUNK", "GLINT_TV_ZRUN",
-        "GLINT_TV_PAIRS", "GLINT_TV_SHUFFLE"})
-    unsetenv(name);
 }
 
 // Every built shape of the register-marching kernels (rows per warp, loads ahead, warps per block,
@@ -167,17 +188,6 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
                                    {"1", "1", "16", "1", "3", "2"},
                                    {"1", "1", "16", "2", nullptr, "2"},
                                    {"1", "1", "24", "1", "3", "2"}};
-  const char* names[] = {"GLINT_TV_KERNEL", "GLINT_TV_ROWS",  "GLINT_TV_AHEAD", "GLINT_TV_WARPS",
-                         "GLINT_TV_BLOCKS", "GLINT_TV_CHUNK", "GLINT_TV_COLS"};
-  auto apply = [&](const Shape& sh) {
-    const char* values[] = {"march", sh.rows, sh.ahead, sh.warps, sh.blocks, sh.chunk, sh.cols};
-    for (int k = 0; k < 7; ++k) {
-      if (values[k])
-        setenv(names[k], values[k], 1);
-      else
-        unsetenv(names[k]);
-    }
-  };
   for (const Dims& d : {kOdd, kChunked}) {
     const std::size_t n = d.voxels();
     const auto b = random_volume(n, 21, -0.5f, 1.5f);
@@ -187,25 +197,24 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
       std::vector<float> pc(p0), xc(n);
       cpu.denoise(b, 0.08f, steps, true, pc, xc);
       auto check = [&](const Shape& sh, Variant v) {
-        apply(sh);
-        glint::gpu::GpuReconstructor gpu(d, v, false);
-        std::vector<float> pg(p0), xg(n, std::numeric_limits<float>::quiet_NaN());
-        gpu.denoise(b, 0.08f, steps, true, pg, xg);
-        EXPECT_EQ(bit_mismatches(pg, pc), 0u)
-            << glint::tv::variant_name(v) << " rows " << sh.rows << " ahead " << sh.ahead
-            << " warps " << sh.warps << " blocks " << sh.blocks << " columns "
-            << (sh.cols ? sh.cols : "1") << " steps " << steps;
-        EXPECT_EQ(bit_mismatches(xg, xc), 0u)
-            << glint::tv::variant_name(v) << " rows " << sh.rows << " ahead " << sh.ahead
-            << " warps " << sh.warps << " blocks " << sh.blocks << " columns "
-            << (sh.cols ? sh.cols : "1") << " steps " << steps;
+        TuningEnv env;
+        env.set("GLINT_TV_KERNEL", "march");
+        env.set("GLINT_TV_ROWS", sh.rows);
+        env.set("GLINT_TV_AHEAD", sh.ahead);
+        env.set("GLINT_TV_WARPS", sh.warps);
+        env.set("GLINT_TV_BLOCKS", sh.blocks);
+        env.set("GLINT_TV_CHUNK", sh.chunk);
+        env.set("GLINT_TV_COLS", sh.cols);
+        expect_denoise_is_cpus(d, v, b, p0, steps, pc, xc,
+                               std::string("rows ") + sh.rows + " ahead " + sh.ahead + " warps " +
+                                   sh.warps + " blocks " + sh.blocks + " columns " +
+                                   (sh.cols ? sh.cols : "1"));
       };
       for (const Shape& sh : step_shapes)
         for (Variant v : {Variant::fused_march, Variant::two_state}) check(sh, v);
       for (const Shape& sh : temporal_shapes) check(sh, Variant::temporal);
     }
   }
-  for (const char* name : names) unsetenv(name);
 }
 
 // Denoising (identity, no FFT): the whole solve is the shared arithmetic only, so CPU and every

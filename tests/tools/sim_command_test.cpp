@@ -6,11 +6,10 @@
 #include "tool_test.hpp"
 
 using glint::testing::expect_failure;
-using glint::testing::run_glint;
 
 TEST(GlintSim, RejectsABadFaultPeriod) {
   for (const std::string every : {"x", "-1", "0", "", "3x"})
     expect_failure("sim --frames 1 --fault gap:" + every, 2,
                    "--fault gap:" + every + ": EVERY must be a whole number >= 1");
-  EXPECT_EQ(run_glint("sim --frames 1 --fault nonsense").status, 2);
+  expect_failure("sim --frames 1 --fault nonsense", 2, "unknown fault 'nonsense'");
 }
