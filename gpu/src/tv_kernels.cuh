@@ -1172,6 +1172,55 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   march_planes_split<D>(z0 - 2, zend + 1, q0i, q1i, A, B, load, body);
 }
 
+/// Asynchronous 8-byte copy global -> shared (cp.async, sm_80 and later): `bytes` (0, 4 or 8) are
+/// read from `src`, the rest of the 8 bytes is zero-filled. The copy is in flight until the
+/// issuing thread waits for its group (cp_async_wait); it holds no registers meanwhile.
+__device__ __forceinline__ void cp_async8(float2* dst, const float* src, int bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/// Dynamic shared memory of temporal_pair_kernel<W, MinBlocks, D>: the four exchanged rows, two
+/// planes each, and D + 2 planes of the seven input volumes (p_k, p_{k-1}, b), one float2 per
+/// thread each.
+constexpr int temporal_stage_bytes(int W, int D) { return (4 * 2 + (D + 2) * 7) * W * 32 * 8; }
+
+/// mbarriers in shared memory (sm_80 and later): one arrival (one lane, after the warp's writes)
+/// completes a phase; waiting threads are suspended by the hardware instead of spinning.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(unsigned long long* b) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
+  __syncwarp();
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(b))
+                 : "memory");
+  }
+}
+/// Waits until the phase of parity `parity` of the mbarrier has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* b, unsigned parity) {
+  unsigned ok;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(smem_addr(b)), "r"(parity)
+        : "memory");
+  } while (!ok);
+}
 /// The temporal kernel with two columns per lane: a block of W warps owns a 64-column, W-row
 /// region (lane = a pair of columns, warp = a row), marches along z and makes two FGP steps per
 /// pass as temporal_march_kernel does (the same five stages, the same neighbours, halo 2), with
@@ -1179,20 +1228,34 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
 /// shuffles, shared-memory exchange, barriers) is shared by two points. Outputs: 60 x (W - 4).
 /// Regions start at an even column (rows are padded to an even length), so pairs are aligned;
 /// the right point of a pair at x = nx (the first padding column) is read but zeroed.
-/// kReload: p_k and b at u = q - 1 are read again (from L1/L2) where stages (3) and (4) need
-/// them instead of being carried from plane q in registers (the same values, so the same bits;
-/// 8 registers fewer, so that 32 warps fit in 64 registers per thread).
-template <int W, int MinBlocks, bool kReload = (W > 24)>
+/// The inputs of plane q + D (p_k, p_{k-1}, b) are copied into shared memory by cp.async while
+/// plane q is processed (a ring of D + 2 planes per thread: q - 1 .. q + D, each slot read only
+/// by the thread that filled it), so no register waits on a global load, and p_k and b at
+/// u = q - 1 are read back from the ring where stages (3) and (4) need them.
+/// kReload: the thread's own z rows at u and v are read back from the shared rows instead of
+/// being carried in registers (the same values, so the same bits; fewer registers).
+template <int W, int MinBlocks, int D = 1, bool kReload = (W > 24)>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
     temporal_pair_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1,
                          Dual n2, float w, bool nonneg, float cst, float ma, float mb,
                          int chunk) {
-  // The r_y rows are written and read between the same two barriers of one plane, so one buffer
-  // each; the z rows are read one plane after they are written, so two.
-  __shared__ float2 s1y[W][32];     // r_{k+1}.y of each warp's row
-  __shared__ float2 s1z[2][W][32];  // z_{k+1}
-  __shared__ float2 s2y[W][32];     // r_{k+2}.y
-  __shared__ float2 s2z[2][W][32];  // z_{k+2}
+  // Each warp's rows, two planes each: r_{k+1}.y, z_{k+1}, r_{k+2}.y and z_{k+2}; then the ring
+  // of input planes, [D + 2 slots][7 volumes][W * 32 threads].
+  extern __shared__ float2 dyn[];
+  using Rows = float2[2][W][32];
+  Rows& s1y = reinterpret_cast<Rows*>(dyn)[0];
+  Rows& s1z = reinterpret_cast<Rows*>(dyn)[1];
+  Rows& s2y = reinterpret_cast<Rows*>(dyn)[2];
+  Rows& s2z = reinterpret_cast<Rows*>(dyn)[3];
+  float2* const ring = dyn + 4 * 2 * W * 32;
+  constexpr int kSlots = D + 2;
+  // A warp waits only for its two neighbours, not for the whole block: each warp signals the end
+  // of its stages A (r_{k+1}.y row written), B (z_{k+1} and r_{k+2}.y rows) and C (z_{k+2} row)
+  // at every plane on an mbarrier of its own, one per stage and plane parity. A neighbour is
+  // never two phases of one such barrier ahead of a waiter, so the phase parity is unambiguous;
+  // the rows are double-buffered, and every overwrite of a row waits (through the neighbours'
+  // signals) for the read of the value it replaces.
+  __shared__ unsigned long long bars[3][2][W];
   const int lane = threadIdx.x, wp = threadIdx.y;
   const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
   const int gx = blockIdx.x * 60 - 2 + 2 * lane;  // the pair's left column
@@ -1200,31 +1263,33 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   const bool oky = gy >= 0 && gy < g.ny;
   const bool ok0 = oky && gx >= 0 && gx < g.nx, ok1 = ok0 && gx + 1 < g.nx;
   const unsigned off = ok0 ? static_cast<unsigned>(gy * static_cast<int>(g.px) + gx) : 0u;
+  const int bytes = ok1 ? 8 : (ok0 ? 4 : 0);
   const bool hasxm0 = gx > 0, hasxm1 = gx + 1 > 0, hasym = gy > 0;
   const bool lastx0 = gx == g.nx - 1, lastx1 = gx + 1 == g.nx - 1, lasty = gy == g.ny - 1;
   const bool tile = oky && lane >= 1 && lane <= 30 && wp >= 2 && wp < W - 2;
   const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
-  const int q0i = z0 + 2, q1i = min(zend + 1, g.nz - 1) - 1;
+  const int q0i = z0 + 2, q1i = min(zend + 1, g.nz - 1) - D;
   long long qbase = static_cast<long long>(z0 - 2) * g.plane;
-  using Buf = float2[7];
-  auto ld2z = [&](const float* __restrict__ p, long long base, bool in) {
-    float2 v = in && ok0 ? __ldg(reinterpret_cast<const float2*>(opaque(p + base) + off))
-                         : make_float2(0.f, 0.f);
-    v.y = ok1 ? v.y : 0.f;
-    return v;
-  };
-  // Plane q's loads: p_k in [0..2], p_{k-1} in [3..5], b in [6].
-  auto load = [&](Buf& L, int q, auto interior) {
+  // This thread's slot of volume a in ring slot s.
+  float2* const mine = ring + wp * 32 + lane;
+  auto slot = [&](int s, int a) -> float2& { return mine[(s * 7 + a) * (W * 32)]; };
+  // Issues plane q's copies into ring slot s (zeros outside the volume), then commits the group
+  // (an empty one past the chunk's last plane, so that the group count stays one per plane).
+  auto issue = [&](int s, int q, auto interior) {
     constexpr bool I = decltype(interior)::value;
     const bool in = I || (q >= 0 && q < g.nz && q <= zend + 1);
-    const long long base = I ? qbase + g.plane : static_cast<long long>(in ? q : 0) * g.plane;
-    L[0] = ld2z(cur.x, base, in);
-    L[1] = ld2z(cur.y, base, in);
-    L[2] = ld2z(cur.z, base, in);
-    L[3] = ld2z(prev.x, base, in);
-    L[4] = ld2z(prev.y, base, in);
-    L[5] = ld2z(prev.z, base, in);
-    L[6] = ld2z(b, base, in);
+    if (I || q <= zend + 1) {
+      const long long base = I ? qbase + D * g.plane : static_cast<long long>(in ? q : 0) * g.plane;
+      const int n = in ? bytes : 0;
+      cp_async8(&slot(s, 0), opaque(cur.x + base) + off, n);
+      cp_async8(&slot(s, 1), opaque(cur.y + base) + off, n);
+      cp_async8(&slot(s, 2), opaque(cur.z + base) + off, n);
+      cp_async8(&slot(s, 3), opaque(prev.x + base) + off, n);
+      cp_async8(&slot(s, 4), opaque(prev.y + base) + off, n);
+      cp_async8(&slot(s, 5), opaque(prev.z + base) + off, n);
+      cp_async8(&slot(s, 6), opaque(b + base) + off, n);
+    }
+    cp_async_commit();
   };
   auto st2 = [&](const Dual& d, long long base, const Vec3& a, const Vec3& c) {
     if (ok1) {
@@ -1237,35 +1302,46 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       opaque(d.z + base)[off] = a.z;
     }
   };
-  // Carried (index 0: left point, 1: right point): at u = q - 1: r_{k+1}, p_k, b, z_{k+1}; at
-  // v = q - 2: r_{k+2}, z_{k+2}.
-  Vec3 r1u[2], cu[2], r2v[2];
-  float bu[2], z1u[2], z2v[2];
+  // Carried (index 0: left point, 1: right point): r_{k+1} and z_{k+1} at u = q - 1; r_{k+2}
+  // and z_{k+2} at v = q - 2. Ring slots: su (plane u), sq (q), sn (q + D).
+  Vec3 r1u[2], r2v[2];
+  float z1u[2], z2v[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    r1u[j] = cu[j] = r2v[j] = Vec3{0.f, 0.f, 0.f};
-    bu[j] = z1u[j] = z2v[j] = 0.f;
+    r1u[j] = r2v[j] = Vec3{0.f, 0.f, 0.f};
+    z1u[j] = z2v[j] = 0.f;
   }
-  auto body = [&](int q, Buf& L, auto interior) {
+  auto next = [](int s) { return s == kSlots - 1 ? 0 : s + 1; };
+  int su = kSlots - 1, sq = 0, sn = D;
+  auto body = [&](int q, auto interior) {
     constexpr bool I = decltype(interior)::value;
-    // (1) r_{k+1} at q; the loads of plane q + 1.
-    Vec3 r1q[2], cq[2];
+    // (1) The copies of plane q + D; r_{k+1} at q from plane q's slot once it has landed.
+    issue(sn, q + D, interior);
+    cp_async_wait<D>();
+    Vec3 r1q[2];
     float bq[2];
-    cq[0] = Vec3{L[0].x, L[1].x, L[2].x};
-    cq[1] = Vec3{L[0].y, L[1].y, L[2].y};
-    r1q[0] = m::momentum(cq[0], Vec3{L[3].x, L[4].x, L[5].x}, ma);
-    r1q[1] = m::momentum(cq[1], Vec3{L[3].y, L[4].y, L[5].y}, ma);
-    bq[0] = L[6].x;
-    bq[1] = L[6].y;
-    if (I || q + 1 <= zend + 1) load(L, q + 1, interior);
-    s1y[wp][lane] = make_float2(r1q[0].y, r1q[1].y);
-    __syncthreads();
+    {
+      const float2 c0 = slot(sq, 0), c1 = slot(sq, 1), c2 = slot(sq, 2);
+      const float2 p0 = slot(sq, 3), p1 = slot(sq, 4), p2 = slot(sq, 5), bb = slot(sq, 6);
+      r1q[0] = m::momentum(Vec3{c0.x, c1.x, c2.x}, Vec3{p0.x, p1.x, p2.x}, ma);
+      r1q[1] = m::momentum(Vec3{c0.y, c1.y, c2.y}, Vec3{p0.y, p1.y, p2.y}, ma);
+      bq[0] = bb.x;
+      bq[1] = bb.y;
+    }
+    // The plane's index in the pass, j: its mbarriers are [j & 1], the phase (j >> 1) & 1; those
+    // of plane j - 1 likewise.
+    const unsigned j = static_cast<unsigned>(q - (z0 - 2)), jb = j & 1, jp = (j >> 1) & 1,
+                   ib = jb ^ 1, ip = ((j - 1) >> 1) & 1;
+    s1y[q & 1][wp][lane] = make_float2(r1q[0].y, r1q[1].y);
+    mbar_arrive(&bars[0][jb][wp]);
+    mbar_wait(&bars[0][jb][wdn], jp);                // r_{k+1}.y of the row below at q
+    if (j > 0) mbar_wait(&bars[1][ib][wup], ip);     // z_{k+1} of the row above at u
     // (2) z_{k+1} at q.
     float z1q[2];
     {
       const bool in = I || (q >= 0 && q < g.nz && q >= z0 - 1), below = I || q > 0;
       const float rxm0 = shfl_up1(r1q[1].x);
-      const float2 rym = s1y[wdn][lane];
+      const float2 rym = s1y[q & 1][wdn][lane];
       z1q[0] = in ? m::primal(bq[0], r1q[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
                               below ? r1u[0].z : 0.0f, w, nonneg)
                   : 0.0f;
@@ -1278,7 +1354,6 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     const int u = q - 1;
     Vec3 r2u[2] = {Vec3{0.f, 0.f, 0.f}, Vec3{0.f, 0.f, 0.f}};
     {
-      // kReload: the thread's own z_{k+1} at u from the shared row it wrote one plane before.
       const float2 zu = kReload ? s1z[u & 1][wp][lane] : make_float2(z1u[0], z1u[1]);
       const float zxp1 = shfl_down1(zu.x);
       if (I || (u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend)) {
@@ -1288,32 +1363,26 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
                      PairFaces{lastx0, lastx1, lasty, !I && u == g.nz - 1, true}, cst, pn0, pn1);
         const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
         if ((I || (u >= z0 && u < zend)) && tile) st2(n1, ub, pn0, pn1);
-        if constexpr (kReload) {
-          const float2 cx = ld2z(cur.x, ub, true), cy = ld2z(cur.y, ub, true),
-                       cz = ld2z(cur.z, ub, true);
-          r2u[0] = m::momentum(pn0, Vec3{cx.x, cy.x, cz.x}, mb);
-          r2u[1] = m::momentum(pn1, Vec3{cx.y, cy.y, cz.y}, mb);
-        } else {
-          r2u[0] = m::momentum(pn0, cu[0], mb);
-          r2u[1] = m::momentum(pn1, cu[1], mb);
-        }
+        const float2 cx = slot(su, 0), cy = slot(su, 1), cz = slot(su, 2);
+        r2u[0] = m::momentum(pn0, Vec3{cx.x, cy.x, cz.x}, mb);
+        r2u[1] = m::momentum(pn1, Vec3{cx.y, cy.y, cz.y}, mb);
       }
     }
-    s2y[wp][lane] = make_float2(r2u[0].y, r2u[1].y);
-    __syncthreads();
+    s2y[q & 1][wp][lane] = make_float2(r2u[0].y, r2u[1].y);
+    mbar_arrive(&bars[1][jb][wp]);
+    mbar_wait(&bars[1][jb][wdn], jp);                // r_{k+2}.y of the row below at u
+    if (j > 0) mbar_wait(&bars[2][ib][wup], ip);     // z_{k+2} of the row above at v
     // (4) z_{k+2} at u.
     float z2u[2];
     {
       const bool in = I || (u >= 0 && u < g.nz && u >= z0 && u <= zend), below = I || u > 0;
       const float rxm0 = shfl_up1(r2u[1].x);
-      const float2 rym = s2y[wdn][lane];
-      float2 bb = make_float2(bu[0], bu[1]);
-      if constexpr (kReload)
-        bb = ld2z(b, I ? qbase - g.plane : static_cast<long long>(in ? u : 0) * g.plane, in);
-      z2u[0] = in ? m::primal(bb.x, r2u[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
+      const float2 rym = s2y[q & 1][wdn][lane];
+      const float2 bu = slot(su, 6);
+      z2u[0] = in ? m::primal(bu.x, r2u[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
                               below ? r2v[0].z : 0.0f, w, nonneg)
                   : 0.0f;
-      z2u[1] = in ? m::primal(bb.y, r2u[1], hasxm1 ? r2u[0].x : 0.0f, hasym ? rym.y : 0.0f,
+      z2u[1] = in ? m::primal(bu.y, r2u[1], hasxm1 ? r2u[0].x : 0.0f, hasym ? rym.y : 0.0f,
                               below ? r2v[1].z : 0.0f, w, nonneg)
                   : 0.0f;
     }
@@ -1332,21 +1401,34 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
         st2(n2, vb, pn0, pn1);
       }
     }
+    mbar_arrive(&bars[2][jb][wp]);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       r1u[j] = r1q[j];
       r2v[j] = r2u[j];
       if constexpr (!kReload) {
-        cu[j] = cq[j];
-        bu[j] = bq[j];
         z1u[j] = z1q[j];
         z2v[j] = z2u[j];
       }
     }
     qbase += g.plane;
+    su = sq;
+    sq = next(sq);
+    sn = next(sn);
   };
-  Buf A, B;
-  march_planes_split<1>(z0 - 2, zend + 1, q0i, q1i, A, B, load, body);
+  // Planes z0 - 2 .. z0 - 3 + D first; then every plane of the pass, the interior ones (q0i ..
+  // q1i, where plane q + D is inside the volume and the chunk's range) through the body without
+  // range checks.
+  for (int j = 0; j < D; ++j) issue(j, z0 - 2 + j, std::false_type{});
+  if (lane < 6) mbar_init(&bars[lane >> 1][lane & 1][wp]);
+  __syncthreads();
+  for (int q = z0 - 2; q <= zend + 1; ++q) {
+    if (q >= q0i && q <= q1i)
+      body(q, std::true_type{});
+    else
+      body(q, std::false_type{});
+  }
+  cp_async_wait<0>();
 }
 
 // ---------------------------------------------------------------------------------------------

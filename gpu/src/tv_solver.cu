@@ -94,9 +94,10 @@ int zrun_from_env(Variant v) {
 /// two steps 48).
 template <class K>
 int register_march_chunk(const Dims& d, K kernel, int out_x, int out_y, int sms, int max_chunk,
-                         int warps = tvk::kWarps) {
+                         int warps = tvk::kWarps, int smem = 0) {
   int per_sm = 1;
-  GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, 0));
+  GLINT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, smem));
   const long long tiles = static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
   const long long resident = 4LL * std::max(1, per_sm) * sms;
   const int chunk = ceil_div(static_cast<long long>(d.nz) * tiles, resident);
@@ -120,16 +121,17 @@ struct Shape {
   static constexpr MarchShape v{K, D, W, B, C};
 };
 
-/// The shapes that are built: f(kernel, K, W, output columns per region) is called for the one
-/// equal to `s`; false if none.
+/// The shapes that are built: f(kernel, K, W, output columns per region, dynamic shared memory
+/// bytes) is called for the one equal to `s`; false if none.
 template <class S, class F>
 bool with_temporal_one(const MarchShape& s, F& f) {
   if (!(s == S::v)) return false;
   if constexpr (S::v.cols == 2)
-    f(tvk::temporal_pair_kernel<S::v.warps, S::v.blocks>, 1, S::v.warps, 60);
+    f(tvk::temporal_pair_kernel<S::v.warps, S::v.blocks, S::v.ahead>, 1, S::v.warps, 60,
+      tvk::temporal_stage_bytes(S::v.warps, S::v.ahead));
   else
     f(tvk::temporal_march_kernel<S::v.rows, S::v.ahead, S::v.warps, S::v.blocks>, S::v.rows,
-      S::v.warps, 28);
+      S::v.warps, 28, 0);
   return true;
 }
 template <class... S, class F>
@@ -142,8 +144,8 @@ bool with_temporal_kernel(const MarchShape& s, F&& f) {
                              Shape<2, 2, 8, 2>, Shape<2, 1, 8, 3>, Shape<2, 1, 8, 4>,
                              Shape<2, 1, 12, 2>, Shape<2, 1, 16, 2>, Shape<1, 1, 16, 2>,
                              Shape<1, 1, 16, 3>, Shape<1, 1, 24, 2>, Shape<1, 1, 32, 1>,
-                             Shape<1, 1, 32, 1, 2>, Shape<1, 1, 16, 1, 2>,
-                             Shape<1, 1, 16, 2, 2>, Shape<1, 1, 24, 1, 2>>(
+                             Shape<1, 1, 16, 1, 2>, Shape<1, 1, 24, 1, 2>,
+                             Shape<1, 2, 24, 1, 2>>(
       s, std::forward<F>(f));
 }
 template <class Src, class... S, class F>
@@ -303,9 +305,10 @@ struct GpuReconstructor::Impl {
   /// Two two-state steps in one register-marching pass.
   void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
                              tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb) {
-    with_temporal_kernel(temporal, [&](auto kernel, int rws, int wps, int ox) {
+    with_temporal_kernel(temporal, [&](auto kernel, int rws, int wps, int ox, int smem) {
       const dim3 gr(ceil_div(d.nx, ox), ceil_div(d.ny, wps * rws - 4), ceil_div(d.nz, chunk2));
-      kernel<<<gr, dim3(32, wps), 0, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, chunk2);
+      kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
+                                               chunk2);
     });
   }
 
@@ -454,7 +457,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   else if (variant == Variant::fused_march || (variant == Variant::two_state && m.twostate_march))
     unbuilt("one-step", s);
   if (const MarchShape s = from_env(m.temporal);
-      with_temporal_kernel(s, [](auto, int, int, int) {}))
+      with_temporal_kernel(s, [](auto, int, int, int, int) {}))
     m.temporal = s;
   else if (variant == Variant::temporal)
     unbuilt("temporal", s);
@@ -467,8 +470,11 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     with_step_kernel<tvk::MarchTwoState>(s1, [&](auto kernel, int rws, int wps) {
       m.chunk1 = register_march_chunk(dims, kernel, 30, wps * rws - 2, sms, 32, wps);
     });
-    with_temporal_kernel(m.temporal, [&](auto kernel, int rws, int wps, int ox) {
-      m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 48, wps);
+    with_temporal_kernel(m.temporal, [&](auto kernel, int rws, int wps, int ox, int smem) {
+      // More than the default 48 KiB of dynamic shared memory needs the kernel's consent.
+      GLINT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 48, wps, smem);
     });
   }
   if (const auto c = glint::detail::env_int("GLINT_TV_CHUNK", 0, 1, 1 << 20); c > 0)
