@@ -1172,12 +1172,43 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   march_planes_split<D>(z0 - 2, zend + 1, q0i, q1i, A, B, load, body);
 }
 
+// Shared-memory and global accesses by explicit address, for the kernel below: shared-space
+// addresses are 32-bit values computed once per thread (no generic-to-shared conversion in the
+// plane loop), global ones a kernel parameter plus a carried byte offset.
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ float2 lds2(unsigned a) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ void sts2(unsigned a, float2 v) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(v.x), "f"(v.y) : "memory");
+}
+/// The address `byte_offset` bytes past p.
+template <class T>
+__device__ __forceinline__ T* at_bytes(T* p, long long byte_offset) {
+  return reinterpret_cast<T*>(
+      reinterpret_cast<std::conditional_t<std::is_const_v<T>, const char, char>*>(p) +
+      byte_offset);
+}
+__device__ __forceinline__ void stg2(float* p, float a, float b) {
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(__cvta_generic_to_global(p)), "f"(a),
+               "f"(b)
+               : "memory");
+}
+__device__ __forceinline__ void stg1(float* p, float a) {
+  asm volatile("st.global.f32 [%0], %1;\n" ::"l"(__cvta_generic_to_global(p)), "f"(a) : "memory");
+}
+
 /// Asynchronous 8-byte copy global -> shared (cp.async, sm_80 and later): `bytes` (0, 4 or 8) are
 /// read from `src`, the rest of the 8 bytes is zero-filled. The copy is in flight until the
 /// issuing thread waits for its group (cp_async_wait); it holds no registers meanwhile.
-__device__ __forceinline__ void cp_async8(float2* dst, const float* src, int bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(src), "r"(bytes)
+__device__ __forceinline__ void cp_async8(unsigned dst, const float* src, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src)), "r"(bytes)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
@@ -1189,45 +1220,41 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/// Dynamic shared memory of temporal_pair_kernel<W, MinBlocks, D>: the four exchanged rows, two
-/// planes each, and D + 2 planes of the seven input volumes (p_k, p_{k-1}, b), one float2 per
-/// thread each.
-constexpr int temporal_stage_bytes(int W, int D) { return (4 * 2 + (D + 2) * 7) * W * 32 * 8; }
-
 /// mbarriers in shared memory (sm_80 and later): one arrival (one lane, after the warp's writes)
 /// completes a phase; waiting threads are suspended by the hardware instead of spinning.
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+__device__ __forceinline__ void mbar_init(unsigned a) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(a) : "memory");
 }
-__device__ __forceinline__ void mbar_init(unsigned long long* b) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(b)) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
+__device__ __forceinline__ void mbar_arrive(unsigned a) {
   __syncwarp();
-  if (threadIdx.x == 0) {
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(b))
-                 : "memory");
-  }
+  if (threadIdx.x == 0)
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(a) : "memory");
 }
 /// Waits until the phase of parity `parity` of the mbarrier has completed.
-__device__ __forceinline__ void mbar_wait(unsigned long long* b, unsigned parity) {
+__device__ __forceinline__ void mbar_wait(unsigned a, unsigned parity) {
   unsigned ok;
   do {
     asm volatile(
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
         " selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(ok)
-        : "r"(smem_addr(b)), "r"(parity)
+        : "r"(a), "r"(parity)
         : "memory");
   } while (!ok);
 }
+
+/// Dynamic shared memory of temporal_pair_kernel<W, MinBlocks, D>: the four exchanged rows, two
+/// planes each, and D + 2 planes of the seven input volumes (p_k, p_{k-1}, b), one float2 per
+/// thread each.
+constexpr int temporal_stage_bytes(int W, int D) { return (4 * 2 + (D + 2) * 7) * W * 32 * 8; }
+
 /// The temporal kernel with two columns per lane: a block of W warps owns a 64-column, W-row
 /// region (lane = a pair of columns, warp = a row), marches along z and makes two FGP steps per
 /// pass as temporal_march_kernel does (the same five stages, the same neighbours, halo 2), with
 /// 8-byte loads and stores, so that each lane's per-plane overhead (range checks, addressing,
-/// shuffles, shared-memory exchange, barriers) is shared by two points. Outputs: 60 x (W - 4).
-/// Regions start at an even column (rows are padded to an even length), so pairs are aligned;
-/// the right point of a pair at x = nx (the first padding column) is read but zeroed.
+/// shuffles, shared-memory exchange, synchronisation) is shared by two points. Outputs: 60 x
+/// (W - 4). Regions start at an even column (rows are padded to an even length), so pairs are
+/// aligned; the right point of a pair at x = nx (the first padding column) is read but zeroed.
 /// The inputs of plane q + D (p_k, p_{k-1}, b) are copied into shared memory by cp.async while
 /// plane q is processed (a ring of D + 2 planes per thread: q - 1 .. q + D, each slot read only
 /// by the thread that filled it), so no register waits on a global load, and p_k and b at
@@ -1239,71 +1266,81 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     temporal_pair_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1,
                          Dual n2, float w, bool nonneg, float cst, float ma, float mb,
                          int chunk) {
-  // Each warp's rows, two planes each: r_{k+1}.y, z_{k+1}, r_{k+2}.y and z_{k+2}; then the ring
-  // of input planes, [D + 2 slots][7 volumes][W * 32 threads].
+  // Dynamic shared memory: each warp's rows, two planes each (r_{k+1}.y, z_{k+1}, r_{k+2}.y,
+  // z_{k+2}: [4][2][W][32] float2), then the ring of input planes ([D + 2][7][W][32] float2).
   extern __shared__ float2 dyn[];
-  using Rows = float2[2][W][32];
-  Rows& s1y = reinterpret_cast<Rows*>(dyn)[0];
-  Rows& s1z = reinterpret_cast<Rows*>(dyn)[1];
-  Rows& s2y = reinterpret_cast<Rows*>(dyn)[2];
-  Rows& s2z = reinterpret_cast<Rows*>(dyn)[3];
-  float2* const ring = dyn + 4 * 2 * W * 32;
+  constexpr unsigned kRow = W * 32 * 8;  // bytes of one row set [W][32]
   constexpr int kSlots = D + 2;
   // A warp waits only for its two neighbours, not for the whole block: each warp signals the end
   // of its stages A (r_{k+1}.y row written), B (z_{k+1} and r_{k+2}.y rows) and C (z_{k+2} row)
-  // at every plane on an mbarrier of its own, one per stage and plane parity. A neighbour is
-  // never two phases of one such barrier ahead of a waiter, so the phase parity is unambiguous;
-  // the rows are double-buffered, and every overwrite of a row waits (through the neighbours'
-  // signals) for the read of the value it replaces.
+  // at every plane on an mbarrier of its own, one per stage and plane parity ([stage][parity][W]).
+  // A neighbour is never two phases of one such barrier ahead of a waiter, so the phase parity is
+  // unambiguous; the rows are double-buffered, and every overwrite of a row waits (through the
+  // neighbours' signals) for the read of the value it replaces.
   __shared__ unsigned long long bars[3][2][W];
+  constexpr unsigned kBar = W * 8;  // bytes of one [W] set of mbarriers
   const int lane = threadIdx.x, wp = threadIdx.y;
   const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
   const int gx = blockIdx.x * 60 - 2 + 2 * lane;  // the pair's left column
   const int gy = blockIdx.y * (W - 4) - 2 + wp;
   const bool oky = gy >= 0 && gy < g.ny;
   const bool ok0 = oky && gx >= 0 && gx < g.nx, ok1 = ok0 && gx + 1 < g.nx;
-  const unsigned off = ok0 ? static_cast<unsigned>(gy * static_cast<int>(g.px) + gx) : 0u;
+  const long long off4 = ok0 ? 4LL * (gy * static_cast<int>(g.px) + gx) : 0;  // in-plane bytes
   const int bytes = ok1 ? 8 : (ok0 ? 4 : 0);
   const bool hasxm0 = gx > 0, hasxm1 = gx + 1 > 0, hasym = gy > 0;
   const bool lastx0 = gx == g.nx - 1, lastx1 = gx + 1 == g.nx - 1, lasty = gy == g.ny - 1;
   const bool tile = oky && lane >= 1 && lane <= 30 && wp >= 2 && wp < W - 2;
   const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
   const int q0i = z0 + 2, q1i = min(zend + 1, g.nz - 1) - D;
-  long long qbase = static_cast<long long>(z0 - 2) * g.plane;
-  // This thread's slot of volume a in ring slot s.
-  float2* const mine = ring + wp * 32 + lane;
-  auto slot = [&](int s, int a) -> float2& { return mine[(s * 7 + a) * (W * 32)]; };
-  // Issues plane q's copies into ring slot s (zeros outside the volume), then commits the group
-  // (an empty one past the chunk's last plane, so that the group count stays one per plane).
-  auto issue = [&](int s, int q, auto interior) {
+  const long long plane4 = 4 * g.plane;
+  // Byte offset of this thread's pair in plane q, kept up to date by the body (used at interior
+  // planes, where it is never negative).
+  long long qoff = (z0 - 2) * plane4 + off4;
+  // Shared addresses: this thread's float2 in the rows of its warp and of the warps below and
+  // above; its slot of volume 0 in the ring; the mbarriers of its warp and its neighbours.
+  const unsigned rows = smem_addr(dyn), lane8 = 8u * lane;
+  const unsigned own = rows + wp * 256u + lane8, dn = rows + wdn * 256u + lane8,
+                 up = rows + wup * 256u + lane8;
+  const unsigned ring = rows + 8 * kRow + wp * 256u + lane8;
+  const unsigned bar0 = smem_addr(&bars[0][0][0]);
+  const unsigned bown = bar0 + 8u * wp, bdn = bar0 + 8u * wdn, bup = bar0 + 8u * wup;
+  // Row set k of plane parity p: + (2 k + p) kRow.
+  auto row = [&](unsigned base, int k, unsigned p) { return base + (2 * k + p) * kRow; };
+  // Volume a of a ring slot: + a kRow.
+  auto vol = [](unsigned slot, int a) { return slot + a * kRow; };
+  // Issues plane q's copies into the ring slot at `slot` (zeros outside the volume), then
+  // commits the group (an empty one past the chunk's last plane, so that the group count stays
+  // one per plane).
+  auto issue = [&](unsigned slot, int q, auto interior) {
     constexpr bool I = decltype(interior)::value;
     const bool in = I || (q >= 0 && q < g.nz && q <= zend + 1);
     if (I || q <= zend + 1) {
-      const long long base = I ? qbase + D * g.plane : static_cast<long long>(in ? q : 0) * g.plane;
+      const long long o = I ? qoff + D * plane4 : (in ? q * plane4 + off4 : 0);
       const int n = in ? bytes : 0;
-      cp_async8(&slot(s, 0), opaque(cur.x + base) + off, n);
-      cp_async8(&slot(s, 1), opaque(cur.y + base) + off, n);
-      cp_async8(&slot(s, 2), opaque(cur.z + base) + off, n);
-      cp_async8(&slot(s, 3), opaque(prev.x + base) + off, n);
-      cp_async8(&slot(s, 4), opaque(prev.y + base) + off, n);
-      cp_async8(&slot(s, 5), opaque(prev.z + base) + off, n);
-      cp_async8(&slot(s, 6), opaque(b + base) + off, n);
+      cp_async8(vol(slot, 0), at_bytes(cur.x, o), n);
+      cp_async8(vol(slot, 1), at_bytes(cur.y, o), n);
+      cp_async8(vol(slot, 2), at_bytes(cur.z, o), n);
+      cp_async8(vol(slot, 3), at_bytes(prev.x, o), n);
+      cp_async8(vol(slot, 4), at_bytes(prev.y, o), n);
+      cp_async8(vol(slot, 5), at_bytes(prev.z, o), n);
+      cp_async8(vol(slot, 6), at_bytes(b, o), n);
     }
     cp_async_commit();
   };
-  auto st2 = [&](const Dual& d, long long base, const Vec3& a, const Vec3& c) {
+  // p' of the pair at byte offset o of the dual d.
+  auto st2 = [&](const Dual& d, long long o, const Vec3& a, const Vec3& c) {
     if (ok1) {
-      *reinterpret_cast<float2*>(opaque(d.x + base) + off) = make_float2(a.x, c.x);
-      *reinterpret_cast<float2*>(opaque(d.y + base) + off) = make_float2(a.y, c.y);
-      *reinterpret_cast<float2*>(opaque(d.z + base) + off) = make_float2(a.z, c.z);
+      stg2(at_bytes(d.x, o), a.x, c.x);
+      stg2(at_bytes(d.y, o), a.y, c.y);
+      stg2(at_bytes(d.z, o), a.z, c.z);
     } else if (ok0) {
-      opaque(d.x + base)[off] = a.x;
-      opaque(d.y + base)[off] = a.y;
-      opaque(d.z + base)[off] = a.z;
+      stg1(at_bytes(d.x, o), a.x);
+      stg1(at_bytes(d.y, o), a.y);
+      stg1(at_bytes(d.z, o), a.z);
     }
   };
   // Carried (index 0: left point, 1: right point): r_{k+1} and z_{k+1} at u = q - 1; r_{k+2}
-  // and z_{k+2} at v = q - 2. Ring slots: su (plane u), sq (q), sn (q + D).
+  // and z_{k+2} at v = q - 2. Ring slots (addresses): su (plane u), sq (q), sn (q + D).
   Vec3 r1u[2], r2v[2];
   float z1u[2], z2v[2];
 #pragma unroll
@@ -1311,37 +1348,41 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     r1u[j] = r2v[j] = Vec3{0.f, 0.f, 0.f};
     z1u[j] = z2v[j] = 0.f;
   }
-  auto next = [](int s) { return s == kSlots - 1 ? 0 : s + 1; };
-  int su = kSlots - 1, sq = 0, sn = D;
+  constexpr unsigned kSlot = 7 * kRow, kRingEnd = kSlots * kSlot;
+  auto next = [&](unsigned s) { return s + kSlot == ring + kRingEnd ? ring : s + kSlot; };
+  unsigned su = ring + (kSlots - 1) * kSlot, sq = ring, sn = ring + D * kSlot;
   auto body = [&](int q, auto interior) {
     constexpr bool I = decltype(interior)::value;
+    // The plane's index in the pass, j: its mbarriers are [j & 1], the phase (j >> 1) & 1; those
+    // of plane j - 1 likewise. Row sets of plane parity: q & 1 (pq) and u & 1 (pu).
+    const unsigned j = static_cast<unsigned>(q - (z0 - 2)), jp = (j >> 1) & 1,
+                   ip = ((j - 1) >> 1) & 1;
+    const unsigned bj = (j & 1) * kBar, bi = kBar - bj;
+    const unsigned pq = q & 1, pu = pq ^ 1;
     // (1) The copies of plane q + D; r_{k+1} at q from plane q's slot once it has landed.
     issue(sn, q + D, interior);
     cp_async_wait<D>();
     Vec3 r1q[2];
     float bq[2];
     {
-      const float2 c0 = slot(sq, 0), c1 = slot(sq, 1), c2 = slot(sq, 2);
-      const float2 p0 = slot(sq, 3), p1 = slot(sq, 4), p2 = slot(sq, 5), bb = slot(sq, 6);
+      const float2 c0 = lds2(vol(sq, 0)), c1 = lds2(vol(sq, 1)), c2 = lds2(vol(sq, 2));
+      const float2 p0 = lds2(vol(sq, 3)), p1 = lds2(vol(sq, 4)), p2 = lds2(vol(sq, 5));
+      const float2 bb = lds2(vol(sq, 6));
       r1q[0] = m::momentum(Vec3{c0.x, c1.x, c2.x}, Vec3{p0.x, p1.x, p2.x}, ma);
       r1q[1] = m::momentum(Vec3{c0.y, c1.y, c2.y}, Vec3{p0.y, p1.y, p2.y}, ma);
       bq[0] = bb.x;
       bq[1] = bb.y;
     }
-    // The plane's index in the pass, j: its mbarriers are [j & 1], the phase (j >> 1) & 1; those
-    // of plane j - 1 likewise.
-    const unsigned j = static_cast<unsigned>(q - (z0 - 2)), jb = j & 1, jp = (j >> 1) & 1,
-                   ib = jb ^ 1, ip = ((j - 1) >> 1) & 1;
-    s1y[q & 1][wp][lane] = make_float2(r1q[0].y, r1q[1].y);
-    mbar_arrive(&bars[0][jb][wp]);
-    mbar_wait(&bars[0][jb][wdn], jp);                // r_{k+1}.y of the row below at q
-    if (j > 0) mbar_wait(&bars[1][ib][wup], ip);     // z_{k+1} of the row above at u
+    sts2(row(own, 0, pq), make_float2(r1q[0].y, r1q[1].y));
+    mbar_arrive(bown + bj);
+    mbar_wait(bdn + bj, jp);                               // r_{k+1}.y of the row below at q
+    if (j > 0) mbar_wait(bup + 2 * kBar + bi, ip);         // z_{k+1} of the row above at u
     // (2) z_{k+1} at q.
     float z1q[2];
     {
       const bool in = I || (q >= 0 && q < g.nz && q >= z0 - 1), below = I || q > 0;
       const float rxm0 = shfl_up1(r1q[1].x);
-      const float2 rym = s1y[q & 1][wdn][lane];
+      const float2 rym = lds2(row(dn, 0, pq));
       z1q[0] = in ? m::primal(bq[0], r1q[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
                               below ? r1u[0].z : 0.0f, w, nonneg)
                   : 0.0f;
@@ -1349,36 +1390,36 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
                               below ? r1u[1].z : 0.0f, w, nonneg)
                   : 0.0f;
     }
-    s1z[q & 1][wp][lane] = make_float2(z1q[0], z1q[1]);
+    sts2(row(own, 1, pq), make_float2(z1q[0], z1q[1]));
     // (3) p_{k+1} and r_{k+2} at u = q - 1.
     const int u = q - 1;
     Vec3 r2u[2] = {Vec3{0.f, 0.f, 0.f}, Vec3{0.f, 0.f, 0.f}};
     {
-      const float2 zu = kReload ? s1z[u & 1][wp][lane] : make_float2(z1u[0], z1u[1]);
+      const float2 zu = kReload ? lds2(row(own, 1, pu)) : make_float2(z1u[0], z1u[1]);
       const float zxp1 = shfl_down1(zu.x);
       if (I || (u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend)) {
         Vec3 pn0, pn1;
-        pair_project(r1u[0], r1u[1], zu, zxp1, s1z[u & 1][wup][lane],
+        pair_project(r1u[0], r1u[1], zu, zxp1, lds2(row(up, 1, pu)),
                      make_float2(z1q[0], z1q[1]),
                      PairFaces{lastx0, lastx1, lasty, !I && u == g.nz - 1, true}, cst, pn0, pn1);
-        const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
-        if ((I || (u >= z0 && u < zend)) && tile) st2(n1, ub, pn0, pn1);
-        const float2 cx = slot(su, 0), cy = slot(su, 1), cz = slot(su, 2);
+        if ((I || (u >= z0 && u < zend)) && tile)
+          st2(n1, I ? qoff - plane4 : u * plane4 + off4, pn0, pn1);
+        const float2 cx = lds2(vol(su, 0)), cy = lds2(vol(su, 1)), cz = lds2(vol(su, 2));
         r2u[0] = m::momentum(pn0, Vec3{cx.x, cy.x, cz.x}, mb);
         r2u[1] = m::momentum(pn1, Vec3{cx.y, cy.y, cz.y}, mb);
       }
     }
-    s2y[q & 1][wp][lane] = make_float2(r2u[0].y, r2u[1].y);
-    mbar_arrive(&bars[1][jb][wp]);
-    mbar_wait(&bars[1][jb][wdn], jp);                // r_{k+2}.y of the row below at u
-    if (j > 0) mbar_wait(&bars[2][ib][wup], ip);     // z_{k+2} of the row above at v
+    sts2(row(own, 2, pq), make_float2(r2u[0].y, r2u[1].y));
+    mbar_arrive(bown + 2 * kBar + bj);
+    mbar_wait(bdn + 2 * kBar + bj, jp);             // r_{k+2}.y of the row below at u
+    if (j > 0) mbar_wait(bup + 4 * kBar + bi, ip);  // z_{k+2} of the row above at v
     // (4) z_{k+2} at u.
     float z2u[2];
     {
       const bool in = I || (u >= 0 && u < g.nz && u >= z0 && u <= zend), below = I || u > 0;
       const float rxm0 = shfl_up1(r2u[1].x);
-      const float2 rym = s2y[q & 1][wdn][lane];
-      const float2 bu = slot(su, 6);
+      const float2 rym = lds2(row(dn, 2, pq));
+      const float2 bu = lds2(vol(su, 6));
       z2u[0] = in ? m::primal(bu.x, r2u[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
                               below ? r2v[0].z : 0.0f, w, nonneg)
                   : 0.0f;
@@ -1386,32 +1427,31 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
                               below ? r2v[1].z : 0.0f, w, nonneg)
                   : 0.0f;
     }
-    s2z[u & 1][wp][lane] = make_float2(z2u[0], z2u[1]);
-    // (5) p_{k+2} at v = q - 2.
+    sts2(row(own, 3, pu), make_float2(z2u[0], z2u[1]));
+    // (5) p_{k+2} at v = q - 2 (row parity of v: pq).
     const int v = q - 2;
     {
-      const float2 zv = kReload ? s2z[v & 1][wp][lane] : make_float2(z2v[0], z2v[1]);
+      const float2 zv = kReload ? lds2(row(own, 3, pq)) : make_float2(z2v[0], z2v[1]);
       const float zxp1 = shfl_down1(zv.x);
       if ((I || (v >= z0 && v < zend)) && tile) {
         Vec3 pn0, pn1;
-        pair_project(r2v[0], r2v[1], zv, zxp1, s2z[v & 1][wup][lane],
+        pair_project(r2v[0], r2v[1], zv, zxp1, lds2(row(up, 3, pq)),
                      make_float2(z2u[0], z2u[1]),
                      PairFaces{lastx0, lastx1, lasty, !I && v == g.nz - 1, true}, cst, pn0, pn1);
-        const long long vb = I ? qbase - 2 * g.plane : static_cast<long long>(v) * g.plane;
-        st2(n2, vb, pn0, pn1);
+        st2(n2, I ? qoff - 2 * plane4 : v * plane4 + off4, pn0, pn1);
       }
     }
-    mbar_arrive(&bars[2][jb][wp]);
+    mbar_arrive(bown + 4 * kBar + bj);
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      r1u[j] = r1q[j];
-      r2v[j] = r2u[j];
+    for (int k = 0; k < 2; ++k) {
+      r1u[k] = r1q[k];
+      r2v[k] = r2u[k];
       if constexpr (!kReload) {
-        z1u[j] = z1q[j];
-        z2v[j] = z2u[j];
+        z1u[k] = z1q[k];
+        z2v[k] = z2u[k];
       }
     }
-    qbase += g.plane;
+    qoff += plane4;
     su = sq;
     sq = next(sq);
     sn = next(sn);
@@ -1419,8 +1459,8 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   // Planes z0 - 2 .. z0 - 3 + D first; then every plane of the pass, the interior ones (q0i ..
   // q1i, where plane q + D is inside the volume and the chunk's range) through the body without
   // range checks.
-  for (int j = 0; j < D; ++j) issue(j, z0 - 2 + j, std::false_type{});
-  if (lane < 6) mbar_init(&bars[lane >> 1][lane & 1][wp]);
+  for (int k = 0; k < D; ++k) issue(ring + k * kSlot, z0 - 2 + k, std::false_type{});
+  if (lane < 6) mbar_init(bown + (lane >> 1) * 2 * kBar + (lane & 1) * kBar);
   __syncthreads();
   for (int q = z0 - 2; q <= zend + 1; ++q) {
     if (q >= q0i && q <= q1i)
