@@ -1259,9 +1259,7 @@ constexpr int temporal_stage_bytes(int W, int D) { return (4 * 2 + (D + 2) * 7) 
 /// plane q is processed (a ring of D + 2 planes per thread: q - 1 .. q + D, each slot read only
 /// by the thread that filled it), so no register waits on a global load, and p_k and b at
 /// u = q - 1 are read back from the ring where stages (3) and (4) need them.
-/// kReload: the thread's own z rows at u and v are read back from the shared rows instead of
-/// being carried in registers (the same values, so the same bits; fewer registers).
-template <int W, int MinBlocks, int D = 1, bool kReload = (W > 24)>
+template <int W, int MinBlocks, int D = 1>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
     temporal_pair_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1,
                          Dual n2, float w, bool nonneg, float cst, float ma, float mb,
@@ -1395,7 +1393,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     const int u = q - 1;
     Vec3 r2u[2] = {Vec3{0.f, 0.f, 0.f}, Vec3{0.f, 0.f, 0.f}};
     {
-      const float2 zu = kReload ? lds2(row(own, 1, pu)) : make_float2(z1u[0], z1u[1]);
+      const float2 zu = make_float2(z1u[0], z1u[1]);
       const float zxp1 = shfl_down1(zu.x);
       if (I || (u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend)) {
         Vec3 pn0, pn1;
@@ -1431,7 +1429,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     // (5) p_{k+2} at v = q - 2 (row parity of v: pq).
     const int v = q - 2;
     {
-      const float2 zv = kReload ? lds2(row(own, 3, pq)) : make_float2(z2v[0], z2v[1]);
+      const float2 zv = make_float2(z2v[0], z2v[1]);
       const float zxp1 = shfl_down1(zv.x);
       if ((I || (v >= z0 && v < zend)) && tile) {
         Vec3 pn0, pn1;
@@ -1446,10 +1444,8 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     for (int k = 0; k < 2; ++k) {
       r1u[k] = r1q[k];
       r2v[k] = r2u[k];
-      if constexpr (!kReload) {
-        z1u[k] = z1q[k];
-        z2v[k] = z2u[k];
-      }
+      z1u[k] = z1q[k];
+      z2v[k] = z2u[k];
     }
     qoff += plane4;
     su = sq;
