@@ -1243,35 +1243,50 @@ __device__ __forceinline__ void mbar_wait(unsigned a, unsigned parity) {
   } while (!ok);
 }
 
-/// Dynamic shared memory of temporal_pair_kernel<W, MinBlocks, D>: the four exchanged rows, two
-/// planes each, and D + 2 planes of the seven input volumes (p_k, p_{k-1}, b), one float2 per
+/// Dynamic shared memory of march_pair_kernel<W, MinBlocks, D, Steps, ...>: the exchanged rows
+/// (two per step), two planes each, and D + 2 planes of the seven input volumes, one float2 per
 /// thread each.
-constexpr int temporal_stage_bytes(int W, int D) { return (4 * 2 + (D + 2) * 7) * W * 32 * 8; }
+constexpr int march_pair_bytes(int W, int D, int steps) {
+  return (2 * steps * 2 + (D + 2) * 7) * W * 32 * 8;
+}
 
-/// The temporal kernel with two columns per lane: a block of W warps owns a 64-column, W-row
-/// region (lane = a pair of columns, warp = a row), marches along z and makes two FGP steps per
-/// pass as temporal_march_kernel does (the same five stages, the same neighbours, halo 2), with
-/// 8-byte loads and stores, so that each lane's per-plane overhead (range checks, addressing,
-/// shuffles, shared-memory exchange, synchronisation) is shared by two points. Outputs: 60 x
-/// (W - 4). Regions start at an even column (rows are padded to an even length), so pairs are
-/// aligned; the right point of a pair at x = nx (the first padding column) is read but zeroed.
+/// The marching kernel with two columns per lane: a block of W warps owns a 64-column, W-row
+/// region (lane = a pair of columns, warp = a row), marches along z and makes Steps FGP steps
+/// per pass, with 8-byte loads and stores, so that each lane's per-plane overhead (range checks,
+/// addressing, shuffles, shared-memory exchange, synchronisation) is shared by two points.
+/// Outputs: 60 x (W - 2 Steps). Regions start at an even column (rows are padded to an even
+/// length), so pairs are aligned; the right point of a pair at x = nx (the first padding column)
+/// is read but zeroed.
+/// - Steps = 2 (temporal blocking, two-state): in1 = p_k, in2 = p_{k-1}; writes p_{k+1} to out1
+///   and p_{k+2} to out2, with momenta ma and mb; the five stages of temporal_march_kernel
+///   (halo 2).
+/// - Steps = 1, two-state (10 volumes): in1 = p_k, in2 = p_{k-1}, r = momentum(p_k, p_{k-1}, ma);
+///   writes p' to out1.
+/// - Steps = 1, kStored (fused, 13 volumes): in1 = r, in2 = p; writes p' to out1 (the same
+///   volumes as in2: each voxel's p is read, staged, before the same thread overwrites it) and
+///   r' = momentum(p', p, mb) to out2. All global accesses are explicit (cp.async, st.global),
+///   so the compiler assumes nothing about in2 and out1 being distinct.
 /// The inputs of plane q + D (p_k, p_{k-1}, b) are copied into shared memory by cp.async while
 /// plane q is processed (a ring of D + 2 planes per thread: q - 1 .. q + D, each slot read only
 /// by the thread that filled it), so no register waits on a global load, and p_k and b at
 /// u = q - 1 are read back from the ring where stages (3) and (4) need them.
-template <int W, int MinBlocks, int D = 1>
+template <int W, int MinBlocks, int D = 1, int Steps = 2, bool kStored = false>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
-    temporal_pair_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1,
-                         Dual n2, float w, bool nonneg, float cst, float ma, float mb,
-                         int chunk) {
-  // Dynamic shared memory: each warp's rows, two planes each (r_{k+1}.y, z_{k+1}, r_{k+2}.y,
-  // z_{k+2}: [4][2][W][32] float2), then the ring of input planes ([D + 2][7][W][32] float2).
+    march_pair_kernel(Geom g, const float* b, CDual in1, CDual in2, Dual out1, Dual out2, float w,
+                      bool nonneg, float cst, float ma, float mb, int chunk) {
+  static_assert(Steps == 1 || Steps == 2, "one or two steps per pass");
+  static_assert(!kStored || Steps == 1, "stored r: one step per pass");
+  constexpr int H = Steps;  // halo rows (and planes) on each side
+  // Dynamic shared memory: each warp's rows, two planes each (r_{k+1}.y, z_{k+1} and, for two
+  // steps, r_{k+2}.y, z_{k+2}: [2 Steps][2][W][32] float2), then the ring of input planes
+  // ([D + 2][7][W][32] float2).
   extern __shared__ float2 dyn[];
   constexpr unsigned kRow = W * 32 * 8;  // bytes of one row set [W][32]
   constexpr int kSlots = D + 2;
   // A warp waits only for its two neighbours, not for the whole block: each warp signals the end
-  // of its stages A (r_{k+1}.y row written), B (z_{k+1} and r_{k+2}.y rows) and C (z_{k+2} row)
-  // at every plane on an mbarrier of its own, one per stage and plane parity ([stage][parity][W]).
+  // of its stages A (r_{k+1}.y row written), B (z_{k+1} and, for two steps, r_{k+2}.y rows) and C
+  // (two steps: z_{k+2} row) at every plane on an mbarrier of its own, one per stage and plane
+  // parity ([stage][parity][W]).
   // A neighbour is never two phases of one such barrier ahead of a waiter, so the phase parity is
   // unambiguous; the rows are double-buffered, and every overwrite of a row waits (through the
   // neighbours' signals) for the read of the value it replaces.
@@ -1280,26 +1295,29 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   const int lane = threadIdx.x, wp = threadIdx.y;
   const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
   const int gx = blockIdx.x * 60 - 2 + 2 * lane;  // the pair's left column
-  const int gy = blockIdx.y * (W - 4) - 2 + wp;
+  const int gy = blockIdx.y * (W - 2 * H) - H + wp;
   const bool oky = gy >= 0 && gy < g.ny;
   const bool ok0 = oky && gx >= 0 && gx < g.nx, ok1 = ok0 && gx + 1 < g.nx;
   const long long off4 = ok0 ? 4LL * (gy * static_cast<int>(g.px) + gx) : 0;  // in-plane bytes
   const int bytes = ok1 ? 8 : (ok0 ? 4 : 0);
   const bool hasxm0 = gx > 0, hasxm1 = gx + 1 > 0, hasym = gy > 0;
   const bool lastx0 = gx == g.nx - 1, lastx1 = gx + 1 == g.nx - 1, lasty = gy == g.ny - 1;
-  const bool tile = oky && lane >= 1 && lane <= 30 && wp >= 2 && wp < W - 2;
+  const bool tile = oky && lane >= 1 && lane <= 30 && wp >= H && wp < W - H;
   const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
-  const int q0i = z0 + 2, q1i = min(zend + 1, g.nz - 1) - D;
+  // The pass: planes z0 - H .. zlast; interior planes q0i .. q1i (every plane index of the body
+  // inside the volume and the chunk's range, plane q + D too, none the last plane).
+  const int zlast = zend + H - 1;
+  const int q0i = z0 + H, q1i = min(zlast, g.nz - 1) - D;
   const long long plane4 = 4 * g.plane;
   // Byte offset of this thread's pair in plane q, kept up to date by the body (used at interior
   // planes, where it is never negative).
-  long long qoff = (z0 - 2) * plane4 + off4;
+  long long qoff = (z0 - H) * plane4 + off4;
   // Shared addresses: this thread's float2 in the rows of its warp and of the warps below and
   // above; its slot of volume 0 in the ring; the mbarriers of its warp and its neighbours.
   const unsigned rows = smem_addr(dyn), lane8 = 8u * lane;
   const unsigned own = rows + wp * 256u + lane8, dn = rows + wdn * 256u + lane8,
                  up = rows + wup * 256u + lane8;
-  const unsigned ring = rows + 8 * kRow + wp * 256u + lane8;
+  const unsigned ring = rows + 4 * Steps * kRow + wp * 256u + lane8;
   const unsigned bar0 = smem_addr(&bars[0][0][0]);
   const unsigned bown = bar0 + 8u * wp, bdn = bar0 + 8u * wdn, bup = bar0 + 8u * wup;
   // Row set k of plane parity p: + (2 k + p) kRow.
@@ -1311,16 +1329,16 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   // one per plane).
   auto issue = [&](unsigned slot, int q, auto interior) {
     constexpr bool I = decltype(interior)::value;
-    const bool in = I || (q >= 0 && q < g.nz && q <= zend + 1);
-    if (I || q <= zend + 1) {
+    const bool in = I || (q >= 0 && q < g.nz && q <= zlast);
+    if (I || q <= zlast) {
       const long long o = I ? qoff + D * plane4 : (in ? q * plane4 + off4 : 0);
       const int n = in ? bytes : 0;
-      cp_async8(vol(slot, 0), at_bytes(cur.x, o), n);
-      cp_async8(vol(slot, 1), at_bytes(cur.y, o), n);
-      cp_async8(vol(slot, 2), at_bytes(cur.z, o), n);
-      cp_async8(vol(slot, 3), at_bytes(prev.x, o), n);
-      cp_async8(vol(slot, 4), at_bytes(prev.y, o), n);
-      cp_async8(vol(slot, 5), at_bytes(prev.z, o), n);
+      cp_async8(vol(slot, 0), at_bytes(in1.x, o), n);
+      cp_async8(vol(slot, 1), at_bytes(in1.y, o), n);
+      cp_async8(vol(slot, 2), at_bytes(in1.z, o), n);
+      cp_async8(vol(slot, 3), at_bytes(in2.x, o), n);
+      cp_async8(vol(slot, 4), at_bytes(in2.y, o), n);
+      cp_async8(vol(slot, 5), at_bytes(in2.z, o), n);
       cp_async8(vol(slot, 6), at_bytes(b, o), n);
     }
     cp_async_commit();
@@ -1353,7 +1371,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     constexpr bool I = decltype(interior)::value;
     // The plane's index in the pass, j: its mbarriers are [j & 1], the phase (j >> 1) & 1; those
     // of plane j - 1 likewise. Row sets of plane parity: q & 1 (pq) and u & 1 (pu).
-    const unsigned j = static_cast<unsigned>(q - (z0 - 2)), jp = (j >> 1) & 1,
+    const unsigned j = static_cast<unsigned>(q - (z0 - H)), jp = (j >> 1) & 1,
                    ip = ((j - 1) >> 1) & 1;
     const unsigned bj = (j & 1) * kBar, bi = kBar - bj;
     const unsigned pq = q & 1, pu = pq ^ 1;
@@ -1366,8 +1384,13 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       const float2 c0 = lds2(vol(sq, 0)), c1 = lds2(vol(sq, 1)), c2 = lds2(vol(sq, 2));
       const float2 p0 = lds2(vol(sq, 3)), p1 = lds2(vol(sq, 4)), p2 = lds2(vol(sq, 5));
       const float2 bb = lds2(vol(sq, 6));
-      r1q[0] = m::momentum(Vec3{c0.x, c1.x, c2.x}, Vec3{p0.x, p1.x, p2.x}, ma);
-      r1q[1] = m::momentum(Vec3{c0.y, c1.y, c2.y}, Vec3{p0.y, p1.y, p2.y}, ma);
+      if constexpr (kStored) {
+        r1q[0] = Vec3{c0.x, c1.x, c2.x};
+        r1q[1] = Vec3{c0.y, c1.y, c2.y};
+      } else {
+        r1q[0] = m::momentum(Vec3{c0.x, c1.x, c2.x}, Vec3{p0.x, p1.x, p2.x}, ma);
+        r1q[1] = m::momentum(Vec3{c0.y, c1.y, c2.y}, Vec3{p0.y, p1.y, p2.y}, ma);
+      }
       bq[0] = bb.x;
       bq[1] = bb.y;
     }
@@ -1378,7 +1401,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     // (2) z_{k+1} at q.
     float z1q[2];
     {
-      const bool in = I || (q >= 0 && q < g.nz && q >= z0 - 1), below = I || q > 0;
+      const bool in = I || (q >= 0 && q < g.nz && q >= z0 - (H - 1)), below = I || q > 0;
       const float rxm0 = shfl_up1(r1q[1].x);
       const float2 rym = lds2(row(dn, 0, pq));
       z1q[0] = in ? m::primal(bq[0], r1q[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
@@ -1389,76 +1412,90 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
                   : 0.0f;
     }
     sts2(row(own, 1, pq), make_float2(z1q[0], z1q[1]));
-    // (3) p_{k+1} and r_{k+2} at u = q - 1.
+    if constexpr (Steps == 1) mbar_arrive(bown + 2 * kBar + bj);  // the z row is the last one
+    // (3) p_{k+1} (and for two steps r_{k+2}) at u = q - 1.
     const int u = q - 1;
     Vec3 r2u[2] = {Vec3{0.f, 0.f, 0.f}, Vec3{0.f, 0.f, 0.f}};
     {
       const float2 zu = make_float2(z1u[0], z1u[1]);
       const float zxp1 = shfl_down1(zu.x);
-      if (I || (u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend)) {
+      if (I || (u >= 0 && u < g.nz && u >= z0 - (H - 1) && u <= zend + H - 2)) {
         Vec3 pn0, pn1;
         pair_project(r1u[0], r1u[1], zu, zxp1, lds2(row(up, 1, pu)),
                      make_float2(z1q[0], z1q[1]),
                      PairFaces{lastx0, lastx1, lasty, !I && u == g.nz - 1, true}, cst, pn0, pn1);
-        if ((I || (u >= z0 && u < zend)) && tile)
-          st2(n1, I ? qoff - plane4 : u * plane4 + off4, pn0, pn1);
-        const float2 cx = lds2(vol(su, 0)), cy = lds2(vol(su, 1)), cz = lds2(vol(su, 2));
-        r2u[0] = m::momentum(pn0, Vec3{cx.x, cy.x, cz.x}, mb);
-        r2u[1] = m::momentum(pn1, Vec3{cx.y, cy.y, cz.y}, mb);
+        const long long uo = I ? qoff - plane4 : u * plane4 + off4;
+        if ((I || (u >= z0 && u < zend)) && tile) {
+          st2(out1, uo, pn0, pn1);
+          if constexpr (kStored) {
+            const float2 px = lds2(vol(su, 3)), py = lds2(vol(su, 4)), pz = lds2(vol(su, 5));
+            st2(out2, uo, m::momentum(pn0, Vec3{px.x, py.x, pz.x}, mb),
+                m::momentum(pn1, Vec3{px.y, py.y, pz.y}, mb));
+          }
+        }
+        if constexpr (Steps == 2) {
+          const float2 cx = lds2(vol(su, 0)), cy = lds2(vol(su, 1)), cz = lds2(vol(su, 2));
+          r2u[0] = m::momentum(pn0, Vec3{cx.x, cy.x, cz.x}, mb);
+          r2u[1] = m::momentum(pn1, Vec3{cx.y, cy.y, cz.y}, mb);
+        }
       }
     }
-    sts2(row(own, 2, pq), make_float2(r2u[0].y, r2u[1].y));
-    mbar_arrive(bown + 2 * kBar + bj);
-    mbar_wait(bdn + 2 * kBar + bj, jp);             // r_{k+2}.y of the row below at u
-    if (j > 0) mbar_wait(bup + 4 * kBar + bi, ip);  // z_{k+2} of the row above at v
-    // (4) z_{k+2} at u.
-    float z2u[2];
-    {
-      const bool in = I || (u >= 0 && u < g.nz && u >= z0 && u <= zend), below = I || u > 0;
-      const float rxm0 = shfl_up1(r2u[1].x);
-      const float2 rym = lds2(row(dn, 2, pq));
-      const float2 bu = lds2(vol(su, 6));
-      z2u[0] = in ? m::primal(bu.x, r2u[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
-                              below ? r2v[0].z : 0.0f, w, nonneg)
-                  : 0.0f;
-      z2u[1] = in ? m::primal(bu.y, r2u[1], hasxm1 ? r2u[0].x : 0.0f, hasym ? rym.y : 0.0f,
-                              below ? r2v[1].z : 0.0f, w, nonneg)
-                  : 0.0f;
-    }
-    sts2(row(own, 3, pu), make_float2(z2u[0], z2u[1]));
-    // (5) p_{k+2} at v = q - 2 (row parity of v: pq).
-    const int v = q - 2;
-    {
-      const float2 zv = make_float2(z2v[0], z2v[1]);
-      const float zxp1 = shfl_down1(zv.x);
-      if ((I || (v >= z0 && v < zend)) && tile) {
-        Vec3 pn0, pn1;
-        pair_project(r2v[0], r2v[1], zv, zxp1, lds2(row(up, 3, pq)),
-                     make_float2(z2u[0], z2u[1]),
-                     PairFaces{lastx0, lastx1, lasty, !I && v == g.nz - 1, true}, cst, pn0, pn1);
-        st2(n2, I ? qoff - 2 * plane4 : v * plane4 + off4, pn0, pn1);
+    if constexpr (Steps == 2) {
+      sts2(row(own, 2, pq), make_float2(r2u[0].y, r2u[1].y));
+      mbar_arrive(bown + 2 * kBar + bj);
+      mbar_wait(bdn + 2 * kBar + bj, jp);             // r_{k+2}.y of the row below at u
+      if (j > 0) mbar_wait(bup + 4 * kBar + bi, ip);  // z_{k+2} of the row above at v
+      // (4) z_{k+2} at u.
+      float z2u[2];
+      {
+        const bool in = I || (u >= 0 && u < g.nz && u >= z0 && u <= zend), below = I || u > 0;
+        const float rxm0 = shfl_up1(r2u[1].x);
+        const float2 rym = lds2(row(dn, 2, pq));
+        const float2 bu = lds2(vol(su, 6));
+        z2u[0] = in ? m::primal(bu.x, r2u[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
+                                below ? r2v[0].z : 0.0f, w, nonneg)
+                    : 0.0f;
+        z2u[1] = in ? m::primal(bu.y, r2u[1], hasxm1 ? r2u[0].x : 0.0f, hasym ? rym.y : 0.0f,
+                                below ? r2v[1].z : 0.0f, w, nonneg)
+                    : 0.0f;
+      }
+      sts2(row(own, 3, pu), make_float2(z2u[0], z2u[1]));
+      // (5) p_{k+2} at v = q - 2 (row parity of v: pq).
+      const int v = q - 2;
+      {
+        const float2 zv = make_float2(z2v[0], z2v[1]);
+        const float zxp1 = shfl_down1(zv.x);
+        if ((I || (v >= z0 && v < zend)) && tile) {
+          Vec3 pn0, pn1;
+          pair_project(r2v[0], r2v[1], zv, zxp1, lds2(row(up, 3, pq)),
+                       make_float2(z2u[0], z2u[1]),
+                       PairFaces{lastx0, lastx1, lasty, !I && v == g.nz - 1, true}, cst, pn0, pn1);
+          st2(out2, I ? qoff - 2 * plane4 : v * plane4 + off4, pn0, pn1);
+        }
+      }
+      mbar_arrive(bown + 4 * kBar + bj);
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        r2v[k] = r2u[k];
+        z2v[k] = z2u[k];
       }
     }
-    mbar_arrive(bown + 4 * kBar + bj);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       r1u[k] = r1q[k];
-      r2v[k] = r2u[k];
       z1u[k] = z1q[k];
-      z2v[k] = z2u[k];
     }
     qoff += plane4;
     su = sq;
     sq = next(sq);
     sn = next(sn);
   };
-  // Planes z0 - 2 .. z0 - 3 + D first; then every plane of the pass, the interior ones (q0i ..
-  // q1i, where plane q + D is inside the volume and the chunk's range) through the body without
-  // range checks.
-  for (int k = 0; k < D; ++k) issue(ring + k * kSlot, z0 - 2 + k, std::false_type{});
-  if (lane < 6) mbar_init(bown + (lane >> 1) * 2 * kBar + (lane & 1) * kBar);
+  // Planes z0 - H .. z0 - H + D - 1 first; then every plane of the pass, the interior ones
+  // through the body without range checks.
+  for (int k = 0; k < D; ++k) issue(ring + k * kSlot, z0 - H + k, std::false_type{});
+  if (lane < 2 * (Steps + 1)) mbar_init(bown + (lane >> 1) * 2 * kBar + (lane & 1) * kBar);
   __syncthreads();
-  for (int q = z0 - 2; q <= zend + 1; ++q) {
+  for (int q = z0 - H; q <= zlast; ++q) {
     if (q >= q0i && q <= q1i)
       body(q, std::true_type{});
     else

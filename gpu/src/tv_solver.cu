@@ -127,8 +127,8 @@ template <class S, class F>
 bool with_temporal_one(const MarchShape& s, F& f) {
   if (!(s == S::v)) return false;
   if constexpr (S::v.cols == 2)
-    f(tvk::temporal_pair_kernel<S::v.warps, S::v.blocks, S::v.ahead>, 1, S::v.warps, 60,
-      tvk::temporal_stage_bytes(S::v.warps, S::v.ahead));
+    f(tvk::march_pair_kernel<S::v.warps, S::v.blocks, S::v.ahead>, 1, S::v.warps, 60,
+      tvk::march_pair_bytes(S::v.warps, S::v.ahead, 2));
   else
     f(tvk::temporal_march_kernel<S::v.rows, S::v.ahead, S::v.warps, S::v.blocks>, S::v.rows,
       S::v.warps, 28, 0);
@@ -164,6 +164,20 @@ bool with_step_kernel(const MarchShape& s, F&& f) {
                          Shape<2, 2, 8, 0>, Shape<2, 1, 16, 1>, Shape<2, 2, 16, 1>,
                          Shape<2, 2, 16, 2>, Shape<1, 1, 16, 2>, Shape<1, 2, 16, 2>,
                          Shape<1, 1, 32, 1>, Shape<1, 2, 32, 1>>(s, std::forward<F>(f));
+}
+
+/// The staged one-step kernel (march_pair_kernel, one step per pass) with W warps per block,
+/// W = 16, 24 or 32 (else false): f(kernel, W, dynamic shared memory bytes).
+template <bool kStored, class F>
+bool with_staged_step(int warps, F&& f) {
+  auto one = [&](auto wc) {
+    constexpr int W = decltype(wc)::value;
+    if (warps != W) return false;
+    f(tvk::march_pair_kernel<W, 1, 1, 1, kStored>, W, tvk::march_pair_bytes(W, 1, 1));
+    return true;
+  };
+  return one(std::integral_constant<int, 24>{}) || one(std::integral_constant<int, 16>{}) ||
+         one(std::integral_constant<int, 32>{});
 }
 
 /// An integer tuning knob from the environment (benchmarks), or `fallback`.
@@ -203,6 +217,12 @@ struct GpuReconstructor::Impl {
   bool regmarch = true, twostate_march = false;
   MarchShape step{3, 2, tvk::kWarps, 0}, temporal{1, 1, 24, 1, 2};
   int chunk1 = 16, chunk2 = 16;
+  // `staged`: two-state (chosen by the volume's size, see the constructor) or, with
+  // GLINT_TV_KERNEL=staged, fused too run the staged one-step kernel (inputs copied into shared
+  // memory a plane ahead, neighbour-only synchronisation) with `staged_warps` warps per block and
+  // chunks of chunk_staged planes.
+  bool staged = false;
+  int staged_warps = 24, chunk_staged = 16;
 
   cudaStream_t s() const { return stream->get(); }
   tvk::Dual dual(int k) const {
@@ -302,6 +322,18 @@ struct GpuReconstructor::Impl {
     });
   }
 
+  /// One step of the staged kernel: two-state (in1 = p_k, in2 = p_{k-1}, p' to out1) or stored r
+  /// (in1 = r, in2 = p, p' to out1 = p in place, r' to out2).
+  template <bool kStored>
+  void launch_staged(const float* b, tvk::CDual in1, tvk::CDual in2, tvk::Dual out1,
+                     tvk::Dual out2, float w, bool nonneg, float cst, float ma, float mb) {
+    with_staged_step<kStored>(staged_warps, [&](auto kernel, int wps, int smem) {
+      const dim3 gr(ceil_div(d.nx, 60), ceil_div(d.ny, wps - 2), ceil_div(d.nz, chunk_staged));
+      kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, in1, in2, out1, out2, w, nonneg, cst, ma, mb,
+                                               chunk_staged);
+    });
+  }
+
   /// Two two-state steps in one register-marching pass.
   void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
                              tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb) {
@@ -314,7 +346,10 @@ struct GpuReconstructor::Impl {
 
   void two_state_step(const float* b, float w, bool nonneg, float cst, float mi) {
     const int out = free_set(cur, prev);
-    if (twostate_march) {
+    if (staged) {
+      launch_staged<false>(b, tvk::c(dual(cur)), tvk::c(dual(prev)), dual(out), dual(out), w,
+                           nonneg, cst, mi, 0.f);
+    } else if (twostate_march) {
       launch_march_step(b, tvk::MarchTwoState{tvk::c(dual(cur)), tvk::c(dual(prev)), mi},
                         dual(cur), dual(out), w, nonneg, cst, 0.f);
     } else {
@@ -350,7 +385,10 @@ struct GpuReconstructor::Impl {
       case Variant::fused_march:
         for (int k = 1; k <= steps; ++k) {
           const int rout = 3 - rcur;
-          if (variant == Variant::fused) {
+          if (variant == Variant::fused && staged) {
+            launch_staged<true>(b, tvk::c(dual(rcur)), tvk::c(dual(0)), dual(0), dual(rout), w,
+                                nonneg, cst, 0.f, m_out(k));
+          } else if (variant == Variant::fused) {
             launch_fused<tvk::StoredR, false>(b, tvk::StoredR{tvk::c(dual(rcur))}, dual(0),
                                               dual(rout), w, nonneg, cst, m_out(k));
           } else if (variant == Variant::fused_cube) {
@@ -434,6 +472,11 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   m.chunk_march = march_chunk(dims, tvk::fused_march_kernel, prop.multiProcessorCount);
   m.regmarch = !glint::detail::env_is("GLINT_TV_KERNEL", "classic");
   m.twostate_march = glint::detail::env_is("GLINT_TV_KERNEL", "march");
+  const bool force_staged = glint::detail::env_is("GLINT_TV_KERNEL", "staged");
+  const bool force_pair = glint::detail::env_is("GLINT_TV_KERNEL", "pair");
+  const bool staged_kind = variant == Variant::fused || variant == Variant::two_state ||
+                           variant == Variant::temporal;
+  int staged_per_sm = 1;  // resident blocks of the staged kernel per SM
   // Defaults measured on the H200 (docs/performance.md): fused-march 2 rows per warp, loads two
   // planes ahead, 8 warps per block; two-state (marching) 3 rows, two ahead, 8 warps; temporal
   // the two-column kernel, 24 warps (one block of 768 threads per SM). GLINT_TV_ROWS,
@@ -470,6 +513,26 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     with_step_kernel<tvk::MarchTwoState>(s1, [&](auto kernel, int rws, int wps) {
       m.chunk1 = register_march_chunk(dims, kernel, 30, wps * rws - 2, sms, 32, wps);
     });
+    if (const int sw = env_int("GLINT_TV_WARPS", 24); staged_kind) {
+      if (!with_staged_step<false>(sw, [](auto, int, int) {})) {
+        if (force_staged)
+          glint::log::write(glint::log::Level::warn,
+                            "TV solver: the staged kernel is built for 16, 24 or 32 warps per "
+                            "block, not " +
+                                std::to_string(sw) + "; using 24");
+      } else {
+        m.staged_warps = sw;
+      }
+      auto setup = [&](auto kernel, int wps, int smem) {
+        GLINT_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&staged_per_sm, kernel,
+                                                                       32 * wps, smem));
+        m.chunk_staged = register_march_chunk(dims, kernel, 60, wps - 2, sms, 32, wps, smem);
+      };
+      with_staged_step<false>(m.staged_warps, setup);
+      with_staged_step<true>(m.staged_warps, setup);
+    }
     with_temporal_kernel(m.temporal, [&](auto kernel, int rws, int wps, int ox, int smem) {
       // More than the default 48 KiB of dynamic shared memory needs the kernel's consent.
       GLINT_CUDA_CHECK(
@@ -478,10 +541,26 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     });
   }
   if (const auto c = glint::detail::env_int("GLINT_TV_CHUNK", 0, 1, 1 << 20); c > 0)
-    m.chunk = m.chunk_march = m.chunk1 = m.chunk2 = static_cast<int>(c);  // planes per block
+    m.chunk = m.chunk_march = m.chunk1 = m.chunk2 = m.chunk_staged =
+        static_cast<int>(c);  // planes per block
+  // Two-state (and temporal's odd last step) run the staged one-step kernel where its grid fills
+  // at least three waves of resident blocks, the pair kernel elsewhere: measured on the H200
+  // (docs/performance.md), the staged kernel is 3% faster at 256^3 and 6% at 512^3, but a grid
+  // of about one wave (400 x 400 x 16) leaves SMs idle. Fused keeps its pair kernel (the staged
+  // one is slower for it). GLINT_TV_KERNEL=staged or =pair forces either.
+  if (staged_kind && !m.twostate_march) {
+    const long long blocks = static_cast<long long>(ceil_div(dims.nx, 60)) *
+                             ceil_div(dims.ny, m.staged_warps - 2) *
+                             ceil_div(dims.nz, m.chunk_staged);
+    const long long wave = static_cast<long long>(std::max(1, staged_per_sm)) *
+                           prop.multiProcessorCount;
+    m.staged = force_staged || (!force_pair && variant != Variant::fused && blocks >= 3 * wave);
+  }
   glint::log::write(glint::log::Level::debug,
                     "TV solver: planes per block of the marching kernels: one step per pass " +
-                        std::to_string(m.chunk1) + ", two steps " + std::to_string(m.chunk2));
+                        std::to_string(m.chunk1) + ", two steps " + std::to_string(m.chunk2) +
+                        (m.staged ? ", staged one-step kernel " + std::to_string(m.chunk_staged)
+                                  : std::string()));
   m.zrun = zrun_from_env(variant);
   m.pairs = glint::detail::env_int("GLINT_TV_PAIRS", 1, 0, 1) != 0;
   // Measured on the H200 (docs/performance.md): the lane-shuffle pair kernel is faster for fused,

@@ -214,6 +214,19 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
       for (const Shape& sh : step_shapes)
         for (Variant v : {Variant::fused_march, Variant::two_state}) check(sh, v);
       for (const Shape& sh : temporal_shapes) check(sh, Variant::temporal);
+      // The staged one-step kernel (GLINT_TV_KERNEL=staged) of fused, two-state and temporal's
+      // last odd step, at each built block size, whole and 3-plane chunks.
+      for (const char* warps : {"16", "24", "32"})
+        for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
+          TuningEnv env;
+          env.set("GLINT_TV_KERNEL", "staged");
+          env.set("GLINT_TV_WARPS", warps);
+          env.set("GLINT_TV_CHUNK", chunk);
+          for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
+            expect_denoise_is_cpus(d, v, b, p0, steps, pc, xc,
+                                   std::string("staged, warps ") + warps + " chunk " +
+                                       (chunk ? chunk : "default"));
+        }
     }
   }
 }
