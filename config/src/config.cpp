@@ -297,9 +297,7 @@ void read_reconstruction(Section s, ReconstructionConfig& c) {
   try {
     (void)tv::parse_forward_spec(c.forward);  // the mask file itself is read when a run starts
   } catch (const std::invalid_argument& e) {
-    s.fail_key("forward", fmt::format("{} (allowed: identity, gaussian:SX,SY,SZ with sigmas >= 0 in "
-                                      "voxels, mask:FILE.h5:/dataset)",
-                                      e.what()));
+    s.fail_key("forward", e.what());  // the message names the allowed forms
   }
   s.read_double("lambda", c.lambda, 0.0, 1e6, false);
   s.read_integer("outer", c.outer, 1, 100000);

@@ -32,8 +32,12 @@ TEST(ForwardSpec, RefusesWhatIsMalformedNamingIt) {
       (void)parse_forward_spec(bad);
       ADD_FAILURE() << "'" << bad << "' was accepted";
     } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("'" + std::string(bad) + "'"), std::string::npos)
-          << e.what();
+      const std::string m = e.what();
+      EXPECT_NE(m.find("'" + std::string(bad) + "'"), std::string::npos) << m;
+      // The allowed forms, named exactly once.
+      const auto first = m.find("allowed: identity, gaussian:SX,SY,SZ");
+      EXPECT_NE(first, std::string::npos) << m;
+      EXPECT_EQ(m.find("allowed:", first + 1), std::string::npos) << m;
     }
   }
 }
