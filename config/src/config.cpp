@@ -294,8 +294,9 @@ void read_reconstruction(Section s, ReconstructionConfig& c) {
   s.read_integer("slices", c.slices, 2, 4096);
   s.read_string("weight", c.weight, {"centres", "signal"});
   s.read_nonempty_string("forward", c.forward);
+  tv::ForwardSpec forward;
   try {
-    (void)tv::parse_forward_spec(c.forward);  // the mask file itself is read when a run starts
+    forward = tv::parse_forward_spec(c.forward);  // the mask file itself is read when a run starts
   } catch (const std::invalid_argument& e) {
     s.fail_key("forward", e.what());  // the message names the allowed forms
   }
@@ -307,6 +308,12 @@ void read_reconstruction(Section s, ReconstructionConfig& c) {
   s.read_string("variant", c.variant, tv::kVariantNames);
   s.read_string("backend", c.backend, {"cpu", "gpu", "auto"});
   s.read_bool("solve_partial", c.solve_partial);
+  // A mask is shaped for the full volume, so a partial last volume (fewer slices) cannot use it.
+  if (c.solve_partial && forward.kind == tv::ForwardSpec::Kind::mask)
+    s.fail_key("solve_partial",
+               "a partial last volume cannot be reconstructed with a mask forward model (the mask "
+               "is shaped for full volumes of 'slices' slices); set solve_partial: false, or use "
+               "identity or gaussian:SX,SY,SZ");
   s.reject_unknown();
 }
 

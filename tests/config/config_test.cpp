@@ -192,6 +192,8 @@ TEST(Config, BadValuesNameKeyLineAndAllowed) {
       {"reconstruction:\n  variant: fastest\n", "reconstruction.variant", 2, "two-state"},
       {"reconstruction:\n  backend: tpu\n", "reconstruction.backend", 2, "cpu, gpu, auto"},
       {"reconstruction:\n  iterations: 100\n", "reconstruction.iterations", 2, "tv_inner"},
+      {"reconstruction:\n  forward: \"mask:m.h5:/mask\"\n  solve_partial: true\n",
+       "reconstruction.solve_partial", 3, "mask forward model"},
       {"run:\n  max_seconds: -1\n", "run.max_seconds", 2, "[0"},
       {"detector: 5\n", "detector", 1, "mapping"},
   };

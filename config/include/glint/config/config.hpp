@@ -105,7 +105,8 @@ struct ReconstructionConfig {
   std::string variant = "two-state"; ///< GPU kernel variant (see `glint bench tv`)
   std::string backend = "auto";      ///< cpu | gpu | auto
   /// Reconstruct the partial volume left at the end of a run (at least two slices); off: the
-  /// run ends once the full volumes already handed to the worker are written.
+  /// run ends once the full volumes already handed to the worker are written. Refused with a
+  /// mask forward model (the mask is shaped for full volumes).
   bool solve_partial = false;
 };
 
