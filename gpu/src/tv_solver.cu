@@ -477,6 +477,19 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   const bool staged_kind = variant == Variant::fused || variant == Variant::two_state ||
                            variant == Variant::temporal;
   int staged_per_sm = 1;  // resident blocks of the staged kernel per SM
+  bool staged_fits = false, temporal_fits = false;
+  // Whether a kernel's static plus `smem` bytes of dynamic shared memory fit a block on this GPU;
+  // if so, the kernel is allowed that much dynamic shared memory (above the default 48 KiB a
+  // kernel needs that consent).
+  auto fits = [&](auto kernel, int smem) {
+    cudaFuncAttributes fa{};
+    GLINT_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    if (fa.sharedSizeBytes + static_cast<std::size_t>(smem) > prop.sharedMemPerBlockOptin)
+      return false;
+    GLINT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return true;
+  };
   // Defaults measured on the H200 (docs/performance.md): fused-march 2 rows per warp, loads two
   // planes ahead, 8 warps per block; two-state (marching) 3 rows, two ahead, 8 warps; temporal
   // the two-column kernel, 24 warps (one block of 768 threads per SM). GLINT_TV_ROWS,
@@ -524,21 +537,36 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
         m.staged_warps = sw;
       }
       auto setup = [&](auto kernel, int wps, int smem) {
-        GLINT_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        if (!fits(kernel, smem)) return;
         GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&staged_per_sm, kernel,
                                                                        32 * wps, smem));
         m.chunk_staged = register_march_chunk(dims, kernel, 60, wps - 2, sms, 32, wps, smem);
+        staged_fits = true;
       };
       with_staged_step<false>(m.staged_warps, setup);
       with_staged_step<true>(m.staged_warps, setup);
+      if (force_staged && !staged_fits)
+        glint::log::write(glint::log::Level::warn,
+                          "TV solver: the staged kernel needs more shared memory than " +
+                              m.device_name + " has per block; not used");
     }
-    with_temporal_kernel(m.temporal, [&](auto kernel, int rws, int wps, int ox, int smem) {
-      // More than the default 48 KiB of dynamic shared memory needs the kernel's consent.
-      GLINT_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    auto temporal_setup = [&](auto kernel, int rws, int wps, int ox, int smem) {
+      if (!fits(kernel, smem)) return;
       m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 48, wps, smem);
-    });
+      temporal_fits = true;
+    };
+    with_temporal_kernel(m.temporal, temporal_setup);
+    if (!temporal_fits) {
+      // A GPU with less shared memory per block than the two-column kernel needs: the register
+      // kernel with one column per lane (no dynamic shared memory) instead.
+      glint::log::write(glint::log::Level::info,
+                        "TV solver: temporal kernel shape " + m.temporal.str() +
+                            " needs more shared memory than " + m.device_name +
+                            " has per block; using rows 1, ahead 1, warps 32, blocks 1, "
+                            "columns 1");
+      m.temporal = MarchShape{1, 1, 32, 1, 1};
+      with_temporal_kernel(m.temporal, temporal_setup);
+    }
   }
   if (const auto c = glint::detail::env_int("GLINT_TV_CHUNK", 0, 1, 1 << 20); c > 0)
     m.chunk = m.chunk_march = m.chunk1 = m.chunk2 = m.chunk_staged =
@@ -554,7 +582,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                              ceil_div(dims.nz, m.chunk_staged);
     const long long wave = static_cast<long long>(std::max(1, staged_per_sm)) *
                            prop.multiProcessorCount;
-    m.staged = force_staged || (!force_pair && variant != Variant::fused && blocks >= 3 * wave);
+    m.staged = staged_fits && (force_staged || (!force_pair && variant != Variant::fused &&
+                                                blocks >= 3 * wave));
   }
   glint::log::write(glint::log::Level::debug,
                     "TV solver: planes per block of the marching kernels: one step per pass " +
