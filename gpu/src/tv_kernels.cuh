@@ -1344,7 +1344,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     cp_async_commit();
   };
   // p' of the pair at byte offset o of the dual d.
-  auto st2 = [&](const Dual& d, long long o, const Vec3& a, const Vec3& c) {
+  auto store_pair = [&](const Dual& d, long long o, const Vec3& a, const Vec3& c) {
     if (ok1) {
       stg2(at_bytes(d.x, o), a.x, c.x);
       stg2(at_bytes(d.y, o), a.y, c.y);
@@ -1426,10 +1426,10 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
                      PairFaces{lastx0, lastx1, lasty, !I && u == g.nz - 1, true}, cst, pn0, pn1);
         const long long uo = I ? qoff - plane4 : u * plane4 + off4;
         if ((I || (u >= z0 && u < zend)) && tile) {
-          st2(out1, uo, pn0, pn1);
+          store_pair(out1, uo, pn0, pn1);
           if constexpr (kStored) {
             const float2 px = lds2(vol(su, 3)), py = lds2(vol(su, 4)), pz = lds2(vol(su, 5));
-            st2(out2, uo, m::momentum(pn0, Vec3{px.x, py.x, pz.x}, mb),
+            store_pair(out2, uo, m::momentum(pn0, Vec3{px.x, py.x, pz.x}, mb),
                 m::momentum(pn1, Vec3{px.y, py.y, pz.y}, mb));
           }
         }
@@ -1470,7 +1470,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
           pair_project(r2v[0], r2v[1], zv, zxp1, lds2(row(up, 3, pq)),
                        make_float2(z2u[0], z2u[1]),
                        PairFaces{lastx0, lastx1, lasty, !I && v == g.nz - 1, true}, cst, pn0, pn1);
-          st2(out2, I ? qoff - 2 * plane4 : v * plane4 + off4, pn0, pn1);
+          store_pair(out2, I ? qoff - 2 * plane4 : v * plane4 + off4, pn0, pn1);
         }
       }
       mbar_arrive(bown + 4 * kBar + bj);
