@@ -252,14 +252,20 @@ struct GpuReconstructor::Impl {
                                      cudaMemcpyDeviceToDevice, s()));
   }
 
+  /// Whether the variant keeps r in a dual set of its own (p in set 0, r in sets 1 and 2); the
+  /// two-state ones (two-state, temporal) rotate p_k and p_{k-1} through their sets instead.
+  bool stores_r() const {
+    return variant == Variant::separate || variant == Variant::fused ||
+           variant == Variant::fused_cube || variant == Variant::fused_march;
+  }
+
   /// Resets the dual to zero (cold start, or the start of a solve). Only the sets that the first
   /// step reads are zeroed: p (set 0), and for the variants that store r, r_1 = p_0 (set 1); the
   /// others are written in full (every voxel x < nx) before anything reads them. `all` zeroes
   /// every set (once, so that even their unused padding columns are defined).
   void reset_dual(bool all = false) {
-    const bool stored_r = variant == Variant::separate || variant == Variant::fused ||
-                          variant == Variant::fused_cube || variant == Variant::fused_march;
-    const std::size_t n = all ? sets.size() : std::min<std::size_t>(sets.size(), stored_r ? 2 : 1);
+    const std::size_t n =
+        all ? sets.size() : std::min<std::size_t>(sets.size(), stores_r() ? 2 : 1);
     for (std::size_t k = 0; k < n; ++k) zero(int(k));
     cur = prev = 0;
     rcur = 1;
@@ -269,9 +275,7 @@ struct GpuReconstructor::Impl {
   void dual_from_set0() {
     cur = prev = 0;
     rcur = 1;
-    if (variant == Variant::separate || variant == Variant::fused ||
-        variant == Variant::fused_cube || variant == Variant::fused_march)
-      copy_set(1, 0);
+    if (stores_r()) copy_set(1, 0);
   }
 
   int free_set(int a, int b, int avoid = -1) const {
@@ -478,10 +482,10 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                            variant == Variant::temporal;
   int staged_per_sm = 1;  // resident blocks of the staged kernel per SM
   bool staged_fits = false, temporal_fits = false;
-  // Whether a kernel's static plus `smem` bytes of dynamic shared memory fit a block on this GPU;
-  // if so, the kernel is allowed that much dynamic shared memory (above the default 48 KiB a
-  // kernel needs that consent).
-  auto fits = [&](auto kernel, int smem) {
+  // Allows a kernel `smem` bytes of dynamic shared memory (above the default 48 KiB a kernel
+  // needs that consent) if they fit a block on this GPU together with its static shared memory;
+  // false (and nothing allowed) if they do not.
+  auto allow_smem = [&](auto kernel, int smem) {
     cudaFuncAttributes fa{};
     GLINT_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
     if (fa.sharedSizeBytes + static_cast<std::size_t>(smem) > prop.sharedMemPerBlockOptin)
@@ -537,21 +541,24 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
         m.staged_warps = sw;
       }
       auto setup = [&](auto kernel, int wps, int smem) {
-        if (!fits(kernel, smem)) return;
+        if (!allow_smem(kernel, smem)) return;
         GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&staged_per_sm, kernel,
                                                                        32 * wps, smem));
         m.chunk_staged = register_march_chunk(dims, kernel, 60, wps - 2, sms, 32, wps, smem);
         staged_fits = true;
       };
-      with_staged_step<false>(m.staged_warps, setup);
-      with_staged_step<true>(m.staged_warps, setup);
+      // The form the variant runs: stored r for fused, two-state for the others.
+      if (variant == Variant::fused)
+        with_staged_step<true>(m.staged_warps, setup);
+      else
+        with_staged_step<false>(m.staged_warps, setup);
       if (force_staged && !staged_fits)
         glint::log::write(glint::log::Level::warn,
                           "TV solver: the staged kernel needs more shared memory than " +
                               m.device_name + " has per block; not used");
     }
     auto temporal_setup = [&](auto kernel, int rws, int wps, int ox, int smem) {
-      if (!fits(kernel, smem)) return;
+      if (!allow_smem(kernel, smem)) return;
       m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 48, wps, smem);
       temporal_fits = true;
     };
@@ -751,7 +758,7 @@ void GpuReconstructor::denoise(std::span<const float> b, float w, int steps, boo
   m.upload(p0.z, p.data() + 2 * n);
   m.dual_from_set0();
   m.prox(m.buf.get(), w, steps, nonneg, m.xprev.get());
-  const int ps = (m.variant == Variant::two_state || m.variant == Variant::temporal) ? m.cur : 0;
+  const int ps = m.stores_r() ? 0 : m.cur;
   const tvk::Dual pf = m.dual(ps);
   m.download(p.data(), pf.x);
   m.download(p.data() + n, pf.y);
