@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -68,18 +69,47 @@ class TuningEnv {
   std::vector<std::string> names_;
 };
 
-/// The GPU denoise of (b, p0) by variant v, with the tuning variables now set, against the CPU's
-/// result (pc, xc), bit for bit; `what` names the setting in a failure.
-void expect_denoise_is_cpus(const Dims& d, Variant v, const std::vector<float>& b,
-                            const std::vector<float>& p0, int steps, const std::vector<float>& pc,
-                            const std::vector<float>& xc, const std::string& what) {
-  glint::gpu::GpuReconstructor gpu(d, v, false);
-  std::vector<float> pg(p0), xg(d.voxels(), std::numeric_limits<float>::quiet_NaN());
-  gpu.denoise(b, 0.08f, steps, true, pg, xg);
-  EXPECT_EQ(bit_mismatches(pg, pc), 0u) << glint::tv::variant_name(v) << " " << what << " steps "
-                                         << steps;
-  EXPECT_EQ(bit_mismatches(xg, xc), 0u) << glint::tv::variant_name(v) << " " << what << " steps "
-                                         << steps;
+/// A CPU reference denoise: random b and p0 on volume d, `steps` FGP steps with or without
+/// x >= 0, and the CPU's result (pc, xc).
+struct CpuCase {
+  const Dims& d;
+  const std::vector<float>& b;
+  const std::vector<float>& p0;
+  int steps;
+  bool nonneg;
+  const std::vector<float>& pc;
+  const std::vector<float>& xc;
+};
+
+/// Calls check(c) for the CPU reference case of each test volume (kOdd, kChunked), each x >= 0
+/// choice and each step count; b and p0 come from seeds `seed` and seed + 1.
+template <class F>
+void for_each_cpu_case(unsigned seed, std::initializer_list<bool> nonnegs,
+                       std::initializer_list<int> step_counts, F&& check) {
+  for (const Dims& d : {kOdd, kChunked}) {
+    const std::size_t n = d.voxels();
+    const auto b = random_volume(n, seed, -0.5f, 1.5f);
+    const auto p0 = random_volume(3 * n, seed + 1, -0.5f, 0.5f);
+    glint::recon::CpuReconstructor cpu(d, 2);
+    for (bool nonneg : nonnegs)
+      for (int steps : step_counts) {
+        std::vector<float> pc(p0), xc(n);
+        cpu.denoise(b, 0.08f, steps, nonneg, pc, xc);
+        check(CpuCase{d, b, p0, steps, nonneg, pc, xc});
+      }
+  }
+}
+
+/// The GPU denoise of the case's (b, p0) by variant v, with the tuning variables now set, against
+/// the CPU's result, bit for bit (p and x); `what` names the setting in a failure.
+void expect_denoise_is_cpus(const CpuCase& c, Variant v, const std::string& what) {
+  glint::gpu::GpuReconstructor gpu(c.d, v, false);
+  std::vector<float> pg(c.p0), xg(c.d.voxels(), std::numeric_limits<float>::quiet_NaN());
+  gpu.denoise(c.b, 0.08f, c.steps, c.nonneg, pg, xg);
+  EXPECT_EQ(bit_mismatches(pg, c.pc), 0u) << glint::tv::variant_name(v) << " " << what
+                                           << " steps " << c.steps << " nonneg " << c.nonneg;
+  EXPECT_EQ(bit_mismatches(xg, c.xc), 0u) << glint::tv::variant_name(v) << " " << what
+                                           << " steps " << c.steps << " nonneg " << c.nonneg;
 }
 
 }  // namespace
@@ -88,26 +118,9 @@ void expect_denoise_is_cpus(const Dims& d, Variant v, const std::vector<float>& 
 // step, an odd number (temporal blocking's two-state tail) and ten, with and without x >= 0.
 TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
-  for (const Dims& d : {kOdd, kChunked}) {
-    const std::size_t n = d.voxels();
-    const auto b = random_volume(n, 1, -0.5f, 1.5f);
-    const auto p0 = random_volume(3 * n, 2, -0.5f, 0.5f);
-    glint::recon::CpuReconstructor cpu(d, 2);
-    for (bool nonneg : {true, false})
-      for (int steps : {1, 7, 10}) {
-        std::vector<float> pc(p0), xc(n);
-        cpu.denoise(b, 0.08f, steps, nonneg, pc, xc);
-        for (Variant v : glint::tv::kAllVariants) {
-          glint::gpu::GpuReconstructor gpu(d, v, false);
-          std::vector<float> pg(p0), xg(n, std::numeric_limits<float>::quiet_NaN());
-          gpu.denoise(b, 0.08f, steps, nonneg, pg, xg);
-          EXPECT_EQ(bit_mismatches(pg, pc), 0u)
-              << glint::tv::variant_name(v) << " steps " << steps << " nonneg " << nonneg;
-          EXPECT_EQ(bit_mismatches(xg, xc), 0u)
-              << glint::tv::variant_name(v) << " steps " << steps << " nonneg " << nonneg;
-        }
-      }
-  }
+  for_each_cpu_case(1, {true, false}, {1, 7, 10}, [](const CpuCase& c) {
+    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, "default kernels");
+  });
 }
 
 // The kernel choices kept for comparisons (GLINT_TV_KERNEL, rows per warp, loads ahead, planes
@@ -135,31 +148,23 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
                               {nullptr, nullptr, nullptr, nullptr, "4", nullptr, "1"},
                               {nullptr, nullptr, nullptr, nullptr, "8", nullptr, "1"},
                               {nullptr, nullptr, nullptr, nullptr, "2", nullptr, "0"}};
-  for (const Dims& d : {kOdd, kChunked}) {
-    const std::size_t n = d.voxels();
-    const auto b = random_volume(n, 11, -0.5f, 1.5f);
-    const auto p0 = random_volume(3 * n, 12, -0.5f, 0.5f);
-    glint::recon::CpuReconstructor cpu(d, 2);
-    for (int steps : {2, 7}) {
-      std::vector<float> pc(p0), xc(n);
-      cpu.denoise(b, 0.08f, steps, true, pc, xc);
-      for (const Setting& st : settings) {
-        TuningEnv env;
-        env.set("GLINT_TV_KERNEL", st.kernel);
-        env.set("GLINT_TV_ROWS", st.rows);
-        env.set("GLINT_TV_AHEAD", st.ahead);
-        env.set("GLINT_TV_CHUNK", st.chunk);
-        env.set("GLINT_TV_ZRUN", st.zrun);
-        env.set("GLINT_TV_PAIRS", st.pairs);
-        env.set("GLINT_TV_SHUFFLE", st.shuffle);
-        for (Variant v : glint::tv::kAllVariants)
-          expect_denoise_is_cpus(d, v, b, p0, steps, pc, xc,
-                                 std::string("kernel ") + (st.kernel ? st.kernel : "default") +
-                                     " zrun " + (st.zrun ? st.zrun : "default") + " shuffle " +
-                                     (st.shuffle ? st.shuffle : "default"));
-      }
+  for_each_cpu_case(11, {true}, {2, 7}, [&](const CpuCase& c) {
+    for (const Setting& st : settings) {
+      TuningEnv env;
+      env.set("GLINT_TV_KERNEL", st.kernel);
+      env.set("GLINT_TV_ROWS", st.rows);
+      env.set("GLINT_TV_AHEAD", st.ahead);
+      env.set("GLINT_TV_CHUNK", st.chunk);
+      env.set("GLINT_TV_ZRUN", st.zrun);
+      env.set("GLINT_TV_PAIRS", st.pairs);
+      env.set("GLINT_TV_SHUFFLE", st.shuffle);
+      for (Variant v : glint::tv::kAllVariants)
+        expect_denoise_is_cpus(c, v,
+                               std::string("kernel ") + (st.kernel ? st.kernel : "default") +
+                                   " zrun " + (st.zrun ? st.zrun : "default") + " shuffle " +
+                                   (st.shuffle ? st.shuffle : "default"));
     }
-  }
+  });
 }
 
 // Every built shape of the register-marching kernels (rows per warp, loads ahead, warps per block,
@@ -189,46 +194,37 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
                                    {"1", "1", "24", "1", "3", "2"},
                                    {"1", "2", "24", "1", nullptr, "2"},
                                    {"1", "2", "24", "1", "3", "2"}};
-  for (const Dims& d : {kOdd, kChunked}) {
-    const std::size_t n = d.voxels();
-    const auto b = random_volume(n, 21, -0.5f, 1.5f);
-    const auto p0 = random_volume(3 * n, 22, -0.5f, 0.5f);
-    glint::recon::CpuReconstructor cpu(d, 2);
-    for (int steps : {2, 7}) {
-      std::vector<float> pc(p0), xc(n);
-      cpu.denoise(b, 0.08f, steps, true, pc, xc);
-      auto check = [&](const Shape& sh, Variant v) {
+  for_each_cpu_case(21, {true}, {2, 7}, [&](const CpuCase& c) {
+    auto check = [&](const Shape& sh, Variant v) {
+      TuningEnv env;
+      env.set("GLINT_TV_KERNEL", "march");
+      env.set("GLINT_TV_ROWS", sh.rows);
+      env.set("GLINT_TV_AHEAD", sh.ahead);
+      env.set("GLINT_TV_WARPS", sh.warps);
+      env.set("GLINT_TV_BLOCKS", sh.blocks);
+      env.set("GLINT_TV_CHUNK", sh.chunk);
+      env.set("GLINT_TV_COLS", sh.cols);
+      expect_denoise_is_cpus(c, v,
+                             std::string("rows ") + sh.rows + " ahead " + sh.ahead + " warps " +
+                                 sh.warps + " blocks " + sh.blocks + " columns " + sh.cols);
+    };
+    for (const Shape& sh : step_shapes)
+      for (Variant v : {Variant::fused_march, Variant::two_state}) check(sh, v);
+    for (const Shape& sh : temporal_shapes) check(sh, Variant::temporal);
+    // The staged one-step kernel (GLINT_TV_KERNEL=staged) of fused, two-state and temporal's
+    // last odd step, at each built block size, whole and 3-plane chunks.
+    for (const char* warps : {"16", "24", "32"})
+      for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
         TuningEnv env;
-        env.set("GLINT_TV_KERNEL", "march");
-        env.set("GLINT_TV_ROWS", sh.rows);
-        env.set("GLINT_TV_AHEAD", sh.ahead);
-        env.set("GLINT_TV_WARPS", sh.warps);
-        env.set("GLINT_TV_BLOCKS", sh.blocks);
-        env.set("GLINT_TV_CHUNK", sh.chunk);
-        env.set("GLINT_TV_COLS", sh.cols);
-        expect_denoise_is_cpus(d, v, b, p0, steps, pc, xc,
-                               std::string("rows ") + sh.rows + " ahead " + sh.ahead + " warps " +
-                                   sh.warps + " blocks " + sh.blocks + " columns " +
-                                   sh.cols);
-      };
-      for (const Shape& sh : step_shapes)
-        for (Variant v : {Variant::fused_march, Variant::two_state}) check(sh, v);
-      for (const Shape& sh : temporal_shapes) check(sh, Variant::temporal);
-      // The staged one-step kernel (GLINT_TV_KERNEL=staged) of fused, two-state and temporal's
-      // last odd step, at each built block size, whole and 3-plane chunks.
-      for (const char* warps : {"16", "24", "32"})
-        for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
-          TuningEnv env;
-          env.set("GLINT_TV_KERNEL", "staged");
-          env.set("GLINT_TV_WARPS", warps);
-          env.set("GLINT_TV_CHUNK", chunk);
-          for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
-            expect_denoise_is_cpus(d, v, b, p0, steps, pc, xc,
-                                   std::string("staged, warps ") + warps + " chunk " +
-                                       (chunk ? chunk : "default"));
-        }
-    }
-  }
+        env.set("GLINT_TV_KERNEL", "staged");
+        env.set("GLINT_TV_WARPS", warps);
+        env.set("GLINT_TV_CHUNK", chunk);
+        for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
+          expect_denoise_is_cpus(c, v,
+                                 std::string("staged, warps ") + warps + " chunk " +
+                                     (chunk ? chunk : "default"));
+      }
+  });
 }
 
 // Denoising (identity, no FFT): the whole solve is the shared arithmetic only, so CPU and every
