@@ -19,6 +19,7 @@
 
 #include "commands.hpp"
 #include "glint/config/config.hpp"
+#include "glint/detail/median.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/acquisition.hpp"
 #include "glint/pipeline/ingest.hpp"
@@ -332,7 +333,7 @@ void add_bench_pipeline(CLI::App& bench) {
     const auto median_fps = [&](std::size_t i) {
       std::vector<double> v;
       for (const auto& r : rounds) v.push_back(r[i].fps());
-      return median(std::move(v));
+      return detail::median(std::move(v));
     };
     const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
     const double image_mb = image_bytes(sim) / 1e6;

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "glint/detail/median.hpp"
 #include "glint/gpu/device.hpp"
 #include "glint/gpu/tv_solver.hpp"
 #include "glint/recon/forward_model.hpp"
@@ -121,8 +122,8 @@ int run_bench_tv(const BenchTvArgs& a) {
         o.tv_inner = 0;
         t0.push_back(solver.solve(y, fm.H, o, x0).seconds * 1e3);
       }
-      const double solve_ms = median(tk);
-      const double step_ms = (solve_ms - median(t0)) / (double(a.outer) * a.tv_inner);
+      const double solve_ms = detail::median(tk);
+      const double step_ms = (solve_ms - detail::median(t0)) / (double(a.outer) * a.tv_inner);
       const double vols = tv::traffic_volumes_per_step(v);
       const double gbs = vols * vol_bytes / (step_ms * 1e-3) / 1e9;
       const double floor_ms = vols * vol_bytes / (copy_gbs * 1e9) * 1e3;

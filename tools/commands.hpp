@@ -2,11 +2,8 @@
 // Each subcommand of the `glint` tool lives in its own file and registers itself here.
 #include <atomic>
 #include <string>
-#include <vector>
 
 #include <CLI/CLI.hpp>
-
-#include "glint/detail/median.hpp"
 
 namespace glint::tools {
 
@@ -26,9 +23,6 @@ void add_ctl_command(CLI::App& app);
 /// Makes SIGINT (and SIGTERM) set the returned flag instead of ending the process, so that a
 /// long-running subcommand (glint sim, glint ctl watch) can stop cleanly and report.
 const std::atomic<bool>& stop_on_signals();
-
-/// The median of benchmark samples (the mean of the middle two for an even count); 0 if empty.
-using glint::detail::median;
 
 /// `glint find`: cluster finding over an HDF5 frame file.
 void add_find_command(CLI::App& app);
