@@ -27,10 +27,11 @@ ReconstructionStage::ReconstructionStage(const StageOptions& options,
   if (o_.frames_per_slice < 1)
     throw std::invalid_argument("reconstruction: frames_per_slice must be >= 1");
   o_.backend.low_priority = true;
-  current_.dims = tv::Dims{o_.width, o_.height, int(o_.slices)};
-  current_.data.assign(current_.dims.voxels(), 0.0f);
+  full_dims_ = tv::Dims{o_.width, o_.height, int(o_.slices)};
+  current_.dims = full_dims_;
+  current_.data.assign(full_dims_.voxels(), 0.0f);
   // A bad forward model (e.g. a missing mask file) shows here, not at every volume later.
-  full_model_ = make_forward_model(o_.forward, current_.dims);
+  full_model_ = make_forward_model(o_.forward, full_dims_);
   worker_ = std::jthread([this](std::stop_token st) { run(st); });
 }
 
@@ -126,7 +127,6 @@ void ReconstructionStage::run(std::stop_token st) {
   std::unique_ptr<tv::Reconstructor> solver;
   ForwardModel partial_model;  // for a partial last volume
   const ForwardModel* fm = &full_model_;
-  const tv::Dims full{o_.width, o_.height, int(o_.slices)};
   while (true) {
     StageResult r;
     {
@@ -140,7 +140,7 @@ void ReconstructionStage::run(std::stop_token st) {
     try {
       const tv::Dims& d = r.input.dims;
       if (!solver || solver->dims() != d) {
-        if (d == full) {
+        if (d == full_dims_) {
           fm = &full_model_;
         } else {
           partial_model = make_forward_model(o_.forward, d);

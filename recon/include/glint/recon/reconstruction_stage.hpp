@@ -74,6 +74,7 @@ class ReconstructionStage {
 
   StageOptions o_;
   std::function<void(StageResult&&)> sink_;
+  tv::Dims full_dims_{};     ///< a full volume: width x height x slices
   ForwardModel full_model_;  ///< H of a full volume, built (and checked) once
   // Producer side (the caller's thread).
   Volume current_;
