@@ -326,15 +326,21 @@ struct GpuReconstructor::Impl {
     });
   }
 
+  /// The staged one-step kernel's grid: 60 x (warps - 2) outputs per block and chunk_staged
+  /// planes.
+  dim3 staged_grid() const {
+    return dim3(ceil_div(d.nx, 60), ceil_div(d.ny, staged_warps - 2),
+                ceil_div(d.nz, chunk_staged));
+  }
+
   /// One step of the staged kernel: two-state (in1 = p_k, in2 = p_{k-1}, p' to out1) or stored r
   /// (in1 = r, in2 = p, p' to out1 = p in place, r' to out2).
   template <bool kStored>
   void launch_staged(const float* b, tvk::CDual in1, tvk::CDual in2, tvk::Dual out1,
                      tvk::Dual out2, float w, bool nonneg, float cst, float ma, float mb) {
     with_staged_step<kStored>(staged_warps, [&](auto kernel, int wps, int smem) {
-      const dim3 gr(ceil_div(d.nx, 60), ceil_div(d.ny, wps - 2), ceil_div(d.nz, chunk_staged));
-      kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, in1, in2, out1, out2, w, nonneg, cst, ma, mb,
-                                               chunk_staged);
+      kernel<<<staged_grid(), dim3(32, wps), smem, s()>>>(g, b, in1, in2, out1, out2, w, nonneg,
+                                                          cst, ma, mb, chunk_staged);
     });
   }
 
@@ -584,9 +590,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   // of about one wave (400 x 400 x 16) leaves SMs idle. Fused keeps its pair kernel (the staged
   // one is slower for it). GLINT_TV_KERNEL=staged or =pair forces either.
   if (staged_kind && !m.twostate_march) {
-    const long long blocks = static_cast<long long>(ceil_div(dims.nx, 60)) *
-                             ceil_div(dims.ny, m.staged_warps - 2) *
-                             ceil_div(dims.nz, m.chunk_staged);
+    const dim3 gr = m.staged_grid();
+    const long long blocks = static_cast<long long>(gr.x) * gr.y * gr.z;
     const long long wave = static_cast<long long>(std::max(1, staged_per_sm)) *
                            prop.multiProcessorCount;
     m.staged = staged_fits && (force_staged || (!force_pair && variant != Variant::fused &&
