@@ -1243,18 +1243,24 @@ __device__ __forceinline__ void mbar_wait(unsigned a, unsigned parity) {
   } while (!ok);
 }
 
-/// Dynamic shared memory of march_pair_kernel<W, MinBlocks, D, Steps, ...>: the exchanged rows
-/// (two per step), two planes each, and D + 2 planes of the seven input volumes, one float2 per
-/// thread each.
-constexpr int march_pair_bytes(int W, int D, int steps) {
-  return (2 * steps * 2 + (D + 2) * 7) * W * 32 * 8;
+/// Planes in march_pair_kernel's ring of staged inputs: q .. q + D, and q - 1 where a stage
+/// reads plane u = q - 1 back (two steps: p_k and b; stored r: the old p).
+constexpr int march_pair_slots(int D, int steps, bool stored) {
+  return steps == 1 && !stored ? D + 1 : D + 2;
+}
+/// Dynamic shared memory of march_pair_kernel<W, MinBlocks, D, Steps, kStored>: the exchanged
+/// rows (two per step), two planes each, and the ring's planes of the seven input volumes, one
+/// float2 per thread each.
+constexpr int march_pair_bytes(int W, int D, int steps, bool stored = false) {
+  return (2 * steps * 2 + march_pair_slots(D, steps, stored) * 7) * W * 32 * 8;
 }
 
 /// The marching kernel with two columns per lane: a block of W warps owns a 64-column, W-row
 /// region (lane = a pair of columns, warp = a row), marches along z and makes Steps FGP steps
 /// per pass, with 8-byte loads and stores, so that each lane's per-plane overhead (range checks,
 /// addressing, shuffles, shared-memory exchange, synchronisation) is shared by two points.
-/// Outputs: 60 x (W - 2 Steps). Regions start at an even column (rows are padded to an even
+/// Outputs: ox x (W - 2 Steps), ox = 56 or 60 (lanes 1 .. ox / 2; lane 0 and the lanes right of
+/// the outputs are the halo). Regions start at an even column (rows are padded to an even
 /// length), so pairs are aligned; the right point of a pair at x = nx (the first padding column)
 /// is read but zeroed.
 /// - Steps = 2 (temporal blocking, two-state): in1 = p_k, in2 = p_{k-1}; writes p_{k+1} to out1
@@ -1267,22 +1273,23 @@ constexpr int march_pair_bytes(int W, int D, int steps) {
 ///   r' = momentum(p', p, mb) to out2. All global accesses are explicit (cp.async, st.global),
 ///   so the compiler assumes nothing about in2 and out1 being distinct.
 /// The inputs of plane q + D (p_k, p_{k-1}, b) are copied into shared memory by cp.async while
-/// plane q is processed (a ring of D + 2 planes per thread: q - 1 .. q + D, each slot read only
-/// by the thread that filled it), so no register waits on a global load, and p_k and b at
-/// u = q - 1 are read back from the ring where stages (3) and (4) need them.
+/// plane q is processed (a ring of planes q - 1 .. q + D per thread, each slot read only by the
+/// thread that filled it; two-state one-step passes never read plane q - 1 back, so their ring
+/// is q .. q + D), so no register waits on a global load, and p_k and b at u = q - 1 are read
+/// back from the ring where stages (3) and (4) need them.
 template <int W, int MinBlocks, int D = 1, int Steps = 2, bool kStored = false>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
     march_pair_kernel(Geom g, const float* b, CDual in1, CDual in2, Dual out1, Dual out2, float w,
-                      bool nonneg, float cst, float ma, float mb, int chunk) {
+                      bool nonneg, float cst, float ma, float mb, int chunk, int ox) {
   static_assert(Steps == 1 || Steps == 2, "one or two steps per pass");
   static_assert(!kStored || Steps == 1, "stored r: one step per pass");
   constexpr int H = Steps;  // halo rows (and planes) on each side
   // Dynamic shared memory: each warp's rows, two planes each (r_{k+1}.y, z_{k+1} and, for two
   // steps, r_{k+2}.y, z_{k+2}: [2 Steps][2][W][32] float2), then the ring of input planes
-  // ([D + 2][7][W][32] float2).
+  // ([kSlots][7][W][32] float2).
   extern __shared__ float2 dyn[];
   constexpr unsigned kRow = W * 32 * 8;  // bytes of one row set [W][32]
-  constexpr int kSlots = D + 2;
+  constexpr int kSlots = march_pair_slots(D, Steps, kStored);
   // A warp waits only for its two neighbours, not for the whole block: each warp signals the end
   // of its stages A (r_{k+1}.y row written), B (z_{k+1} and, for two steps, r_{k+2}.y rows) and C
   // (two steps: z_{k+2} row) at every plane on an mbarrier of its own, one per stage and plane
@@ -1294,7 +1301,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   constexpr unsigned kBar = W * 8;  // bytes of one [W] set of mbarriers
   const int lane = threadIdx.x, wp = threadIdx.y;
   const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
-  const int gx = blockIdx.x * 60 - 2 + 2 * lane;  // the pair's left column
+  const int gx = blockIdx.x * ox - 2 + 2 * lane;  // the pair's left column
   const int gy = blockIdx.y * (W - 2 * H) - H + wp;
   const bool oky = gy >= 0 && gy < g.ny;
   const bool ok0 = oky && gx >= 0 && gx < g.nx, ok1 = ok0 && gx + 1 < g.nx;
@@ -1302,7 +1309,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   const int bytes = ok1 ? 8 : (ok0 ? 4 : 0);
   const bool hasxm0 = gx > 0, hasxm1 = gx + 1 > 0, hasym = gy > 0;
   const bool lastx0 = gx == g.nx - 1, lastx1 = gx + 1 == g.nx - 1, lasty = gy == g.ny - 1;
-  const bool tile = oky && lane >= 1 && lane <= 30 && wp >= H && wp < W - H;
+  const bool tile = oky && lane >= 1 && 2 * lane <= ox && wp >= H && wp < W - H;
   const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
   // The pass: planes z0 - H .. zlast; interior planes q0i .. q1i (every plane index of the body
   // inside the volume and the chunk's range, plane q + D too, none the last plane).

@@ -34,10 +34,18 @@ using detail::StreamPriority;
 class FftPlan {
  public:
   FftPlan() = default;
-  FftPlan(const Dims& d, cufftType type) {
+  /// The in-place real transform (R2C or C2R) of a volume whose rows are `pitch` floats apart
+  /// (pitch >= 2 (nx/2 + 1): a row holds its nx/2 + 1 complex values in place).
+  FftPlan(const Dims& d, long long pitch, cufftType type) {
     GLINT_CUFFT_CHECK(cufftCreate(&h_));
     GLINT_CUFFT_CHECK(cufftSetAutoAllocation(h_, 0));
-    GLINT_CUFFT_CHECK(cufftMakePlan3d(h_, d.nz, d.ny, d.nx, type, &work_));
+    long long n[3] = {d.nz, d.ny, d.nx};
+    long long real[3] = {d.nz, d.ny, pitch}, cplx[3] = {d.nz, d.ny, pitch / 2};
+    const bool r2c = type == CUFFT_R2C;
+    const long long rdist = pitch * d.ny * d.nz, cdist = rdist / 2;
+    GLINT_CUFFT_CHECK(cufftMakePlanMany64(h_, 3, n, r2c ? real : cplx, 1, r2c ? rdist : cdist,
+                                          r2c ? cplx : real, 1, r2c ? cdist : rdist, type, 1,
+                                          &work_));
   }
   ~FftPlan() {
     if (h_) {
@@ -122,31 +130,33 @@ struct Shape {
 };
 
 /// The shapes that are built: f(kernel, K, W, output columns per region, dynamic shared memory
-/// bytes) is called for the one equal to `s`; false if none.
+/// bytes, pair) is called for the one equal to `s`; false if none. pair (std::true_type for the
+/// two-column kernel, whose regions are `pair_ox` columns wide and which takes that width as its
+/// last argument; std::false_type for the one-column kernel, 28 columns).
 template <class S, class F>
-bool with_temporal_one(const MarchShape& s, F& f) {
+bool with_temporal_one(const MarchShape& s, int pair_ox, F& f) {
   if (!(s == S::v)) return false;
   if constexpr (S::v.cols == 2)
-    f(tvk::march_pair_kernel<S::v.warps, S::v.blocks, S::v.ahead>, 1, S::v.warps, 60,
-      tvk::march_pair_bytes(S::v.warps, S::v.ahead, 2));
+    f(tvk::march_pair_kernel<S::v.warps, S::v.blocks, S::v.ahead>, 1, S::v.warps, pair_ox,
+      tvk::march_pair_bytes(S::v.warps, S::v.ahead, 2), std::true_type{});
   else
     f(tvk::temporal_march_kernel<S::v.rows, S::v.ahead, S::v.warps, S::v.blocks>, S::v.rows,
-      S::v.warps, 28, 0);
+      S::v.warps, 28, 0, std::false_type{});
   return true;
 }
 template <class... S, class F>
-bool with_temporal_shape(const MarchShape& s, F&& f) {
-  return (with_temporal_one<S>(s, f) || ...);
+bool with_temporal_shape(const MarchShape& s, int pair_ox, F&& f) {
+  return (with_temporal_one<S>(s, pair_ox, f) || ...);
 }
 template <class F>
-bool with_temporal_kernel(const MarchShape& s, F&& f) {
+bool with_temporal_kernel(const MarchShape& s, int pair_ox, F&& f) {
   return with_temporal_shape<Shape<3, 1, 8, 2>, Shape<3, 2, 8, 2>, Shape<2, 1, 8, 2>,
                              Shape<2, 2, 8, 2>, Shape<2, 1, 8, 3>, Shape<2, 1, 8, 4>,
                              Shape<2, 1, 12, 2>, Shape<2, 1, 16, 2>, Shape<1, 1, 16, 2>,
                              Shape<1, 1, 16, 3>, Shape<1, 1, 24, 2>, Shape<1, 1, 32, 1>,
                              Shape<1, 1, 16, 1, 2>, Shape<1, 1, 24, 1, 2>,
                              Shape<1, 2, 24, 1, 2>>(
-      s, std::forward<F>(f));
+      s, pair_ox, std::forward<F>(f));
 }
 template <class Src, class... S, class F>
 bool with_step_shape(const MarchShape& s, F&& f) {
@@ -167,17 +177,24 @@ bool with_step_kernel(const MarchShape& s, F&& f) {
 }
 
 /// The staged one-step kernel (march_pair_kernel, one step per pass) with W warps per block,
-/// W = 16, 24 or 32 (else false): f(kernel, W, dynamic shared memory bytes).
+/// W = 16, 24 or 32, staging `ahead` = 1 or 2 planes ahead (else false): f(kernel, W, dynamic
+/// shared memory bytes).
 template <bool kStored, class F>
-bool with_staged_step(int warps, F&& f) {
-  auto one = [&](auto wc) {
-    constexpr int W = decltype(wc)::value;
-    if (warps != W) return false;
-    f(tvk::march_pair_kernel<W, 1, 1, 1, kStored>, W, tvk::march_pair_bytes(W, 1, 1));
+bool with_staged_step(int warps, int ahead, F&& f) {
+  auto one = [&](auto wc, auto dc) {
+    constexpr int W = decltype(wc)::value, D = decltype(dc)::value;
+    if (warps != W || ahead != D) return false;
+    f(tvk::march_pair_kernel<W, 1, D, 1, kStored>, W, tvk::march_pair_bytes(W, D, 1, kStored));
     return true;
   };
-  return one(std::integral_constant<int, 24>{}) || one(std::integral_constant<int, 16>{}) ||
-         one(std::integral_constant<int, 32>{});
+  using I1 = std::integral_constant<int, 1>;
+  using I2 = std::integral_constant<int, 2>;
+  return one(std::integral_constant<int, 24>{}, I1{}) ||
+         one(std::integral_constant<int, 24>{}, I2{}) ||
+         one(std::integral_constant<int, 16>{}, I1{}) ||
+         one(std::integral_constant<int, 16>{}, I2{}) ||
+         one(std::integral_constant<int, 32>{}, I1{}) ||
+         one(std::integral_constant<int, 32>{}, I2{});
 }
 
 /// An integer tuning knob from the environment (benchmarks), or `fallback`.
@@ -222,7 +239,13 @@ struct GpuReconstructor::Impl {
   // memory a plane ahead, neighbour-only synchronisation) with `staged_warps` warps per block and
   // chunks of chunk_staged planes.
   bool staged = false;
-  int staged_warps = 24, chunk_staged = 16;
+  int staged_warps = 24, staged_ahead = 1, chunk_staged = 16;
+  // Output columns per region of the two-column marching kernels (march_pair_kernel), 56 or
+  // 60: with 56 (224 bytes) every store fills whole 32-byte sectors. Measured on the H200
+  // (docs/performance.md): the two-step kernel is faster with 56 even where that takes more
+  // regions across x (512^3), the staged one-step kernel only where it takes no more.
+  // GLINT_TV_OX = 56 or 60 sets both.
+  int temporal_ox = 56, staged_ox = 60;
 
   cudaStream_t s() const { return stream->get(); }
   tvk::Dual dual(int k) const {
@@ -235,13 +258,13 @@ struct GpuReconstructor::Impl {
   }
 
   void upload(float* dst, const float* src) {
-    GLINT_CUDA_CHECK(cudaMemcpy2DAsync(dst, d.padded_x() * sizeof(float), src,
+    GLINT_CUDA_CHECK(cudaMemcpy2DAsync(dst, g.px * sizeof(float), src,
                                        d.nx * sizeof(float), d.nx * sizeof(float),
                                        std::size_t(d.ny) * d.nz, cudaMemcpyHostToDevice, s()));
   }
   void download(float* dst, const float* src) {
     GLINT_CUDA_CHECK(cudaMemcpy2DAsync(dst, d.nx * sizeof(float), src,
-                                       d.padded_x() * sizeof(float), d.nx * sizeof(float),
+                                       g.px * sizeof(float), d.nx * sizeof(float),
                                        std::size_t(d.ny) * d.nz, cudaMemcpyDeviceToHost, s()));
   }
   void zero(int set) {
@@ -326,10 +349,10 @@ struct GpuReconstructor::Impl {
     });
   }
 
-  /// The staged one-step kernel's grid: 60 x (warps - 2) outputs per block and chunk_staged
-  /// planes.
+  /// The staged one-step kernel's grid: staged_ox x (warps - 2) outputs per block and
+  /// chunk_staged planes.
   dim3 staged_grid() const {
-    return dim3(ceil_div(d.nx, 60), ceil_div(d.ny, staged_warps - 2),
+    return dim3(ceil_div(d.nx, staged_ox), ceil_div(d.ny, staged_warps - 2),
                 ceil_div(d.nz, chunk_staged));
   }
 
@@ -338,19 +361,24 @@ struct GpuReconstructor::Impl {
   template <bool kStored>
   void launch_staged(const float* b, tvk::CDual in1, tvk::CDual in2, tvk::Dual out1,
                      tvk::Dual out2, float w, bool nonneg, float cst, float ma, float mb) {
-    with_staged_step<kStored>(staged_warps, [&](auto kernel, int wps, int smem) {
+    with_staged_step<kStored>(staged_warps, staged_ahead, [&](auto kernel, int wps, int smem) {
       kernel<<<staged_grid(), dim3(32, wps), smem, s()>>>(g, b, in1, in2, out1, out2, w, nonneg,
-                                                          cst, ma, mb, chunk_staged);
+                                                          cst, ma, mb, chunk_staged, staged_ox);
     });
   }
 
   /// Two two-state steps in one register-marching pass.
   void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
                              tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb) {
-    with_temporal_kernel(temporal, [&](auto kernel, int rws, int wps, int ox, int smem) {
+    with_temporal_kernel(temporal, temporal_ox,
+                         [&](auto kernel, int rws, int wps, int ox, int smem, auto pair) {
       const dim3 gr(ceil_div(d.nx, ox), ceil_div(d.ny, wps * rws - 4), ceil_div(d.nz, chunk2));
-      kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
-                                               chunk2);
+      if constexpr (decltype(pair)::value)
+        kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
+                                                 chunk2, ox);
+      else
+        kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
+                                                 chunk2);
     });
   }
 
@@ -475,9 +503,18 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   cudaDeviceProp prop{};
   GLINT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   m.device_name = prop.name;
-  m.V = dims.padded_voxels();
-  m.g = tvk::Geom{dims.nx, dims.ny, dims.nz, (long long)dims.padded_x(),
-                  (long long)dims.padded_x() * dims.ny};
+  // Rows of 2 (nx/2 + 1) floats (in-place real FFTs), rounded up to 32 floats: 128-byte aligned
+  // rows, so that a warp's 64-column pair row is two whole cache lines and no store writes part
+  // of a 32-byte sector (docs/performance.md). GLINT_TV_ALIGN (floats, even) overrides.
+  {
+    const long long align = 2 * ((glint::detail::env_int("GLINT_TV_ALIGN", 32, 2, 1024) + 1) / 2);
+    const long long pitch = (static_cast<long long>(dims.padded_x()) + align - 1) / align * align;
+    m.g = tvk::Geom{dims.nx, dims.ny, dims.nz, pitch, pitch * dims.ny};
+    m.V = static_cast<std::size_t>(m.g.plane) * dims.nz;
+  }
+  m.staged_ox = ceil_div(dims.nx, 56) == ceil_div(dims.nx, 60) ? 56 : 60;
+  if (const int ox = env_int("GLINT_TV_OX", 0); ox == 56 || ox == 60)
+    m.temporal_ox = m.staged_ox = ox;
   m.chunk = march_chunk(dims, tvk::temporal_kernel, prop.multiProcessorCount);
   m.chunk_march = march_chunk(dims, tvk::fused_march_kernel, prop.multiProcessorCount);
   m.regmarch = !glint::detail::env_is("GLINT_TV_KERNEL", "classic");
@@ -523,7 +560,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   else if (variant == Variant::fused_march || (variant == Variant::two_state && m.twostate_march))
     unbuilt("one-step", s);
   if (const MarchShape s = from_env(m.temporal);
-      with_temporal_kernel(s, [](auto, int, int, int, int) {}))
+      with_temporal_kernel(s, m.temporal_ox, [](auto, int, int, int, int, auto) {}))
     m.temporal = s;
   else if (variant == Variant::temporal)
     unbuilt("temporal", s);
@@ -536,39 +573,43 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     with_step_kernel<tvk::MarchTwoState>(s1, [&](auto kernel, int rws, int wps) {
       m.chunk1 = register_march_chunk(dims, kernel, 30, wps * rws - 2, sms, 32, wps);
     });
-    if (const int sw = env_int("GLINT_TV_WARPS", 24); staged_kind) {
-      if (!with_staged_step<false>(sw, [](auto, int, int) {})) {
+    if (const int sw = env_int("GLINT_TV_WARPS", 24), sa = env_int("GLINT_TV_AHEAD", 1);
+        staged_kind) {
+      if (!with_staged_step<false>(sw, sa, [](auto, int, int) {})) {
         if (force_staged)
           glint::log::write(glint::log::Level::warn,
                             "TV solver: the staged kernel is built for 16, 24 or 32 warps per "
-                            "block, not " +
-                                std::to_string(sw) + "; using 24");
+                            "block and 1 or 2 planes ahead, not " +
+                                std::to_string(sw) + " and " + std::to_string(sa) +
+                                "; using 24 and 1");
       } else {
         m.staged_warps = sw;
+        m.staged_ahead = sa;
       }
       auto setup = [&](auto kernel, int wps, int smem) {
         if (!allow_smem(kernel, smem)) return;
         GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&staged_per_sm, kernel,
                                                                        32 * wps, smem));
-        m.chunk_staged = register_march_chunk(dims, kernel, 60, wps - 2, sms, 32, wps, smem);
+        m.chunk_staged =
+            register_march_chunk(dims, kernel, m.staged_ox, wps - 2, sms, 32, wps, smem);
         staged_fits = true;
       };
       // The form the variant runs: stored r for fused, two-state for the others.
       if (variant == Variant::fused)
-        with_staged_step<true>(m.staged_warps, setup);
+        with_staged_step<true>(m.staged_warps, m.staged_ahead, setup);
       else
-        with_staged_step<false>(m.staged_warps, setup);
+        with_staged_step<false>(m.staged_warps, m.staged_ahead, setup);
       if (force_staged && !staged_fits)
         glint::log::write(glint::log::Level::warn,
                           "TV solver: the staged kernel needs more shared memory than " +
                               m.device_name + " has per block; not used");
     }
-    auto temporal_setup = [&](auto kernel, int rws, int wps, int ox, int smem) {
+    auto temporal_setup = [&](auto kernel, int rws, int wps, int ox, int smem, auto) {
       if (!allow_smem(kernel, smem)) return;
       m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 48, wps, smem);
       temporal_fits = true;
     };
-    with_temporal_kernel(m.temporal, temporal_setup);
+    with_temporal_kernel(m.temporal, m.temporal_ox, temporal_setup);
     if (!temporal_fits) {
       // A GPU with less shared memory per block than the two-column kernel needs: the register
       // kernel with one column per lane (no dynamic shared memory) instead.
@@ -578,7 +619,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                             " has per block; using rows 1, ahead 1, warps 32, blocks 1, "
                             "columns 1");
       m.temporal = MarchShape{1, 1, 32, 1, 1};
-      with_temporal_kernel(m.temporal, temporal_setup);
+      with_temporal_kernel(m.temporal, m.temporal_ox, temporal_setup);
     }
   }
   if (const auto c = glint::detail::env_int("GLINT_TV_CHUNK", 0, 1, 1 << 20); c > 0)
@@ -617,11 +658,12 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   p.dims = dims;
   p.variant = variant;
   p.fft = with_fft;
+  p.row_floats = static_cast<std::size_t>(m.g.px);
   p.volume_bytes = m.V * sizeof(float);
   p.volumes = tv_volumes_needed(variant, with_fft);
   if (with_fft) {
-    m.r2c = FftPlan(dims, CUFFT_R2C);
-    m.c2r = FftPlan(dims, CUFFT_C2R);
+    m.r2c = FftPlan(dims, m.g.px, CUFFT_R2C);
+    m.c2r = FftPlan(dims, m.g.px, CUFFT_C2R);
     p.fft_work_bytes = std::max(m.r2c.work_bytes(), m.c2r.work_bytes());
   }
   p.total_bytes = std::size_t(std::ceil(p.volumes * double(p.volume_bytes))) + p.fft_work_bytes;
@@ -642,7 +684,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   m.buf = DeviceBuffer(V);
   if (with_fft) {
     m.hy = DeviceBuffer(V);  // (nx/2+1) complex per row = px floats
-    m.h2n = DeviceBuffer(dims.spectrum_size());
+    m.h2n = DeviceBuffer(m.V / 2);  // one float per complex value of hy, same row pitch
     m.work = DeviceBuffer((p.fft_work_bytes + sizeof(float) - 1) / sizeof(float));
     GLINT_CUFFT_CHECK(cufftSetWorkArea(m.r2c.get(), m.work.get()));
     GLINT_CUFFT_CHECK(cufftSetWorkArea(m.c2r.get(), m.work.get()));
@@ -658,6 +700,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   GLINT_CUDA_CHECK(cudaMemsetAsync(m.xprev.get(), 0, V * sizeof(float), m.s()));
   GLINT_CUDA_CHECK(cudaMemsetAsync(m.buf.get(), 0, V * sizeof(float), m.s()));
   if (!with_fft) GLINT_CUDA_CHECK(cudaMemsetAsync(m.yv.get(), 0, V * sizeof(float), m.s()));
+  if (with_fft) GLINT_CUDA_CHECK(cudaMemsetAsync(m.h2n.get(), 0, V / 2 * sizeof(float), m.s()));
   if (m.zb.get()) GLINT_CUDA_CHECK(cudaMemsetAsync(m.zb.get(), 0, V * sizeof(float), m.s()));
   m.reset_dual(/*all=*/true);
   GLINT_CUDA_CHECK(cudaStreamSynchronize(m.s()));
@@ -689,12 +732,14 @@ tv::SolveReport GpuReconstructor::solve(std::span<const float> y, const tv::Tran
   // Inputs: y into buf (identity: into y), H into h2n; everything after this is timed.
   const bool identity = H.identity();
   m.upload(identity ? m.yv.get() : m.buf.get(), y.data());
-  if (!identity)
-    GLINT_CUDA_CHECK(cudaMemcpyAsync(m.h2n.get(), H.h.data(), H.h.size() * sizeof(float),
-                                     cudaMemcpyHostToDevice, m.s()));
+  if (!identity)  // rows of nx/2 + 1 values into rows of px / 2
+    GLINT_CUDA_CHECK(cudaMemcpy2DAsync(m.h2n.get(), m.g.px / 2 * sizeof(float), H.h.data(),
+                                       (d.nx / 2 + 1) * sizeof(float),
+                                       (d.nx / 2 + 1) * sizeof(float),
+                                       std::size_t(d.ny) * d.nz, cudaMemcpyHostToDevice, m.s()));
   GLINT_CUDA_CHECK(cudaEventRecord(m.e0->get(), m.s()));
   const dim3 blk = m.block();
-  const long long S = static_cast<long long>(d.spectrum_size());
+  const long long S = static_cast<long long>(m.V / 2);  // complex values, padding included
   const int sblocks = ceil_div(S, 256);
   if (!identity) {
     // x_0 from y, then H Y / N and H^2 / N.

@@ -115,11 +115,15 @@ void expect_denoise_is_cpus(const CpuCase& c, Variant v, const std::string& what
 }  // namespace
 
 // The FGP step: every variant and the CPU reference, same input, bit for bit (p and x), for one
-// step, an odd number (temporal blocking's two-state tail) and ten, with and without x >= 0.
+// step, an odd number (temporal blocking's two-state tail) and ten, with and without x >= 0;
+// with the default row pitch (128-byte aligned rows) and with rows of 2 (nx/2 + 1) floats.
 TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
   for_each_cpu_case(1, {true, false}, {1, 7, 10}, [](const CpuCase& c) {
     for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, "default kernels");
+    TuningEnv env;
+    env.set("GLINT_TV_ALIGN", "2");
+    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, "rows of 2 (nx/2+1)");
   });
 }
 
@@ -212,18 +216,35 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
       for (Variant v : {Variant::fused_march, Variant::two_state}) check(sh, v);
     for (const Shape& sh : temporal_shapes) check(sh, Variant::temporal);
     // The staged one-step kernel (GLINT_TV_KERNEL=staged) of fused, two-state and temporal's
-    // last odd step, at each built block size, whole and 3-plane chunks.
+    // last odd step, at each built block size and staging depth, whole and 3-plane chunks.
     for (const char* warps : {"16", "24", "32"})
-      for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
-        TuningEnv env;
-        env.set("GLINT_TV_KERNEL", "staged");
-        env.set("GLINT_TV_WARPS", warps);
-        env.set("GLINT_TV_CHUNK", chunk);
-        for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
-          expect_denoise_is_cpus(c, v,
-                                 std::string("staged, warps ") + warps + " chunk " +
-                                     (chunk ? chunk : "default"));
-      }
+      for (const char* ahead : {"1", "2"})
+        for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
+          TuningEnv env;
+          env.set("GLINT_TV_KERNEL", "staged");
+          env.set("GLINT_TV_WARPS", warps);
+          env.set("GLINT_TV_AHEAD", ahead);
+          env.set("GLINT_TV_CHUNK", chunk);
+          for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
+            expect_denoise_is_cpus(c, v,
+                                   std::string("staged, warps ") + warps + " ahead " + ahead +
+                                       " chunk " + (chunk ? chunk : "default"));
+        }
+    // The two-column kernels' regions 60 columns wide (the default at these volumes is 56): the
+    // staged one-step kernel and the two-step one (temporal's default shape).
+    for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
+      TuningEnv env;
+      env.set("GLINT_TV_OX", "60");
+      env.set("GLINT_TV_CHUNK", chunk);
+      expect_denoise_is_cpus(c, Variant::temporal,
+                             std::string("two-column, 60 columns, chunk ") +
+                                 (chunk ? chunk : "default"));
+      env.set("GLINT_TV_KERNEL", "staged");
+      for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
+        expect_denoise_is_cpus(c, v,
+                               std::string("staged, 60 columns, chunk ") +
+                                   (chunk ? chunk : "default"));
+    }
   });
 }
 
@@ -314,7 +335,8 @@ TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {
   GLINT_REQUIRE_GPU();
   glint::gpu::GpuReconstructor gpu(Dims{64, 32, 16}, Variant::fused, true);
   const auto& plan = gpu.memory_plan();
-  EXPECT_EQ(plan.volume_bytes, 66u * 32 * 16 * 4);
+  EXPECT_EQ(plan.row_floats, 96u);  // 2 (64/2 + 1) = 66 floats, rounded up to 128 bytes
+  EXPECT_EQ(plan.volume_bytes, 96u * 32 * 16 * 4);
   EXPECT_GE(plan.total_bytes, std::size_t(plan.volumes * plan.volume_bytes));
   EXPECT_NE(plan.describe().find("64x32x16"), std::string::npos);
 }
