@@ -3,8 +3,9 @@
 // the same per-voxel functions of glint/tv/fgp_math.hpp in the same order, so all of them (and
 // the CPU reference) produce the same bits; they differ only in how data moves.
 //
-// Layout: volumes x-fastest with rows padded to px = 2 (nx/2 + 1) floats (in-place real FFTs);
-// only x < nx is ever read or written by the TV kernels. A dual is three such volumes.
+// Layout: volumes x-fastest with rows padded to px floats, nx rounded up to 128 bytes, so that
+// rows start on cache lines (the transforms run out of place, into and from cuFFT's natural
+// layout). Only x < nx is ever read or written by the kernels. A dual is three such volumes.
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -1525,21 +1526,25 @@ __global__ void init_kernel(Geom g, const float* __restrict__ y, bool nonneg, fl
   xprev[i] = v;
 }
 
-/// out = xbar = x + mom (x - xprev), zero in the padding (the FFT input); two x-neighbours per
-/// thread (8-byte accesses; grid over px / 2 pairs).
+/// out = xbar = x + mom (x - xprev), the transform's input; two x-neighbours per thread (8-byte
+/// accesses; grid over (nx + 1) / 2 pairs).
 __global__ void extrapolate_pair_kernel(Geom g, const float* __restrict__ x,
                                         const float* __restrict__ xprev, float mom,
                                         float* __restrict__ out) {
   const int ix = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
   const int iy = blockIdx.y * blockDim.y + threadIdx.y;
-  if (ix >= g.px || iy >= g.ny) return;
+  if (ix >= g.nx || iy >= g.ny) return;
   const long long i = at(g, ix, iy, blockIdx.z);
   const float2 xv = ld2(x, i), pv = ld2(xprev, i);
-  st2(out, i, ix < g.nx ? m::extrapolate(xv.x, pv.x, mom) : 0.0f,
-      ix + 1 < g.nx ? m::extrapolate(xv.y, pv.y, mom) : 0.0f);
+  const float e0 = m::extrapolate(xv.x, pv.x, mom);
+  if (ix + 1 < g.nx)
+    st2(out, i, e0, m::extrapolate(xv.y, pv.y, mom));
+  else
+    out[i] = e0;
 }
 
-/// In the Fourier domain: S = HY/N - (H^2/N) S, the back-projected residual's spectrum.
+/// In the Fourier domain: S = HY/N - (H^2/N) S, the back-projected residual's spectrum (n
+/// complex values, the transforms' natural layout: rows of nx/2 + 1 without gaps).
 __global__ void spectrum_kernel(long long n, const float2* __restrict__ hy,
                                 const float* __restrict__ h2n, float2* __restrict__ s) {
   const long long k = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;

@@ -20,9 +20,10 @@ int tv_dual_sets(tv::Variant v) {
 }
 
 double tv_volumes_needed(tv::Variant variant, bool fft) {
-  // x, x_prev, the FFT / gradient-step buffer; y (identity) or H Y / N (complex: one padded
-  // volume) and H^2 / N (half a volume); the dual sets; the separate variant's z.
-  double v = 3 + (fft ? 1.5 : 1.0) + 3.0 * tv_dual_sets(variant);
+  // x, x_prev, the gradient-step buffer; y (identity) or the spectra H Y / N and of the
+  // residual (complex, nx/2 + 1 per row: at most one padded volume each) and H^2 / N (half a
+  // volume); the dual sets; the separate variant's z.
+  double v = 3 + (fft ? 2.5 : 1.0) + 3.0 * tv_dual_sets(variant);
   if (variant == tv::Variant::separate) v += 1;
   return v;
 }

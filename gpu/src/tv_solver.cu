@@ -34,15 +34,15 @@ using detail::StreamPriority;
 class FftPlan {
  public:
   FftPlan() = default;
-  /// The in-place real transform (R2C or C2R) of a volume whose rows are `pitch` floats apart
-  /// (pitch >= 2 (nx/2 + 1): a row holds its nx/2 + 1 complex values in place).
+  /// The out-of-place real transform (R2C or C2R) between a volume whose rows are `pitch` floats
+  /// apart and a spectrum in cuFFT's natural layout (rows of nx/2 + 1 complex values).
   FftPlan(const Dims& d, long long pitch, cufftType type) {
     GLINT_CUFFT_CHECK(cufftCreate(&h_));
     GLINT_CUFFT_CHECK(cufftSetAutoAllocation(h_, 0));
     long long n[3] = {d.nz, d.ny, d.nx};
-    long long real[3] = {d.nz, d.ny, pitch}, cplx[3] = {d.nz, d.ny, pitch / 2};
+    long long real[3] = {d.nz, d.ny, pitch}, cplx[3] = {d.nz, d.ny, d.nx / 2 + 1};
     const bool r2c = type == CUFFT_R2C;
-    const long long rdist = pitch * d.ny * d.nz, cdist = rdist / 2;
+    const long long rdist = pitch * d.ny * d.nz, cdist = (d.nx / 2 + 1) * d.ny * d.nz;
     GLINT_CUFFT_CHECK(cufftMakePlanMany64(h_, 3, n, r2c ? real : cplx, 1, r2c ? rdist : cdist,
                                           r2c ? cplx : real, 1, r2c ? cdist : rdist, type, 1,
                                           &work_));
@@ -88,10 +88,10 @@ int march_chunk(const Dims& d, K kernel, int sms) {
 
 /// Planes per thread of the one-voxel kernels (fused, two-state): GLINT_TV_ZRUN = 1, 2, 4 or 8
 /// overrides the default (a tuning knob for benchmarks).
-/// Defaults measured on the H200 (docs/performance.md): fused 2 planes (lane-shuffle kernel),
-/// two-state 4 planes.
-int zrun_from_env(Variant v) {
-  const int fallback = v == Variant::fused ? 2 : 4;
+/// Default measured on the H200 (docs/performance.md): 4 planes for both (fused, with its
+/// lane-shuffle kernel, took 2 before rows were 128-byte aligned).
+int zrun_from_env() {
+  const int fallback = 4;
   const int z = static_cast<int>(glint::detail::env_int("GLINT_TV_ZRUN", fallback, 1, 8));
   return (z == 1 || z == 2 || z == 4 || z == 8) ? z : fallback;
 }
@@ -219,7 +219,7 @@ struct GpuReconstructor::Impl {
   std::unique_ptr<Stream> stream;
   std::unique_ptr<Event> e0, e1;
   FftPlan r2c, c2r;
-  DeviceBuffer work, x, xprev, buf, yv, hy, h2n, zb;
+  DeviceBuffer work, x, xprev, buf, yv, hy, h2n, spec, zb;
   std::vector<DeviceBuffer> sets;
   int cur = 0, prev = 0, rcur = 1;
   int chunk = 8, chunk_march = 8, zrun = 2;
@@ -503,12 +503,15 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   cudaDeviceProp prop{};
   GLINT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   m.device_name = prop.name;
-  // Rows of 2 (nx/2 + 1) floats (in-place real FFTs), rounded up to 32 floats: 128-byte aligned
-  // rows, so that a warp's 64-column pair row is two whole cache lines and no store writes part
-  // of a 32-byte sector (docs/performance.md). GLINT_TV_ALIGN (floats, even) overrides.
+  // Rows of nx floats rounded up to 32: 128-byte aligned rows, so that a warp's 64-column pair
+  // row is two whole cache lines and no store writes part of a 32-byte sector
+  // (docs/performance.md; the transforms run out of place, so rows need no room for nx/2 + 1
+  // complex values). GLINT_TV_PITCH (floats, even, at least nx) sets another pitch.
   {
-    const long long align = 2 * ((glint::detail::env_int("GLINT_TV_ALIGN", 32, 2, 1024) + 1) / 2);
-    const long long pitch = (static_cast<long long>(dims.padded_x()) + align - 1) / align * align;
+    long long pitch = (dims.nx + 31LL) / 32 * 32;
+    if (const long long e = glint::detail::env_int("GLINT_TV_PITCH", 0, 0, 1 << 20);
+        e >= dims.nx && e % 2 == 0)
+      pitch = e;
     m.g = tvk::Geom{dims.nx, dims.ny, dims.nz, pitch, pitch * dims.ny};
     m.V = static_cast<std::size_t>(m.g.plane) * dims.nz;
   }
@@ -643,7 +646,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                         std::to_string(m.chunk1) + ", two steps " + std::to_string(m.chunk2) +
                         (m.staged ? ", staged one-step kernel " + std::to_string(m.chunk_staged)
                                   : std::string()));
-  m.zrun = zrun_from_env(variant);
+  m.zrun = zrun_from_env();
   m.pairs = glint::detail::env_int("GLINT_TV_PAIRS", 1, 0, 1) != 0;
   // Measured on the H200 (docs/performance.md): the lane-shuffle pair kernel is faster for fused,
   // the loading one for two-state. GLINT_TV_SHUFFLE = 0 or 1 overrides.
@@ -683,8 +686,9 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   m.xprev = DeviceBuffer(V);
   m.buf = DeviceBuffer(V);
   if (with_fft) {
-    m.hy = DeviceBuffer(V);  // (nx/2+1) complex per row = px floats
-    m.h2n = DeviceBuffer(m.V / 2);  // one float per complex value of hy, same row pitch
+    m.hy = DeviceBuffer(2 * dims.spectrum_size());  // complex
+    m.spec = DeviceBuffer(2 * dims.spectrum_size());
+    m.h2n = DeviceBuffer(dims.spectrum_size());
     m.work = DeviceBuffer((p.fft_work_bytes + sizeof(float) - 1) / sizeof(float));
     GLINT_CUFFT_CHECK(cufftSetWorkArea(m.r2c.get(), m.work.get()));
     GLINT_CUFFT_CHECK(cufftSetWorkArea(m.c2r.get(), m.work.get()));
@@ -700,7 +704,6 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   GLINT_CUDA_CHECK(cudaMemsetAsync(m.xprev.get(), 0, V * sizeof(float), m.s()));
   GLINT_CUDA_CHECK(cudaMemsetAsync(m.buf.get(), 0, V * sizeof(float), m.s()));
   if (!with_fft) GLINT_CUDA_CHECK(cudaMemsetAsync(m.yv.get(), 0, V * sizeof(float), m.s()));
-  if (with_fft) GLINT_CUDA_CHECK(cudaMemsetAsync(m.h2n.get(), 0, V / 2 * sizeof(float), m.s()));
   if (m.zb.get()) GLINT_CUDA_CHECK(cudaMemsetAsync(m.zb.get(), 0, V * sizeof(float), m.s()));
   m.reset_dual(/*all=*/true);
   GLINT_CUDA_CHECK(cudaStreamSynchronize(m.s()));
@@ -732,23 +735,19 @@ tv::SolveReport GpuReconstructor::solve(std::span<const float> y, const tv::Tran
   // Inputs: y into buf (identity: into y), H into h2n; everything after this is timed.
   const bool identity = H.identity();
   m.upload(identity ? m.yv.get() : m.buf.get(), y.data());
-  if (!identity)  // rows of nx/2 + 1 values into rows of px / 2
-    GLINT_CUDA_CHECK(cudaMemcpy2DAsync(m.h2n.get(), m.g.px / 2 * sizeof(float), H.h.data(),
-                                       (d.nx / 2 + 1) * sizeof(float),
-                                       (d.nx / 2 + 1) * sizeof(float),
-                                       std::size_t(d.ny) * d.nz, cudaMemcpyHostToDevice, m.s()));
+  if (!identity)
+    GLINT_CUDA_CHECK(cudaMemcpyAsync(m.h2n.get(), H.h.data(), H.h.size() * sizeof(float),
+                                     cudaMemcpyHostToDevice, m.s()));
   GLINT_CUDA_CHECK(cudaEventRecord(m.e0->get(), m.s()));
   const dim3 blk = m.block();
-  const long long S = static_cast<long long>(m.V / 2);  // complex values, padding included
+  const long long S = static_cast<long long>(d.spectrum_size());
   const int sblocks = ceil_div(S, 256);
   if (!identity) {
     // x_0 from y, then H Y / N and H^2 / N.
     tvk::init_kernel<<<m.grid(d.nx), blk, 0, m.s()>>>(m.g, m.buf.get(), o.nonneg, m.x.get(),
                                                       m.xprev.get());
     GLINT_CUDA_CHECK_LAUNCH();
-    GLINT_CUDA_CHECK(cudaMemcpyAsync(m.hy.get(), m.buf.get(), m.V * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, m.s()));
-    GLINT_CUFFT_CHECK(cufftExecR2C(m.r2c.get(), m.hy.get(),
+    GLINT_CUFFT_CHECK(cufftExecR2C(m.r2c.get(), m.buf.get(),
                                    reinterpret_cast<cufftComplex*>(m.hy.get())));
     tvk::setup_spectrum_kernel<<<sblocks, 256, 0, m.s()>>>(
         S, tv::inverse_size(d), reinterpret_cast<float2*>(m.hy.get()), m.h2n.get());
@@ -763,16 +762,16 @@ tv::SolveReport GpuReconstructor::solve(std::span<const float> y, const tv::Tran
   for (int it = 1; it <= o.outer; ++it) {
     const float mom = it >= 2 ? F[it - 2] : 0.0f;
     if (!identity) {
-      tvk::extrapolate_pair_kernel<<<m.grid(m.g.px / 2), blk, 0, m.s()>>>(
+      tvk::extrapolate_pair_kernel<<<m.grid((d.nx + 1) / 2), blk, 0, m.s()>>>(
           m.g, m.x.get(), m.xprev.get(), mom, m.buf.get());
       GLINT_CUDA_CHECK_LAUNCH();
       GLINT_CUFFT_CHECK(cufftExecR2C(m.r2c.get(), m.buf.get(),
-                                     reinterpret_cast<cufftComplex*>(m.buf.get())));
+                                     reinterpret_cast<cufftComplex*>(m.spec.get())));
       tvk::spectrum_kernel<<<sblocks, 256, 0, m.s()>>>(
           S, reinterpret_cast<const float2*>(m.hy.get()), m.h2n.get(),
-          reinterpret_cast<float2*>(m.buf.get()));
+          reinterpret_cast<float2*>(m.spec.get()));
       GLINT_CUDA_CHECK_LAUNCH();
-      GLINT_CUFFT_CHECK(cufftExecC2R(m.c2r.get(), reinterpret_cast<cufftComplex*>(m.buf.get()),
+      GLINT_CUFFT_CHECK(cufftExecC2R(m.c2r.get(), reinterpret_cast<cufftComplex*>(m.spec.get()),
                                      m.buf.get()));
     }
     tvk::gradient_step_kernel<<<m.grid((d.nx + 1) / 2), blk, 0, m.s()>>>(

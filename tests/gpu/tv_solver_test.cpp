@@ -122,8 +122,9 @@ TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
   for_each_cpu_case(1, {true, false}, {1, 7, 10}, [](const CpuCase& c) {
     for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, "default kernels");
     TuningEnv env;
-    env.set("GLINT_TV_ALIGN", "2");
-    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, "rows of 2 (nx/2+1)");
+    const std::string pitch = std::to_string(2 * (c.d.nx / 2 + 1));
+    env.set("GLINT_TV_PITCH", pitch.c_str());
+    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, "pitch " + pitch);
   });
 }
 
@@ -329,14 +330,16 @@ TEST(TvGpu, TooLargeVolumeIsRefusedBeforeAnythingRuns) {
 }
 
 TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {
-  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::separate, true), 3 + 1.5 + 6 + 1);
+  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::separate, true), 3 + 2.5 + 6 + 1);
   EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::two_state, false), 3 + 1 + 9);
-  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::temporal, true), 3 + 1.5 + 12);
+  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::temporal, true), 3 + 2.5 + 12);
   GLINT_REQUIRE_GPU();
   glint::gpu::GpuReconstructor gpu(Dims{64, 32, 16}, Variant::fused, true);
   const auto& plan = gpu.memory_plan();
-  EXPECT_EQ(plan.row_floats, 96u);  // 2 (64/2 + 1) = 66 floats, rounded up to 128 bytes
-  EXPECT_EQ(plan.volume_bytes, 96u * 32 * 16 * 4);
+  EXPECT_EQ(plan.row_floats, 64u);  // 64 floats: 256 bytes, a multiple of 128
+  EXPECT_EQ(plan.volume_bytes, 64u * 32 * 16 * 4);
+  glint::gpu::GpuReconstructor odd(Dims{70, 32, 16}, Variant::fused, true);
+  EXPECT_EQ(odd.memory_plan().row_floats, 96u);  // 70 floats rounded up to 128 bytes
   EXPECT_GE(plan.total_bytes, std::size_t(plan.volumes * plan.volume_bytes));
   EXPECT_NE(plan.describe().find("64x32x16"), std::string::npos);
 }

@@ -14,7 +14,7 @@ struct TvMemoryPlan {
   tv::Dims dims;
   tv::Variant variant = tv::Variant::two_state;
   bool fft = true;
-  std::size_t row_floats = 0;     ///< row pitch: 2 (nx/2 + 1) rounded up to 128 bytes
+  std::size_t row_floats = 0;     ///< row pitch: nx rounded up to 128 bytes
   std::size_t volume_bytes = 0;   ///< one padded volume
   double volumes = 0;             ///< padded volumes (spectra counted in volumes too)
   std::size_t fft_work_bytes = 0;
