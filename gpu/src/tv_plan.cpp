@@ -20,21 +20,24 @@ int tv_dual_sets(tv::Variant v) {
 }
 
 double tv_volumes_needed(tv::Variant variant, bool fft) {
-  // x, x_prev, the gradient-step buffer; y (identity) or the spectra H Y / N and of the
-  // residual (complex, nx/2 + 1 per row: at most one padded volume each) and H^2 / N (half a
-  // volume); the dual sets; the separate variant's z.
-  double v = 3 + (fft ? 2.5 : 1.0) + 3.0 * tv_dual_sets(variant);
+  // x, x_prev, the gradient-step buffer; y (identity only); the dual sets; the separate
+  // variant's z.
+  double v = 3 + (fft ? 0.0 : 1.0) + 3.0 * tv_dual_sets(variant);
   if (variant == tv::Variant::separate) v += 1;
   return v;
 }
 
+std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft) {
+  return fft ? 5 * dims.spectrum_size() * sizeof(float) : 0;  // 2 + 2 + 1 floats per value
+}
+
 std::string TvMemoryPlan::describe() const {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
-  return fmt::format("{}x{}x{} ({}, {}): {} padded volumes of {:.3f} GiB + cuFFT work {:.3f} GiB "
-                     "= {:.3f} GiB of GPU memory ({:.3f} GiB free)",
+  return fmt::format("{}x{}x{} ({}, {}): {} padded volumes of {:.3f} GiB + spectra {:.3f} GiB + "
+                     "cuFFT work {:.3f} GiB = {:.3f} GiB of GPU memory ({:.3f} GiB free)",
                      dims.nx, dims.ny, dims.nz, tv::variant_name(variant),
-                     fft ? "FFT" : "identity", volumes, volume_bytes / GiB, fft_work_bytes / GiB,
-                     total_bytes / GiB, free_bytes / GiB);
+                     fft ? "FFT" : "identity", volumes, volume_bytes / GiB, spectra_bytes / GiB,
+                     fft_work_bytes / GiB, total_bytes / GiB, free_bytes / GiB);
 }
 
 }  // namespace glint::gpu

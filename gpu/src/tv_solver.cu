@@ -669,7 +669,9 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     m.c2r = FftPlan(dims, m.g.px, CUFFT_C2R);
     p.fft_work_bytes = std::max(m.r2c.work_bytes(), m.c2r.work_bytes());
   }
-  p.total_bytes = std::size_t(std::ceil(p.volumes * double(p.volume_bytes))) + p.fft_work_bytes;
+  p.spectra_bytes = tv_spectra_bytes(dims, with_fft);
+  p.total_bytes = std::size_t(std::ceil(p.volumes * double(p.volume_bytes))) + p.spectra_bytes +
+                  p.fft_work_bytes;
   std::size_t free_b = 0, total_b = 0;
   GLINT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   p.free_bytes = free_b;

@@ -330,9 +330,13 @@ TEST(TvGpu, TooLargeVolumeIsRefusedBeforeAnythingRuns) {
 }
 
 TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {
-  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::separate, true), 3 + 2.5 + 6 + 1);
+  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::separate, true), 3 + 6 + 1);
   EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::two_state, false), 3 + 1 + 9);
-  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::temporal, true), 3 + 2.5 + 12);
+  EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::temporal, true), 3 + 12);
+  // H Y / N and the residual's spectrum (complex) and H^2 / N: 5 floats per value of the
+  // half spectrum (nx/2 + 1 per row).
+  EXPECT_EQ(glint::gpu::tv_spectra_bytes(Dims{64, 32, 16}, true), 5u * 33 * 32 * 16 * 4);
+  EXPECT_EQ(glint::gpu::tv_spectra_bytes(Dims{64, 32, 16}, false), 0u);
   GLINT_REQUIRE_GPU();
   glint::gpu::GpuReconstructor gpu(Dims{64, 32, 16}, Variant::fused, true);
   const auto& plan = gpu.memory_plan();
@@ -340,6 +344,8 @@ TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {
   EXPECT_EQ(plan.volume_bytes, 64u * 32 * 16 * 4);
   glint::gpu::GpuReconstructor odd(Dims{70, 32, 16}, Variant::fused, true);
   EXPECT_EQ(odd.memory_plan().row_floats, 96u);  // 70 floats rounded up to 128 bytes
-  EXPECT_GE(plan.total_bytes, std::size_t(plan.volumes * plan.volume_bytes));
+  EXPECT_EQ(plan.spectra_bytes, 5u * 33 * 32 * 16 * 4);
+  EXPECT_GE(plan.total_bytes,
+            std::size_t(plan.volumes * plan.volume_bytes) + plan.spectra_bytes);
   EXPECT_NE(plan.describe().find("64x32x16"), std::string::npos);
 }

@@ -16,7 +16,8 @@ struct TvMemoryPlan {
   bool fft = true;
   std::size_t row_floats = 0;     ///< row pitch: nx rounded up to 128 bytes
   std::size_t volume_bytes = 0;   ///< one padded volume
-  double volumes = 0;             ///< padded volumes (spectra counted in volumes too)
+  double volumes = 0;             ///< padded volumes
+  std::size_t spectra_bytes = 0;  ///< H Y / N, the residual's spectrum, H^2 / N (with FFT)
   std::size_t fft_work_bytes = 0;
   std::size_t total_bytes = 0;
   std::size_t free_bytes = 0;     ///< free on the device when planned
@@ -27,8 +28,12 @@ struct TvMemoryPlan {
 /// r out), two-state 3 (rotating p), temporal 4 (two pairs of p).
 int tv_dual_sets(tv::Variant variant);
 
-/// Padded volumes the solver needs for a variant (without the cuFFT work area).
+/// Padded volumes the solver needs for a variant (without the spectra and the cuFFT work area).
 double tv_volumes_needed(tv::Variant variant, bool fft);
+
+/// Bytes of the spectra of the transforms (cuFFT's natural layout, nx/2 + 1 complex values per
+/// row): H Y / N and the residual's spectrum (complex), H^2 / N (real); 0 without FFT.
+std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft);
 
 class GpuReconstructor final : public tv::Reconstructor {
  public:
