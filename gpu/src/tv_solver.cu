@@ -512,12 +512,19 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     if (const long long e = glint::detail::env_int("GLINT_TV_PITCH", 0, 0, 1 << 20);
         e >= dims.nx && e % 2 == 0)
       pitch = e;
+    else if (glint::detail::env_set("GLINT_TV_PITCH"))
+      glint::log::write(glint::log::Level::warn,
+                        "TV solver: GLINT_TV_PITCH must be an even number of floats of at least "
+                        "nx = " + std::to_string(dims.nx) + "; using " + std::to_string(pitch));
     m.g = tvk::Geom{dims.nx, dims.ny, dims.nz, pitch, pitch * dims.ny};
     m.V = static_cast<std::size_t>(m.g.plane) * dims.nz;
   }
   m.staged_ox = ceil_div(dims.nx, 56) == ceil_div(dims.nx, 60) ? 56 : 60;
   if (const int ox = env_int("GLINT_TV_OX", 0); ox == 56 || ox == 60)
     m.temporal_ox = m.staged_ox = ox;
+  else if (glint::detail::env_set("GLINT_TV_OX"))
+    glint::log::write(glint::log::Level::warn,
+                      "TV solver: GLINT_TV_OX must be 56 or 60; using the defaults");
   m.chunk = march_chunk(dims, tvk::temporal_kernel, prop.multiProcessorCount);
   m.chunk_march = march_chunk(dims, tvk::fused_march_kernel, prop.multiProcessorCount);
   m.regmarch = !glint::detail::env_is("GLINT_TV_KERNEL", "classic");

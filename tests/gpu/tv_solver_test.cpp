@@ -344,6 +344,14 @@ TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {
   EXPECT_EQ(plan.volume_bytes, 64u * 32 * 16 * 4);
   glint::gpu::GpuReconstructor odd(Dims{70, 32, 16}, Variant::fused, true);
   EXPECT_EQ(odd.memory_plan().row_floats, 96u);  // 70 floats rounded up to 128 bytes
+  // GLINT_TV_PITCH sets the pitch if it is even and at least nx, else the default stays.
+  for (const auto& [value, want] : {std::pair{"130", 130u}, std::pair{"65", 64u},
+                                    std::pair{"62", 64u}}) {
+    TuningEnv env;
+    env.set("GLINT_TV_PITCH", value);
+    glint::gpu::GpuReconstructor set(Dims{64, 32, 16}, Variant::fused, true);
+    EXPECT_EQ(set.memory_plan().row_floats, want) << "GLINT_TV_PITCH=" << value;
+  }
   EXPECT_EQ(plan.spectra_bytes, 5u * 33 * 32 * 16 * 4);
   EXPECT_GE(plan.total_bytes,
             std::size_t(plan.volumes * plan.volume_bytes) + plan.spectra_bytes);
