@@ -20,7 +20,9 @@ struct Dims {
   int nx = 0, ny = 0, nz = 0;
 
   std::size_t voxels() const { return std::size_t(nx) * ny * nz; }
-  /// Row length of the padded layout: 2 (nx/2 + 1) floats, so that in-place real FFTs fit.
+  /// Row length of the padded layout of the CPU solver: 2 (nx/2 + 1) floats, so that in-place
+  /// real FFTs fit (the GPU solver's rows are nx floats rounded up to 128 bytes, its transforms
+  /// out of place).
   std::size_t padded_x() const { return 2 * (std::size_t(nx) / 2 + 1); }
   std::size_t padded_voxels() const { return padded_x() * ny * nz; }
   /// Complex coefficients of the half spectrum: nz x ny x (nx/2 + 1).
