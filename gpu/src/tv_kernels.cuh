@@ -55,6 +55,13 @@ __device__ __forceinline__ float2 ld2(const float* __restrict__ p, long long i) 
 __device__ __forceinline__ void st2(float* p, long long i, float a, float b) {
   *reinterpret_cast<float2*>(p + i) = make_float2(a, b);
 }
+/// Stores the pair (a, b) at i, or only a where the right voxel is past the row's end (!both).
+__device__ __forceinline__ void st_pair(float* p, long long i, bool both, float a, float b) {
+  if (both)
+    st2(p, i, a, b);
+  else
+    p[i] = a;
+}
 
 // ---------------------------------------------------------------------------------------------
 // One voxel per thread: block (32, 8, 1), grid (ceil(nx/32), ceil(ny/8), nz).
@@ -102,10 +109,7 @@ __global__ void primal_pair_kernel(Geom g, const float* __restrict__ b, CDual r,
   const float2 rym = y > 0 ? ld2(r.y, i - g.px) : make_float2(0.f, 0.f);
   const float2 rzm = z > 0 ? ld2(r.z, i - g.plane) : make_float2(0.f, 0.f);
   const float2 zp = pair_primal(bb, Vec3x2{rx, ry, rz}, rxm, rym, rzm, w, nonneg);
-  if (x + 1 < g.nx)
-    st2(out, i, zp.x, zp.y);
-  else
-    out[i] = zp.x;
+  st_pair(out, i, x + 1 < g.nx, zp.x, zp.y);
 }
 
 /// Separate variant, second kernel: gradient of z, projection, momentum. p updated in place (own
@@ -1536,11 +1540,8 @@ __global__ void extrapolate_pair_kernel(Geom g, const float* __restrict__ x,
   if (ix >= g.nx || iy >= g.ny) return;
   const long long i = at(g, ix, iy, blockIdx.z);
   const float2 xv = ld2(x, i), pv = ld2(xprev, i);
-  const float e0 = m::extrapolate(xv.x, pv.x, mom);
-  if (ix + 1 < g.nx)
-    st2(out, i, e0, m::extrapolate(xv.y, pv.y, mom));
-  else
-    out[i] = e0;
+  st_pair(out, i, ix + 1 < g.nx, m::extrapolate(xv.x, pv.x, mom),
+          m::extrapolate(xv.y, pv.y, mom));
 }
 
 /// In the Fourier domain: S = HY/N - (H^2/N) S, the back-projected residual's spectrum (n
@@ -1582,10 +1583,7 @@ __global__ void gradient_step_kernel(Geom g, const float* __restrict__ x,
   const float xb0 = m::extrapolate(xv.x, pv.x, mom), xb1 = m::extrapolate(xv.y, pv.y, mom);
   const float r0 = y ? m::sub(rv.x, xb0) : rv.x, r1 = y ? m::sub(rv.y, xb1) : rv.y;
   const float b0 = m::gradient_step(xb0, r0, t), b1 = m::gradient_step(xb1, r1, t);
-  if (ix + 1 < g.nx)
-    st2(res, i, b0, b1);
-  else
-    res[i] = b0;
+  st_pair(res, i, ix + 1 < g.nx, b0, b1);
 }
 
 }  // namespace glint::gpu::tvk
