@@ -150,6 +150,7 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
                               {"classic", nullptr, nullptr, nullptr, "8", nullptr},
                               {"classic", nullptr, nullptr, nullptr, "2", "0"},
                               {nullptr, nullptr, nullptr, nullptr, "1", nullptr, "1"},
+                              {nullptr, nullptr, nullptr, nullptr, "2", nullptr, "1"},
                               {nullptr, nullptr, nullptr, nullptr, "4", nullptr, "1"},
                               {nullptr, nullptr, nullptr, nullptr, "8", nullptr, "1"},
                               {nullptr, nullptr, nullptr, nullptr, "2", nullptr, "0"}};
