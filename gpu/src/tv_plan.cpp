@@ -28,7 +28,7 @@ double tv_volumes_needed(tv::Variant variant, bool fft) {
 }
 
 std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft) {
-  return fft ? 5 * dims.spectrum_size() * sizeof(float) : 0;  // 2 + 2 + 1 floats per value
+  return fft ? TvSpectra::kFloats * dims.spectrum_size() * sizeof(float) : 0;
 }
 
 std::string TvMemoryPlan::describe() const {

@@ -31,8 +31,14 @@ int tv_dual_sets(tv::Variant variant);
 /// Padded volumes the solver needs for a variant (without the spectra and the cuFFT work area).
 double tv_volumes_needed(tv::Variant variant, bool fft);
 
-/// Bytes of the spectra of the transforms (cuFFT's natural layout, nx/2 + 1 complex values per
-/// row): H Y / N and the residual's spectrum (complex), H^2 / N (real); 0 without FFT.
+/// The spectra of the transforms (cuFFT's natural layout, nx/2 + 1 values per row), in floats
+/// per value: H Y / N and the residual's spectrum (complex), H^2 / N (real).
+struct TvSpectra {
+  static constexpr std::size_t kHy = 2, kResidual = 2, kH2n = 1;
+  static constexpr std::size_t kFloats = kHy + kResidual + kH2n;
+};
+
+/// Bytes of the spectra (TvSpectra); 0 without FFT.
 std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft);
 
 class GpuReconstructor final : public tv::Reconstructor {
