@@ -96,20 +96,26 @@ int zrun_from_env() {
   return (z == 1 || z == 2 || z == 4 || z == 8) ? z : fallback;
 }
 
-/// Planes per block of the register-marching kernels: about four waves of resident blocks, at
+/// Planes per block of the register-marching kernels, whose blocks output out_x x out_y points
+/// of a plane and of which per_sm are resident per SM: about four waves of resident blocks, at
 /// least 16 planes (each block loads one or two planes on either side of its chunk), at most
 /// max_chunk (shorter chunks balance the last wave; measured on the H200: one step per pass 32,
 /// two steps 48).
+int march_chunk_for(const Dims& d, int per_sm, int out_x, int out_y, int sms, int max_chunk) {
+  const long long tiles = static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
+  const long long resident = 4LL * std::max(1, per_sm) * sms;
+  const int chunk = ceil_div(static_cast<long long>(d.nz) * tiles, resident);
+  return std::clamp(chunk, std::min(16, d.nz), std::max(1, std::min(max_chunk, d.nz)));
+}
+/// The same for `kernel` run with `warps` warps per block and `smem` bytes of dynamic shared
+/// memory (its resident blocks per SM from the occupancy calculator).
 template <class K>
 int register_march_chunk(const Dims& d, K kernel, int out_x, int out_y, int sms, int max_chunk,
                          int warps = tvk::kWarps, int smem = 0) {
   int per_sm = 1;
   GLINT_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, smem));
-  const long long tiles = static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
-  const long long resident = 4LL * std::max(1, per_sm) * sms;
-  const int chunk = ceil_div(static_cast<long long>(d.nz) * tiles, resident);
-  return std::clamp(chunk, std::min(16, d.nz), std::max(1, std::min(max_chunk, d.nz)));
+  return march_chunk_for(d, per_sm, out_x, out_y, sms, max_chunk);
 }
 
 /// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
@@ -222,7 +228,7 @@ struct GpuReconstructor::Impl {
   DeviceBuffer work, x, xprev, buf, yv, hy, h2n, spec, zb;
   std::vector<DeviceBuffer> sets;
   int cur = 0, prev = 0, rcur = 1;
-  int chunk = 8, chunk_march = 8, zrun = 2;
+  int chunk = 8, chunk_march = 8, zrun = 4;
   bool pairs = true;  // fused and two-state: two x-neighbours per thread
   bool shuffle = true;  // ... and the neighbours across pairs from the neighbouring lanes
   // Register-marching kernels (tv_kernels.cuh) for fused-march and temporal, and for two-state
@@ -600,8 +606,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
         if (!allow_smem(kernel, smem)) return;
         GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&staged_per_sm, kernel,
                                                                        32 * wps, smem));
-        m.chunk_staged =
-            register_march_chunk(dims, kernel, m.staged_ox, wps - 2, sms, 32, wps, smem);
+        m.chunk_staged = march_chunk_for(dims, staged_per_sm, m.staged_ox, wps - 2, sms, 32);
         staged_fits = true;
       };
       // The form the variant runs: stored r for fused, two-state for the others.
@@ -695,9 +700,9 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   m.xprev = DeviceBuffer(V);
   m.buf = DeviceBuffer(V);
   if (with_fft) {
-    m.hy = DeviceBuffer(2 * dims.spectrum_size());  // complex
-    m.spec = DeviceBuffer(2 * dims.spectrum_size());
-    m.h2n = DeviceBuffer(dims.spectrum_size());
+    m.hy = DeviceBuffer(TvSpectra::kHy * dims.spectrum_size());
+    m.spec = DeviceBuffer(TvSpectra::kResidual * dims.spectrum_size());
+    m.h2n = DeviceBuffer(TvSpectra::kH2n * dims.spectrum_size());
     m.work = DeviceBuffer((p.fft_work_bytes + sizeof(float) - 1) / sizeof(float));
     GLINT_CUFFT_CHECK(cufftSetWorkArea(m.r2c.get(), m.work.get()));
     GLINT_CUFFT_CHECK(cufftSetWorkArea(m.c2r.get(), m.work.get()));
