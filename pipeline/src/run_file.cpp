@@ -379,7 +379,8 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
     m.f_n_clusters = make_table(c, frames.get(), "n_clusters", H5T_STD_U32LE, {}, kFrameChunk);
     m.f_flags = make_table(c, frames.get(), "flags", H5T_STD_U8LE, {}, kFrameChunk);
     write_string_attr(c, frames.get(), "flag_bits",
-                      "1 incomplete, 2 dark, 4 cluster overflow, 8 missing, 16 dropped");
+                      "1 incomplete, 2 dark, 4 cluster overflow (reserved: glint never cuts a "
+                      "frame's clusters short), 8 missing, 16 dropped");
 
     Hid clusters = make_group(c, entry.get(), "clusters", "NXevent_data");
     constexpr hsize_t kClusterChunk = 4096;

@@ -51,7 +51,10 @@ namespace glint::pipeline {
 enum FrameFlag : uint8_t {
   kFlagIncomplete = 1,       ///< a port part never arrived, or completeImage was 0
   kFlagDark = 2,             ///< a pedestal (dark) frame: no clusters searched
-  kFlagClusterOverflow = 4,  ///< more clusters than the output could hold (re-run and counted)
+  /// Reserved by the file layout for a frame whose clusters were cut short. glint never cuts
+  /// them (a GPU batch with more clusters than its output holds is re-run exactly and counted in
+  /// GpuFinderStats::overflow_reruns), so it never sets this bit.
+  kFlagClusterOverflow = 4,
   kFlagMissing = 8,          ///< the frame number never arrived
   kFlagDropped = 16,         ///< arrived but dropped at the ingest (pipeline could not keep up)
 };
