@@ -1,5 +1,8 @@
 // Device-memory planning of the GPU TV solver: host arithmetic only, built with or without CUDA.
+#include <algorithm>
+#include <functional>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -29,6 +32,35 @@ double tv_volumes_needed(tv::Variant variant, bool fft) {
 
 std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft) {
   return fft ? TvSpectra::kFloats * dims.spectrum_size() * sizeof(float) : 0;
+}
+
+int tv_march_chunk(int nz, long long tiles, long long resident, int halo, int min_chunk,
+                   int max_chunk) {
+  const int hi = std::max(1, std::min(max_chunk, nz)), lo = std::min(std::max(1, min_chunk), hi);
+  tiles = std::max(1LL, tiles);
+  resident = std::max(1LL, resident);
+  int best = hi;
+  long long best_end = -1;
+  std::vector<long long> free_at;  // min-heap of the slots' finishing times
+  for (int c = lo; c <= hi; ++c) {
+    free_at.assign(static_cast<std::size_t>(resident), 0);
+    long long end = 0;
+    // (A candidate stops once it can no longer finish first.)
+    for (int z0 = 0; z0 < nz && (best_end < 0 || end < best_end); z0 += c) {
+      const long long took = std::min(c, nz - z0) + 2LL * halo;
+      for (long long t = 0; t < tiles; ++t) {
+        std::pop_heap(free_at.begin(), free_at.end(), std::greater<>());
+        free_at.back() += took;
+        end = std::max(end, free_at.back());
+        std::push_heap(free_at.begin(), free_at.end(), std::greater<>());
+      }
+    }
+    if (best_end < 0 || end < best_end) {
+      best = c;
+      best_end = end;
+    }
+  }
+  return best;
 }
 
 std::string TvMemoryPlan::describe() const {
