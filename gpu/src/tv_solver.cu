@@ -96,26 +96,31 @@ int zrun_from_env() {
   return (z == 1 || z == 2 || z == 4 || z == 8) ? z : fallback;
 }
 
-/// Planes per block of the register-marching kernels, whose blocks output out_x x out_y points
-/// of a plane and of which per_sm are resident per SM: about four waves of resident blocks, at
-/// least 16 planes (each block loads one or two planes on either side of its chunk), at most
-/// max_chunk (shorter chunks balance the last wave; measured on the H200: one step per pass 32,
-/// two steps 48).
-int march_chunk_for(const Dims& d, int per_sm, int out_x, int out_y, int sms, int max_chunk) {
-  const long long tiles = static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
-  const long long resident = 4LL * std::max(1, per_sm) * sms;
-  const int chunk = ceil_div(static_cast<long long>(d.nz) * tiles, resident);
-  return std::clamp(chunk, std::min(16, d.nz), std::max(1, std::min(max_chunk, d.nz)));
-}
-/// The same for `kernel` run with `warps` warps per block and `smem` bytes of dynamic shared
-/// memory (its resident blocks per SM from the occupancy calculator).
+/// Resident blocks per SM of `kernel` with `warps` warps per block and `smem` bytes of dynamic
+/// shared memory (the occupancy calculator).
 template <class K>
-int register_march_chunk(const Dims& d, K kernel, int out_x, int out_y, int sms, int max_chunk,
-                         int warps = tvk::kWarps, int smem = 0) {
+int resident_per_sm(K kernel, int warps, int smem = 0) {
   int per_sm = 1;
   GLINT_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, smem));
-  return march_chunk_for(d, per_sm, out_x, out_y, sms, max_chunk);
+  return std::max(1, per_sm);
+}
+
+/// Planes per block of the marching kernels, whose blocks output out_x x out_y points of a plane
+/// and of which per_sm are resident per SM: at least 16 planes (each block reads one or two
+/// planes on either side of its chunk), at most max_chunk (longer chunks spread neighbouring
+/// blocks apart and lose L2 hits; measured on the H200: one step per pass 32, two steps 48).
+/// - One block per SM (the staged and the two-step kernels), `halo` planes on either side:
+///   tv_march_chunk, the chunk whose grid finishes first.
+/// - Several (the one-step register kernel): about four waves of resident blocks, since the
+///   blocks sharing an SM do not run as independent slots (tv_march_chunk picked 28 planes
+///   there at 256^3, 2% slower than these 21; docs/performance.md).
+int march_chunk_for(const Dims& d, int per_sm, int out_x, int out_y, int sms, int max_chunk,
+                    int halo) {
+  const long long tiles = static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
+  if (per_sm == 1) return tv_march_chunk(d.nz, tiles, sms, halo, 16, max_chunk);
+  const int chunk = ceil_div(static_cast<long long>(d.nz) * tiles, 4LL * per_sm * sms);
+  return std::clamp(chunk, std::min(16, d.nz), std::max(1, std::min(max_chunk, d.nz)));
 }
 
 /// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
@@ -587,7 +592,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     s1.ahead = 1;
     if (!with_step_kernel<tvk::MarchTwoState>(s1, [](auto, int, int) {})) s1 = m.step;
     with_step_kernel<tvk::MarchTwoState>(s1, [&](auto kernel, int rws, int wps) {
-      m.chunk1 = register_march_chunk(dims, kernel, 30, wps * rws - 2, sms, 32, wps);
+      m.chunk1 =
+          march_chunk_for(dims, resident_per_sm(kernel, wps), 30, wps * rws - 2, sms, 32, 1);
     });
     if (const int sw = env_int("GLINT_TV_WARPS", 24), sa = env_int("GLINT_TV_AHEAD", 1);
         staged_kind) {
@@ -604,9 +610,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
       }
       auto setup = [&](auto kernel, int wps, int smem) {
         if (!allow_smem(kernel, smem)) return;
-        GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&staged_per_sm, kernel,
-                                                                       32 * wps, smem));
-        m.chunk_staged = march_chunk_for(dims, staged_per_sm, m.staged_ox, wps - 2, sms, 32);
+        staged_per_sm = resident_per_sm(kernel, wps, smem);
+        m.chunk_staged = march_chunk_for(dims, staged_per_sm, m.staged_ox, wps - 2, sms, 32, 1);
         staged_fits = true;
       };
       // The form the variant runs: stored r for fused, two-state for the others.
@@ -621,7 +626,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     }
     auto temporal_setup = [&](auto kernel, int rws, int wps, int ox, int smem, auto) {
       if (!allow_smem(kernel, smem)) return;
-      m.chunk2 = register_march_chunk(dims, kernel, ox, wps * rws - 4, sms, 48, wps, smem);
+      m.chunk2 = march_chunk_for(dims, resident_per_sm(kernel, wps, smem), ox, wps * rws - 4,
+                                 sms, 48, 2);
       temporal_fits = true;
     };
     with_temporal_kernel(m.temporal, m.temporal_ox, temporal_setup);
