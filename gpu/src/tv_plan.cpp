@@ -34,11 +34,16 @@ std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft) {
   return fft ? TvSpectra::kFloats * dims.spectrum_size() * sizeof(float) : 0;
 }
 
-int tv_march_chunk(int nz, long long tiles, long long resident, int halo, int min_chunk,
+int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
                    int max_chunk) {
   const int hi = std::max(1, std::min(max_chunk, nz)), lo = std::min(std::max(1, min_chunk), hi);
   tiles = std::max(1LL, tiles);
-  resident = std::max(1LL, resident);
+  const long long resident = static_cast<long long>(std::max(1, per_sm)) * std::max(1, sms);
+  if (per_sm > 1) {
+    const long long four_waves = (static_cast<long long>(nz) * tiles + 4 * resident - 1) /
+                                 (4 * resident);
+    return static_cast<int>(std::clamp<long long>(four_waves, lo, hi));
+  }
   int best = hi;
   long long best_end = -1;
   std::vector<long long> free_at;  // min-heap of the slots' finishing times

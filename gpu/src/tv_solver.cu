@@ -106,21 +106,15 @@ int resident_per_sm(K kernel, int warps, int smem = 0) {
   return std::max(1, per_sm);
 }
 
-/// Planes per block of the marching kernels, whose blocks output out_x x out_y points of a plane
-/// and of which per_sm are resident per SM: at least 16 planes (each block reads one or two
-/// planes on either side of its chunk), at most max_chunk (longer chunks spread neighbouring
-/// blocks apart and lose L2 hits; measured on the H200: one step per pass 32, two steps 48).
-/// - One block per SM (the staged and the two-step kernels), `halo` planes on either side:
-///   tv_march_chunk, the chunk whose grid finishes first.
-/// - Several (the one-step register kernel): about four waves of resident blocks, since the
-///   blocks sharing an SM do not run as independent slots (tv_march_chunk picked 28 planes
-///   there at 256^3, 2% slower than these 21; docs/performance.md).
+/// Planes per block of the marching kernels (tv_march_chunk), whose blocks output out_x x out_y
+/// points of a plane, of which per_sm are resident per SM, and which read `halo` planes on either
+/// side of their chunk: at least 16 planes (the halo's share), at most max_chunk (longer chunks
+/// spread neighbouring blocks apart and lose L2 hits; measured on the H200: one step per pass
+/// 32, two steps 48).
 int march_chunk_for(const Dims& d, int per_sm, int out_x, int out_y, int sms, int max_chunk,
                     int halo) {
   const long long tiles = static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
-  if (per_sm == 1) return tv_march_chunk(d.nz, tiles, sms, halo, 16, max_chunk);
-  const int chunk = ceil_div(static_cast<long long>(d.nz) * tiles, 4LL * per_sm * sms);
-  return std::clamp(chunk, std::min(16, d.nz), std::max(1, std::min(max_chunk, d.nz)));
+  return tv_march_chunk(d.nz, tiles, per_sm, sms, halo, 16, max_chunk);
 }
 
 /// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
@@ -654,7 +648,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   if (staged_kind && !m.twostate_march) {
     const dim3 gr = m.staged_grid();
     const long long blocks = static_cast<long long>(gr.x) * gr.y * gr.z;
-    const long long wave = static_cast<long long>(std::max(1, staged_per_sm)) *
+    const long long wave = static_cast<long long>(staged_per_sm) *
                            prop.multiProcessorCount;
     m.staged = staged_fits && (force_staged || (!force_pair && variant != Variant::fused &&
                                                 blocks >= 3 * wave));

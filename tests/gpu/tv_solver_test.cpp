@@ -330,30 +330,35 @@ TEST(TvGpu, TooLargeVolumeIsRefusedBeforeAnythingRuns) {
   }
 }
 
-// The marching kernels' planes per block (host arithmetic): the chunk whose grid of blocks,
-// started in launch order on the resident slots, finishes first (each block: its planes plus two
-// halos). The cases are the volumes timed on the H200; each pick is the fastest chunk timed there.
+// The marching kernels' planes per block (host arithmetic): with one block per SM, the chunk
+// whose grid of blocks, started in launch order on the SMs, finishes first (each block: its
+// planes plus two halos); with several, about four waves. The cases are the volumes timed on the
+// H200; each pick is the fastest chunk timed there.
 TEST(TvGpu, MarchChunkFinishesTheGridFirst) {
   using glint::gpu::tv_march_chunk;
   // Two-state's staged kernel at 256^3: 5 x 12 regions per plane, 132 resident blocks, one halo
   // plane. 23 planes (12 chunks, the last of 3 planes) and 24 (11 chunks) both end at 130; 30
   // planes (the rule before) at 132 after a fifth, mostly empty wave; 32 planes at 136.
-  EXPECT_EQ(tv_march_chunk(256, 60, 132, 1, 16, 32), 23);
+  EXPECT_EQ(tv_march_chunk(256, 60, 1, 132, 1, 16, 32), 23);
   // Temporal at 256^3: 5 x 13 regions, two halo planes, at most 48 planes. 43 planes: 6 chunks,
   // 390 blocks in 3 waves of 47 (141); 32 planes 4 waves of 36 (144); 48 planes leave a last
   // chunk of 16 planes after 3 waves of 52 (156).
-  EXPECT_EQ(tv_march_chunk(256, 65, 132, 2, 16, 48), 43);
+  EXPECT_EQ(tv_march_chunk(256, 65, 1, 132, 2, 16, 48), 43);
   // Temporal at 512^3 (10 x 26 regions): 46 planes; two-state at 512^3 (9 x 24): 31.
-  EXPECT_EQ(tv_march_chunk(512, 260, 132, 2, 16, 48), 46);
-  EXPECT_EQ(tv_march_chunk(512, 216, 132, 1, 16, 32), 31);
+  EXPECT_EQ(tv_march_chunk(512, 260, 1, 132, 2, 16, 48), 46);
+  EXPECT_EQ(tv_march_chunk(512, 216, 1, 132, 1, 16, 32), 31);
   // Two-state at 400 x 400 x 64 (7 x 19 regions, one more than the resident blocks): 18 planes
   // (4 chunks, the last of 10) end at 84, 16 planes at 90.
-  EXPECT_EQ(tv_march_chunk(64, 133, 132, 1, 16, 32), 18);
+  EXPECT_EQ(tv_march_chunk(64, 133, 1, 132, 1, 16, 32), 18);
+  // Several blocks per SM (the one-step register kernel at 256^3: 9 x 19 regions, four per SM):
+  // about four waves of resident blocks, 21 planes; at 512^3 (18 x 37) the most allowed, 32.
+  EXPECT_EQ(tv_march_chunk(256, 171, 4, 132, 1, 16, 32), 21);
+  EXPECT_EQ(tv_march_chunk(512, 666, 4, 132, 1, 16, 32), 32);
   // All blocks at once: the shortest chunk allowed.
-  EXPECT_EQ(tv_march_chunk(100, 1, 1000, 1, 16, 48), 16);
+  EXPECT_EQ(tv_march_chunk(100, 1, 1, 1000, 1, 16, 48), 16);
   // Fewer planes than the shortest chunk: one chunk of all of them.
-  EXPECT_EQ(tv_march_chunk(10, 60, 132, 2, 16, 48), 10);
-  EXPECT_EQ(tv_march_chunk(1, 5, 132, 1, 16, 32), 1);
+  EXPECT_EQ(tv_march_chunk(10, 60, 1, 132, 2, 16, 48), 10);
+  EXPECT_EQ(tv_march_chunk(1, 5, 1, 132, 1, 16, 32), 1);
 }
 
 TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {

@@ -42,14 +42,17 @@ struct TvSpectra {
 std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft);
 
 /// Planes per block (chunk) of a marching kernel: nz planes, `tiles` blocks across each plane,
-/// `resident` blocks resident on the GPU at once, `halo` planes read on either side of a chunk,
-/// chunks of min_chunk .. max_chunk planes (nz if that is less). The chunk whose grid finishes
-/// first when each block takes its planes plus 2 halo and the blocks start in launch order (every
-/// region of the first chunk, then of the next) on the first of `resident` slots to come free;
-/// the shortest of equals. Measured on the H200 (docs/performance.md), this picks the fastest of
-/// the chunks timed at 256^3 (two-state's staged kernel 23 or 24 planes, temporal 43), 512^3
-/// and 400 x 400 x 64.
-int tv_march_chunk(int nz, long long tiles, long long resident, int halo, int min_chunk,
+/// per_sm blocks resident on each of `sms` SMs, `halo` planes read on either side of a chunk,
+/// chunks of min_chunk .. max_chunk planes (nz if that is less).
+/// - One block per SM: the chunk whose grid finishes first when each block takes its planes plus
+///   2 halo and the blocks start in launch order (every region of the first chunk, then of the
+///   next) on the first SM to come free; the shortest of equals. Measured on the H200
+///   (docs/performance.md), this picks the fastest of the chunks timed at 256^3 (two-state's
+///   staged kernel 23 or 24 planes, temporal 43), 512^3 and 400 x 400 x 64.
+/// - Several: about four waves of resident blocks. Blocks sharing an SM do not run as
+///   independent slots; the simulation picked 28 planes for the one-step register kernel at
+///   256^3, 2% slower than these 21.
+int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
                    int max_chunk);
 
 class GpuReconstructor final : public tv::Reconstructor {
