@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "glint/gpu/tv_solver.hpp"
@@ -50,23 +51,37 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 const Dims kOdd{37, 19, 21};
 const Dims kChunked{70, 41, 35};
 
-/// Tuning variables for one GPU solver construction: set() sets a name (or, for nullptr, unsets
-/// it); every name set is unset again when this goes out of scope.
+/// Tuning variables for one GPU solver construction: set() sets names (or, for nullptr, unsets
+/// them); every name set is unset again when this goes out of scope. describe() names the
+/// setting in a failure: the variables set now, "NAME=value ...".
 class TuningEnv {
  public:
+  using Var = std::pair<const char*, const char*>;
   ~TuningEnv() {
-    for (const std::string& n : names_) unsetenv(n.c_str());
+    for (const auto& [name, value] : vars_) unsetenv(name.c_str());
   }
-  void set(const char* name, const char* value) {
-    names_.emplace_back(name);
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
+  void set(const char* name, const char* value) { set({{name, value}}); }
+  void set(std::initializer_list<Var> vars) {
+    for (const auto& [name, value] : vars) {
+      auto it = std::find_if(vars_.begin(), vars_.end(),
+                             [&](const auto& v) { return v.first == name; });
+      if (it == vars_.end()) it = vars_.insert(vars_.end(), {name, {}});
+      it->second = value ? value : "";
+      if (value)
+        setenv(name, value, 1);
+      else
+        unsetenv(name);
+    }
+  }
+  std::string describe() const {
+    std::string d;
+    for (const auto& [name, value] : vars_)
+      if (!value.empty()) d += (d.empty() ? "" : " ") + name + "=" + value;
+    return d.empty() ? "default kernels" : d;
   }
 
  private:
-  std::vector<std::string> names_;
+  std::vector<std::pair<std::string, std::string>> vars_;  // value "" once unset
 };
 
 /// A CPU reference denoise: random b and p0 on volume d, `steps` FGP steps with or without
@@ -120,11 +135,11 @@ void expect_denoise_is_cpus(const CpuCase& c, Variant v, const std::string& what
 TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
   for_each_cpu_case(1, {true, false}, {1, 7, 10}, [](const CpuCase& c) {
-    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, "default kernels");
     TuningEnv env;
+    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, env.describe());
     const std::string pitch = std::to_string(2 * (c.d.nx / 2 + 1));
     env.set("GLINT_TV_PITCH", pitch.c_str());
-    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, "pitch " + pitch);
+    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, env.describe());
   });
 }
 
@@ -157,18 +172,11 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
   for_each_cpu_case(11, {true}, {2, 7}, [&](const CpuCase& c) {
     for (const Setting& st : settings) {
       TuningEnv env;
-      env.set("GLINT_TV_KERNEL", st.kernel);
-      env.set("GLINT_TV_ROWS", st.rows);
-      env.set("GLINT_TV_AHEAD", st.ahead);
-      env.set("GLINT_TV_CHUNK", st.chunk);
-      env.set("GLINT_TV_ZRUN", st.zrun);
-      env.set("GLINT_TV_PAIRS", st.pairs);
-      env.set("GLINT_TV_SHUFFLE", st.shuffle);
-      for (Variant v : glint::tv::kAllVariants)
-        expect_denoise_is_cpus(c, v,
-                               std::string("kernel ") + (st.kernel ? st.kernel : "default") +
-                                   " zrun " + (st.zrun ? st.zrun : "default") + " shuffle " +
-                                   (st.shuffle ? st.shuffle : "default"));
+      env.set({{"GLINT_TV_KERNEL", st.kernel}, {"GLINT_TV_ROWS", st.rows},
+               {"GLINT_TV_AHEAD", st.ahead}, {"GLINT_TV_CHUNK", st.chunk},
+               {"GLINT_TV_ZRUN", st.zrun}, {"GLINT_TV_PAIRS", st.pairs},
+               {"GLINT_TV_SHUFFLE", st.shuffle}});
+      for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, env.describe());
     }
   });
 }
@@ -203,16 +211,11 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
   for_each_cpu_case(21, {true}, {2, 7}, [&](const CpuCase& c) {
     auto check = [&](const Shape& sh, Variant v) {
       TuningEnv env;
-      env.set("GLINT_TV_KERNEL", "march");
-      env.set("GLINT_TV_ROWS", sh.rows);
-      env.set("GLINT_TV_AHEAD", sh.ahead);
-      env.set("GLINT_TV_WARPS", sh.warps);
-      env.set("GLINT_TV_BLOCKS", sh.blocks);
-      env.set("GLINT_TV_CHUNK", sh.chunk);
-      env.set("GLINT_TV_COLS", sh.cols);
-      expect_denoise_is_cpus(c, v,
-                             std::string("rows ") + sh.rows + " ahead " + sh.ahead + " warps " +
-                                 sh.warps + " blocks " + sh.blocks + " columns " + sh.cols);
+      env.set({{"GLINT_TV_KERNEL", "march"}, {"GLINT_TV_ROWS", sh.rows},
+               {"GLINT_TV_AHEAD", sh.ahead}, {"GLINT_TV_WARPS", sh.warps},
+               {"GLINT_TV_BLOCKS", sh.blocks}, {"GLINT_TV_CHUNK", sh.chunk},
+               {"GLINT_TV_COLS", sh.cols}});
+      expect_denoise_is_cpus(c, v, env.describe());
     };
     for (const Shape& sh : step_shapes)
       for (Variant v : {Variant::fused_march, Variant::two_state}) check(sh, v);
@@ -223,29 +226,20 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
       for (const char* ahead : {"1", "2"})
         for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
           TuningEnv env;
-          env.set("GLINT_TV_KERNEL", "staged");
-          env.set("GLINT_TV_WARPS", warps);
-          env.set("GLINT_TV_AHEAD", ahead);
-          env.set("GLINT_TV_CHUNK", chunk);
+          env.set({{"GLINT_TV_KERNEL", "staged"}, {"GLINT_TV_WARPS", warps},
+                   {"GLINT_TV_AHEAD", ahead}, {"GLINT_TV_CHUNK", chunk}});
           for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
-            expect_denoise_is_cpus(c, v,
-                                   std::string("staged, warps ") + warps + " ahead " + ahead +
-                                       " chunk " + (chunk ? chunk : "default"));
+            expect_denoise_is_cpus(c, v, env.describe());
         }
     // The two-column kernels' regions 60 columns wide (the default at these volumes is 56): the
     // staged one-step kernel and the two-step one (temporal's default shape).
     for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
       TuningEnv env;
-      env.set("GLINT_TV_OX", "60");
-      env.set("GLINT_TV_CHUNK", chunk);
-      expect_denoise_is_cpus(c, Variant::temporal,
-                             std::string("two-column, 60 columns, chunk ") +
-                                 (chunk ? chunk : "default"));
+      env.set({{"GLINT_TV_OX", "60"}, {"GLINT_TV_CHUNK", chunk}});
+      expect_denoise_is_cpus(c, Variant::temporal, env.describe());
       env.set("GLINT_TV_KERNEL", "staged");
       for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
-        expect_denoise_is_cpus(c, v,
-                               std::string("staged, 60 columns, chunk ") +
-                                   (chunk ? chunk : "default"));
+        expect_denoise_is_cpus(c, v, env.describe());
     }
   });
 }
@@ -382,7 +376,7 @@ TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {
     TuningEnv env;
     env.set("GLINT_TV_PITCH", value);
     glint::gpu::GpuReconstructor set(Dims{64, 32, 16}, Variant::fused, true);
-    EXPECT_EQ(set.memory_plan().row_floats, want) << "GLINT_TV_PITCH=" << value;
+    EXPECT_EQ(set.memory_plan().row_floats, want) << env.describe();
   }
   EXPECT_EQ(plan.spectra_bytes, 5u * 33 * 32 * 16 * 4);
   EXPECT_GE(plan.total_bytes,
