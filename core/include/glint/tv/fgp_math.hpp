@@ -43,15 +43,26 @@ GLINT_HD Vec3 gradient(float zc, float zxp, float zyp, float zzp, bool last_x, b
 /// Where |q|^2 <= 1, max(1, |q|) = 1 and q is returned as it is; elsewhere q is scaled by the
 /// correctly rounded reciprocal 1 / max(1, |q|) (one division instead of three: within one ulp
 /// of dividing each component, and the same bits on every backend).
+/// Two forms, the same bits: the default branches and divides; kSelect (for SIMT kernels, where
+/// a warp's lanes take both sides of a branch) computes the reciprocal for every voxel and
+/// selects. There |q|^2 > 1 makes the correctly rounded |q| at least 1, so the reciprocal is that
+/// of |q| itself (rounded::recip_sqrt).
+template <bool kSelect = false>
 GLINT_HD Vec3 project(Vec3 r, Vec3 g, float c) {
   const float qx = add(r.x, mul(g.x, c));
   const float qy = add(r.y, mul(g.y, c));
   const float qz = add(r.z, mul(g.z, c));
   const float s = add(add(mul(qx, qx), mul(qy, qy)), mul(qz, qz));
-  if (!(s > 1.0f)) return {qx, qy, qz};
-  const float n = sqrt(s);
-  const float inv = div(1.0f, n > 1.0f ? n : 1.0f);
-  return {mul(qx, inv), mul(qy, inv), mul(qz, inv)};
+  if constexpr (kSelect) {
+    const bool scale = s > 1.0f;
+    const float inv = rounded::recip_sqrt(scale ? s : 1.0f);
+    return {scale ? mul(qx, inv) : qx, scale ? mul(qy, inv) : qy, scale ? mul(qz, inv) : qz};
+  } else {
+    if (!(s > 1.0f)) return {qx, qy, qz};
+    const float n = sqrt(s);
+    const float inv = div(1.0f, n > 1.0f ? n : 1.0f);
+    return {mul(qx, inv), mul(qy, inv), mul(qz, inv)};
+  }
 }
 
 /// Operation 4: the momentum copy r = p' + m (p' - p).
