@@ -10,6 +10,7 @@
 
 #include <type_traits>
 
+#include "glint/gpu/tv_solver.hpp"
 #include "glint/tv/fgp_math.hpp"
 
 namespace glint::gpu::tvk {
@@ -236,12 +237,14 @@ struct PairFaces {
 /// Operations 2 and 3 for an x-neighbour pair: p' = project(r, gradient of z) of the left voxel
 /// (r0) and, if has1, of the right one (r1; else 0). zc: z of the pair, zx1: z right of it, zy: z
 /// of the row above, za: z of the plane above.
+template <bool kSelect = false>
 __device__ __forceinline__ void pair_project(const Vec3& r0, const Vec3& r1, float2 zc, float zx1,
                                              float2 zy, float2 za, PairFaces f, float cst,
                                              Vec3& p0, Vec3& p1) {
-  p0 = m::project(r0, m::gradient(zc.x, zc.y, zy.x, za.x, f.lx0, f.ly, f.lz), cst);
+  p0 = m::project<kSelect>(r0, m::gradient(zc.x, zc.y, zy.x, za.x, f.lx0, f.ly, f.lz), cst);
   p1 = Vec3{0.f, 0.f, 0.f};
-  if (f.has1) p1 = m::project(r1, m::gradient(zc.y, zx1, zy.y, za.y, f.lx1, f.ly, f.lz), cst);
+  if (f.has1)
+    p1 = m::project<kSelect>(r1, m::gradient(zc.y, zx1, zy.y, za.y, f.lx1, f.ly, f.lz), cst);
 }
 
 /// The end of a pair kernel's step at one plane: the projections of r plus the gradients of z (z
@@ -1264,10 +1267,13 @@ constexpr int march_pair_bytes(int W, int D, int steps, bool stored = false) {
 /// region (lane = a pair of columns, warp = a row), marches along z and makes Steps FGP steps
 /// per pass, with 8-byte loads and stores, so that each lane's per-plane overhead (range checks,
 /// addressing, shuffles, shared-memory exchange, synchronisation) is shared by two points.
-/// Outputs: ox x (W - 2 Steps), ox = 56 or 60 (lanes 1 .. ox / 2; lane 0 and the lanes right of
-/// the outputs are the halo). Regions start at an even column (rows are padded to an even
-/// length), so pairs are aligned; the right point of a pair at x = nx (the first padding column)
-/// is read but zeroed.
+/// Regions across x (TvPairRegions, blockIdx.x): ox = 56 or 60 output columns (lanes 1 .. ox / 2;
+/// lane 0 and the lanes right of the outputs are the halo), x (W - 2 Steps) output rows. Regions
+/// start at an even column (rows are padded to an even length), so pairs are aligned; the right
+/// point of a pair at x = nx (the first padding column) is read but zeroed.
+/// A warp computes at each plane only what an output depends on: a row outside the volume
+/// nothing, a block's first row r_{k+1} alone, its second and last rows no z_{k+2}, its last no
+/// p_{k+1} (its synchronisation stays the same).
 /// - Steps = 2 (temporal blocking, two-state): in1 = p_k, in2 = p_{k-1}; writes p_{k+1} to out1
 ///   and p_{k+2} to out2, with momenta ma and mb; the five stages of temporal_march_kernel
 ///   (halo 2).
@@ -1285,10 +1291,13 @@ constexpr int march_pair_bytes(int W, int D, int steps, bool stored = false) {
 template <int W, int MinBlocks, int D = 1, int Steps = 2, bool kStored = false>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
     march_pair_kernel(Geom g, const float* b, CDual in1, CDual in2, Dual out1, Dual out2, float w,
-                      bool nonneg, float cst, float ma, float mb, int chunk, int ox) {
+                      bool nonneg, float cst, float ma, float mb, int chunk, TvPairRegions rg) {
   static_assert(Steps == 1 || Steps == 2, "one or two steps per pass");
   static_assert(!kStored || Steps == 1, "stored r: one step per pass");
   constexpr int H = Steps;  // halo rows (and planes) on each side
+  // The projection's form (m::project): selecting in the two-step kernel (measured on the H200,
+  // docs/performance.md; the one-step kernel gains nothing from it).
+  constexpr bool kSelectProject = Steps == 2;
   // Dynamic shared memory: each warp's rows, two planes each (r_{k+1}.y, z_{k+1} and, for two
   // steps, r_{k+2}.y, z_{k+2}: [2 Steps][2][W][32] float2), then the ring of input planes
   // ([kSlots][7][W][32] float2).
@@ -1306,7 +1315,10 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   constexpr unsigned kBar = W * 8;  // bytes of one [W] set of mbarriers
   const int lane = threadIdx.x, wp = threadIdx.y;
   const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
-  const int gx = blockIdx.x * ox - 2 + 2 * lane;  // the pair's left column
+  // The block's region: its first output column x0 and ox outputs.
+  const int bx = blockIdx.x;
+  const int x0 = 56 * min(bx, rg.n56) + 60 * max(bx - rg.n56, 0), ox = bx < rg.n56 ? 56 : 60;
+  const int gx = x0 - 2 + 2 * lane;  // the pair's left column
   const int gy = blockIdx.y * (W - 2 * H) - H + wp;
   const bool oky = gy >= 0 && gy < g.ny;
   const bool ok0 = oky && gx >= 0 && gx < g.nx, ok1 = ok0 && gx + 1 < g.nx;
@@ -1315,6 +1327,15 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   const bool hasxm0 = gx > 0, hasxm1 = gx + 1 > 0, hasym = gy > 0;
   const bool lastx0 = gx == g.nx - 1, lastx1 = gx + 1 == g.nx - 1, lasty = gy == g.ny - 1;
   const bool tile = oky && lane >= 1 && 2 * lane <= ox && wp >= H && wp < W - H;
+  // The stages the two-step kernel's warp computes, by its row: 1 (r_{k+1}), 2 (z_{k+1}), 3
+  // (p_{k+1} and r_{k+2}), 4 (z_{k+2}), 5 (p_{k+2}). The votes tell the compiler that each is the
+  // same in every lane, so that its branches are uniform. The one-step kernel computes every
+  // stage in every warp (measured on the H200: skipping gains it nothing).
+  auto vote = [](bool c) { return Steps == 1 || __any_sync(~0u, c); };
+  const bool need1 = vote(oky), need2 = vote(oky && wp >= 1),
+             need3 = vote(oky && wp >= 1 && wp <= W - 2),
+             need4 = Steps == 2 && vote(oky && wp >= 2 && wp <= W - 2),
+             need5 = Steps == 2 && vote(oky && wp >= H && wp < W - H);
   const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
   // The pass: planes z0 - H .. zlast; interior planes q0i .. q1i (every plane index of the body
   // inside the volume and the chunk's range, plane q + D too, none the last plane).
@@ -1342,7 +1363,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   auto issue = [&](unsigned slot, int q, auto interior) {
     constexpr bool I = decltype(interior)::value;
     const bool in = I || (q >= 0 && q < g.nz && q <= zlast);
-    if (I || q <= zlast) {
+    if ((I || q <= zlast) && need1) {
       const long long o = I ? qoff + D * plane4 : (in ? q * plane4 + off4 : 0);
       const int n = in ? bytes : 0;
       cp_async8(vol(slot, 0), at_bytes(in1.x, o), n);
@@ -1390,9 +1411,9 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     // (1) The copies of plane q + D; r_{k+1} at q from plane q's slot once it has landed.
     issue(sn, q + D, interior);
     cp_async_wait<D>();
-    Vec3 r1q[2];
-    float bq[2];
-    {
+    Vec3 r1q[2] = {Vec3{0.f, 0.f, 0.f}, Vec3{0.f, 0.f, 0.f}};
+    float bq[2] = {0.f, 0.f};
+    if (need1) {
       const float2 c0 = lds2(vol(sq, 0)), c1 = lds2(vol(sq, 1)), c2 = lds2(vol(sq, 2));
       const float2 p0 = lds2(vol(sq, 3)), p1 = lds2(vol(sq, 4)), p2 = lds2(vol(sq, 5));
       const float2 bb = lds2(vol(sq, 6));
@@ -1411,8 +1432,8 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     mbar_wait(bdn + bj, jp);                               // r_{k+1}.y of the row below at q
     if (j > 0) mbar_wait(bup + 2 * kBar + bi, ip);         // z_{k+1} of the row above at u
     // (2) z_{k+1} at q.
-    float z1q[2];
-    {
+    float z1q[2] = {0.f, 0.f};
+    if (need2) {
       const bool in = I || (q >= 0 && q < g.nz && q >= z0 - (H - 1)), below = I || q > 0;
       const float rxm0 = shfl_up1(r1q[1].x);
       const float2 rym = lds2(row(dn, 0, pq));
@@ -1428,12 +1449,12 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     // (3) p_{k+1} (and for two steps r_{k+2}) at u = q - 1.
     const int u = q - 1;
     Vec3 r2u[2] = {Vec3{0.f, 0.f, 0.f}, Vec3{0.f, 0.f, 0.f}};
-    {
+    if (need3) {
       const float2 zu = make_float2(z1u[0], z1u[1]);
       const float zxp1 = shfl_down1(zu.x);
       if (I || (u >= 0 && u < g.nz && u >= z0 - (H - 1) && u <= zend + H - 2)) {
         Vec3 pn0, pn1;
-        pair_project(r1u[0], r1u[1], zu, zxp1, lds2(row(up, 1, pu)),
+        pair_project<kSelectProject>(r1u[0], r1u[1], zu, zxp1, lds2(row(up, 1, pu)),
                      make_float2(z1q[0], z1q[1]),
                      PairFaces{lastx0, lastx1, lasty, !I && u == g.nz - 1, true}, cst, pn0, pn1);
         const long long uo = I ? qoff - plane4 : u * plane4 + off4;
@@ -1458,8 +1479,8 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       mbar_wait(bdn + 2 * kBar + bj, jp);             // r_{k+2}.y of the row below at u
       if (j > 0) mbar_wait(bup + 4 * kBar + bi, ip);  // z_{k+2} of the row above at v
       // (4) z_{k+2} at u.
-      float z2u[2];
-      {
+      float z2u[2] = {0.f, 0.f};
+      if (need4) {
         const bool in = I || (u >= 0 && u < g.nz && u >= z0 && u <= zend), below = I || u > 0;
         const float rxm0 = shfl_up1(r2u[1].x);
         const float2 rym = lds2(row(dn, 2, pq));
@@ -1474,12 +1495,12 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       sts2(row(own, 3, pu), make_float2(z2u[0], z2u[1]));
       // (5) p_{k+2} at v = q - 2 (row parity of v: pq).
       const int v = q - 2;
-      {
+      if (need5) {
         const float2 zv = make_float2(z2v[0], z2v[1]);
         const float zxp1 = shfl_down1(zv.x);
         if ((I || (v >= z0 && v < zend)) && tile) {
           Vec3 pn0, pn1;
-          pair_project(r2v[0], r2v[1], zv, zxp1, lds2(row(up, 3, pq)),
+          pair_project<kSelectProject>(r2v[0], r2v[1], zv, zxp1, lds2(row(up, 3, pq)),
                        make_float2(z2u[0], z2u[1]),
                        PairFaces{lastx0, lastx1, lasty, !I && v == g.nz - 1, true}, cst, pn0, pn1);
           store_pair(out2, I ? qoff - 2 * plane4 : v * plane4 + off4, pn0, pn1);

@@ -68,6 +68,22 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
   return best;
 }
 
+namespace {
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+}  // namespace
+
+TvPairRegions tv_pair_regions(int nx) {
+  const int n = ceil_div(std::max(1, nx), 60);
+  // 56 n + 4 wide >= nx (wide <= n, since 60 n >= nx).
+  const int wide = std::clamp(ceil_div(nx - 56 * n, 4), 0, n);
+  return TvPairRegions{n - wide, wide};
+}
+
+TvPairRegions tv_pair_regions_uniform(int nx, int ox) {
+  const int n = ceil_div(std::max(1, nx), ox);
+  return ox == 60 ? TvPairRegions{0, n} : TvPairRegions{n, 0};
+}
+
 std::string TvMemoryPlan::describe() const {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
   return fmt::format("{}x{}x{} ({}, {}): {} padded volumes of {:.3f} GiB + spectra {:.3f} GiB + "

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -106,15 +107,26 @@ int resident_per_sm(K kernel, int warps, int smem = 0) {
   return std::max(1, per_sm);
 }
 
-/// Planes per block of the marching kernels (tv_march_chunk), whose blocks output out_x x out_y
-/// points of a plane, of which per_sm are resident per SM, and which read `halo` planes on either
-/// side of their chunk: at least 16 planes (the halo's share), at most max_chunk (longer chunks
-/// spread neighbouring blocks apart and lose L2 hits; measured on the H200: one step per pass
-/// 32, two steps 48).
-int march_chunk_for(const Dims& d, int per_sm, int out_x, int out_y, int sms, int max_chunk,
-                    int halo) {
-  const long long tiles = static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
+/// Planes per block of the marching kernels (tv_march_chunk), with `tiles` blocks across a plane,
+/// of which per_sm are resident per SM, and which read `halo` planes on either side of their
+/// chunk: at least 16 planes (the halo's share), at most max_chunk (longer chunks spread
+/// neighbouring blocks apart and lose L2 hits; measured on the H200: one step per pass 32, two
+/// steps 48).
+int march_chunk_for(const Dims& d, long long tiles, int per_sm, int sms, int max_chunk, int halo) {
   return tv_march_chunk(d.nz, tiles, per_sm, sms, halo, 16, max_chunk);
+}
+/// Blocks across a plane of a kernel whose blocks output out_x x out_y points.
+long long plane_tiles(const Dims& d, int out_x, int out_y) {
+  return static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
+}
+/// Blocks across a plane of a two-column marching kernel: its regions across x, blocks of
+/// `warps` rows with `halo` of them on either side across y.
+long long pair_tiles(const Dims& d, const TvPairRegions& rg, int warps, int halo) {
+  return static_cast<long long>(rg.count()) * ceil_div(d.ny, warps - 2 * halo);
+}
+/// The grid of a two-column marching kernel over nz planes in chunks of `chunk`.
+dim3 pair_grid(const Dims& d, const TvPairRegions& rg, int warps, int halo, int chunk) {
+  return dim3(rg.count(), ceil_div(d.ny, warps - 2 * halo), ceil_div(d.nz, chunk));
 }
 
 /// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
@@ -134,34 +146,34 @@ struct Shape {
   static constexpr MarchShape v{K, D, W, B, C};
 };
 
-/// The shapes that are built: f(kernel, K, W, output columns per region, dynamic shared memory
-/// bytes, pair) is called for the one equal to `s`; false if none. pair (std::true_type for the
-/// two-column kernel, whose regions are `pair_ox` columns wide and which takes that width as its
-/// last argument; std::false_type for the one-column kernel, 28 columns).
+/// The shapes that are built: f(kernel, K, W, dynamic shared memory bytes, pair) is called for
+/// the one equal to `s`; false if none. pair: std::true_type for the two-column kernel (regions
+/// across x as TvPairRegions, its last argument), std::false_type for the one-column kernel (28
+/// output columns per block).
 template <class S, class F>
-bool with_temporal_one(const MarchShape& s, int pair_ox, F& f) {
+bool with_temporal_one(const MarchShape& s, F& f) {
   if (!(s == S::v)) return false;
   if constexpr (S::v.cols == 2)
-    f(tvk::march_pair_kernel<S::v.warps, S::v.blocks, S::v.ahead>, 1, S::v.warps, pair_ox,
+    f(tvk::march_pair_kernel<S::v.warps, S::v.blocks, S::v.ahead>, 1, S::v.warps,
       tvk::march_pair_bytes(S::v.warps, S::v.ahead, 2), std::true_type{});
   else
     f(tvk::temporal_march_kernel<S::v.rows, S::v.ahead, S::v.warps, S::v.blocks>, S::v.rows,
-      S::v.warps, 28, 0, std::false_type{});
+      S::v.warps, 0, std::false_type{});
   return true;
 }
 template <class... S, class F>
-bool with_temporal_shape(const MarchShape& s, int pair_ox, F&& f) {
-  return (with_temporal_one<S>(s, pair_ox, f) || ...);
+bool with_temporal_shape(const MarchShape& s, F&& f) {
+  return (with_temporal_one<S>(s, f) || ...);
 }
 template <class F>
-bool with_temporal_kernel(const MarchShape& s, int pair_ox, F&& f) {
+bool with_temporal_kernel(const MarchShape& s, F&& f) {
   return with_temporal_shape<Shape<3, 1, 8, 2>, Shape<3, 2, 8, 2>, Shape<2, 1, 8, 2>,
                              Shape<2, 2, 8, 2>, Shape<2, 1, 8, 3>, Shape<2, 1, 8, 4>,
                              Shape<2, 1, 12, 2>, Shape<2, 1, 16, 2>, Shape<1, 1, 16, 2>,
                              Shape<1, 1, 16, 3>, Shape<1, 1, 24, 2>, Shape<1, 1, 32, 1>,
                              Shape<1, 1, 16, 1, 2>, Shape<1, 1, 24, 1, 2>,
                              Shape<1, 2, 24, 1, 2>>(
-      s, pair_ox, std::forward<F>(f));
+      s, std::forward<F>(f));
 }
 template <class Src, class... S, class F>
 bool with_step_shape(const MarchShape& s, F&& f) {
@@ -245,12 +257,10 @@ struct GpuReconstructor::Impl {
   // chunks of chunk_staged planes.
   bool staged = false;
   int staged_warps = 24, staged_ahead = 1, chunk_staged = 16;
-  // Output columns per region of the two-column marching kernels (march_pair_kernel), 56 or
-  // 60: with 56 (224 bytes) every store fills whole 32-byte sectors. Measured on the H200
-  // (docs/performance.md): the two-step kernel is faster with 56 even where that takes more
-  // regions across x (512^3), the staged one-step kernel only where it takes no more.
-  // GLINT_TV_OX = 56 or 60 sets both.
-  int temporal_ox = 56, staged_ox = 60;
+  // Regions across x of the two-column marching kernels (march_pair_kernel), both kernels: the
+  // fewest, as many of 56 columns as that allows (tv_pair_regions; measured on the H200,
+  // docs/performance.md). GLINT_TV_OX = 56 or 60 makes them all that wide.
+  TvPairRegions pair_rg;
 
   cudaStream_t s() const { return stream->get(); }
   tvk::Dual dual(int k) const {
@@ -354,12 +364,8 @@ struct GpuReconstructor::Impl {
     });
   }
 
-  /// The staged one-step kernel's grid: staged_ox x (warps - 2) outputs per block and
-  /// chunk_staged planes.
-  dim3 staged_grid() const {
-    return dim3(ceil_div(d.nx, staged_ox), ceil_div(d.ny, staged_warps - 2),
-                ceil_div(d.nz, chunk_staged));
-  }
+  /// The staged one-step kernel's grid: its regions, chunk_staged planes.
+  dim3 staged_grid() const { return pair_grid(d, pair_rg, staged_warps, 1, chunk_staged); }
 
   /// One step of the staged kernel: two-state (in1 = p_k, in2 = p_{k-1}, p' to out1) or stored r
   /// (in1 = r, in2 = p, p' to out1 = p in place, r' to out2).
@@ -368,22 +374,22 @@ struct GpuReconstructor::Impl {
                      tvk::Dual out2, float w, bool nonneg, float cst, float ma, float mb) {
     with_staged_step<kStored>(staged_warps, staged_ahead, [&](auto kernel, int wps, int smem) {
       kernel<<<staged_grid(), dim3(32, wps), smem, s()>>>(g, b, in1, in2, out1, out2, w, nonneg,
-                                                          cst, ma, mb, chunk_staged, staged_ox);
+                                                          cst, ma, mb, chunk_staged, pair_rg);
     });
   }
 
   /// Two two-state steps in one register-marching pass.
   void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
                              tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb) {
-    with_temporal_kernel(temporal, temporal_ox,
-                         [&](auto kernel, int rws, int wps, int ox, int smem, auto pair) {
-      const dim3 gr(ceil_div(d.nx, ox), ceil_div(d.ny, wps * rws - 4), ceil_div(d.nz, chunk2));
-      if constexpr (decltype(pair)::value)
-        kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
-                                                 chunk2, ox);
-      else
+    with_temporal_kernel(temporal, [&](auto kernel, int rws, int wps, int smem, auto pair) {
+      if constexpr (decltype(pair)::value) {
+        kernel<<<pair_grid(d, pair_rg, wps, 2, chunk2), dim3(32, wps), smem, s()>>>(
+            g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, chunk2, pair_rg);
+      } else {
+        const dim3 gr(ceil_div(d.nx, 28), ceil_div(d.ny, wps * rws - 4), ceil_div(d.nz, chunk2));
         kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
                                                  chunk2);
+      }
     });
   }
 
@@ -524,12 +530,12 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     m.g = tvk::Geom{dims.nx, dims.ny, dims.nz, pitch, pitch * dims.ny};
     m.V = static_cast<std::size_t>(m.g.plane) * dims.nz;
   }
-  m.staged_ox = ceil_div(dims.nx, 56) == ceil_div(dims.nx, 60) ? 56 : 60;
+  m.pair_rg = tv_pair_regions(dims.nx);
   if (const int ox = env_int("GLINT_TV_OX", 0); ox == 56 || ox == 60)
-    m.temporal_ox = m.staged_ox = ox;
+    m.pair_rg = tv_pair_regions_uniform(dims.nx, ox);
   else if (glint::detail::env_set("GLINT_TV_OX"))
     glint::log::write(glint::log::Level::warn,
-                      "TV solver: GLINT_TV_OX must be 56 or 60; using the defaults");
+                      "TV solver: GLINT_TV_OX must be 56 or 60; using the default regions");
   m.chunk = march_chunk(dims, tvk::temporal_kernel, prop.multiProcessorCount);
   m.chunk_march = march_chunk(dims, tvk::fused_march_kernel, prop.multiProcessorCount);
   m.regmarch = !glint::detail::env_is("GLINT_TV_KERNEL", "classic");
@@ -575,7 +581,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   else if (variant == Variant::fused_march || (variant == Variant::two_state && m.twostate_march))
     unbuilt("one-step", s);
   if (const MarchShape s = from_env(m.temporal);
-      with_temporal_kernel(s, m.temporal_ox, [](auto, int, int, int, int, auto) {}))
+      with_temporal_kernel(s, [](auto, int, int, int, auto) {}))
     m.temporal = s;
   else if (variant == Variant::temporal)
     unbuilt("temporal", s);
@@ -586,8 +592,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     s1.ahead = 1;
     if (!with_step_kernel<tvk::MarchTwoState>(s1, [](auto, int, int) {})) s1 = m.step;
     with_step_kernel<tvk::MarchTwoState>(s1, [&](auto kernel, int rws, int wps) {
-      m.chunk1 =
-          march_chunk_for(dims, resident_per_sm(kernel, wps), 30, wps * rws - 2, sms, 32, 1);
+      m.chunk1 = march_chunk_for(dims, plane_tiles(dims, 30, wps * rws - 2),
+                                 resident_per_sm(kernel, wps), sms, 32, 1);
     });
     if (const int sw = env_int("GLINT_TV_WARPS", 24), sa = env_int("GLINT_TV_AHEAD", 1);
         staged_kind) {
@@ -605,7 +611,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
       auto setup = [&](auto kernel, int wps, int smem) {
         if (!allow_smem(kernel, smem)) return;
         staged_per_sm = resident_per_sm(kernel, wps, smem);
-        m.chunk_staged = march_chunk_for(dims, staged_per_sm, m.staged_ox, wps - 2, sms, 32, 1);
+        m.chunk_staged =
+            march_chunk_for(dims, pair_tiles(dims, m.pair_rg, wps, 1), staged_per_sm, sms, 32, 1);
         staged_fits = true;
       };
       // The form the variant runs: stored r for fused, two-state for the others.
@@ -618,13 +625,14 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                           "TV solver: the staged kernel needs more shared memory than " +
                               m.device_name + " has per block; not used");
     }
-    auto temporal_setup = [&](auto kernel, int rws, int wps, int ox, int smem, auto) {
+    auto temporal_setup = [&](auto kernel, int rws, int wps, int smem, auto pair) {
       if (!allow_smem(kernel, smem)) return;
-      m.chunk2 = march_chunk_for(dims, resident_per_sm(kernel, wps, smem), ox, wps * rws - 4,
-                                 sms, 48, 2);
+      const long long tiles = decltype(pair)::value ? pair_tiles(dims, m.pair_rg, wps, 2)
+                                                    : plane_tiles(dims, 28, wps * rws - 4);
+      m.chunk2 = march_chunk_for(dims, tiles, resident_per_sm(kernel, wps, smem), sms, 48, 2);
       temporal_fits = true;
     };
-    with_temporal_kernel(m.temporal, m.temporal_ox, temporal_setup);
+    with_temporal_kernel(m.temporal, temporal_setup);
     if (!temporal_fits) {
       // A GPU with less shared memory per block than the two-column kernel needs: the register
       // kernel with one column per lane (no dynamic shared memory) instead.
@@ -634,7 +642,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                             " has per block; using rows 1, ahead 1, warps 32, blocks 1, "
                             "columns 1");
       m.temporal = MarchShape{1, 1, 32, 1, 1};
-      with_temporal_kernel(m.temporal, m.temporal_ox, temporal_setup);
+      with_temporal_kernel(m.temporal, temporal_setup);
     }
   }
   if (const auto c = glint::detail::env_int("GLINT_TV_CHUNK", 0, 1, 1 << 20); c > 0)
@@ -840,6 +848,40 @@ double measure_copy_bandwidth(std::size_t bytes, int reps, int device) {
                                             cudaMemcpyDeviceToDevice, st.get(), reps,
                                             /*warmups=*/2);
   return 2.0 * double(n * sizeof(float)) / (med * 1e-3) / 1e9;
+}
+
+namespace {
+__global__ void recip_sqrt_mismatch_kernel(unsigned lo, unsigned long long n,
+                                           unsigned long long* count) {
+  unsigned long long bad = 0;
+  for (unsigned long long k = blockIdx.x * static_cast<unsigned long long>(blockDim.x) +
+                              threadIdx.x;
+       k < n; k += static_cast<unsigned long long>(gridDim.x) * blockDim.x) {
+    const float s = __uint_as_float(lo + static_cast<unsigned>(k));
+    bad += __float_as_uint(glint::rounded::recip_sqrt(s)) !=
+           __float_as_uint(glint::rounded::div(1.0f, glint::rounded::sqrt(s)));
+  }
+  if (bad) atomicAdd(count, bad);
+}
+}  // namespace
+
+unsigned long long count_recip_sqrt_mismatches(float lo, float hi, int device) {
+  GLINT_CUDA_CHECK(cudaSetDevice(device));
+  unsigned lb, hb;
+  std::memcpy(&lb, &lo, sizeof lb);
+  std::memcpy(&hb, &hi, sizeof hb);
+  if (!(lo >= 0.0f) || !(hi >= lo))
+    throw std::invalid_argument("count_recip_sqrt_mismatches: need 0 <= lo <= hi");
+  DeviceBuffer count(2);  // one 64-bit counter
+  auto* c = reinterpret_cast<unsigned long long*>(count.get());
+  Stream st;
+  GLINT_CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof *c, st.get()));
+  recip_sqrt_mismatch_kernel<<<1024, 256, 0, st.get()>>>(lb, hb - lb + 1ULL, c);
+  GLINT_CUDA_CHECK_LAUNCH();
+  unsigned long long host = 0;
+  GLINT_CUDA_CHECK(cudaMemcpyAsync(&host, c, sizeof host, cudaMemcpyDeviceToHost, st.get()));
+  GLINT_CUDA_CHECK(cudaStreamSynchronize(st.get()));
+  return host;
 }
 
 }  // namespace glint::gpu

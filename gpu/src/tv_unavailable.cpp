@@ -28,5 +28,8 @@ void GpuReconstructor::denoise(std::span<const float>, float, int, bool, std::sp
 double measure_copy_bandwidth(std::size_t, int, int) {
   throw std::runtime_error("the GPU TV solver is not built into this glint");
 }
+unsigned long long count_recip_sqrt_mismatches(float, float, int) {
+  throw std::runtime_error("the GPU TV solver is not built into this glint");
+}
 
 }  // namespace glint::gpu

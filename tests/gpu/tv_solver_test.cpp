@@ -50,6 +50,9 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 // Odd sizes: partial tiles on every axis, and more z planes than one marching chunk.
 const Dims kOdd{37, 19, 21};
 const Dims kChunked{70, 41, 35};
+// 230 columns: the two-column kernels' regions are 56, 56, 60 and 60 columns wide
+// (tv_pair_regions).
+const Dims kRegions{230, 45, 9};
 
 /// Tuning variables for one GPU solver construction: set() sets names (or, for nullptr, unsets
 /// them); every name set is unset again when this goes out of scope. describe() names the
@@ -96,12 +99,13 @@ struct CpuCase {
   const std::vector<float>& xc;
 };
 
-/// Calls check(c) for the CPU reference case of each test volume (kOdd, kChunked), each x >= 0
-/// choice and each step count; b and p0 come from seeds `seed` and seed + 1.
+/// Calls check(c) for the CPU reference case of each test volume (kOdd, kChunked unless given),
+/// each x >= 0 choice and each step count; b and p0 come from seeds `seed` and seed + 1.
 template <class F>
 void for_each_cpu_case(unsigned seed, std::initializer_list<bool> nonnegs,
-                       std::initializer_list<int> step_counts, F&& check) {
-  for (const Dims& d : {kOdd, kChunked}) {
+                       std::initializer_list<int> step_counts, F&& check,
+                       std::initializer_list<Dims> volumes = {kOdd, kChunked}) {
+  for (const Dims& d : volumes) {
     const std::size_t n = d.voxels();
     const auto b = random_volume(n, seed, -0.5f, 1.5f);
     const auto p0 = random_volume(3 * n, seed + 1, -0.5f, 0.5f);
@@ -244,6 +248,59 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
   });
 }
 
+// The two-column kernels' regions across x, each layout bit for bit against the CPU: the default
+// (regions of 56 and 60 columns at 230 columns, two of 56 at 70) and uniform regions of 56 or
+// 60 columns; for the two-step kernel and the staged one-step kernel, whole and 3-plane chunks.
+TEST(TvGpu, EveryRegionLayoutIsBitIdenticalToTheCpuReference) {
+  GLINT_REQUIRE_GPU();
+  EXPECT_EQ(glint::gpu::tv_pair_regions(kRegions.nx), (glint::gpu::TvPairRegions{2, 2}));
+  for_each_cpu_case(
+      31, {true, false}, {2, 5},
+      [&](const CpuCase& c) {
+        for (const char* ox : {static_cast<const char*>(nullptr), "56", "60"})
+          for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
+            TuningEnv env;
+            env.set({{"GLINT_TV_OX", ox}, {"GLINT_TV_CHUNK", chunk}});
+            expect_denoise_is_cpus(c, Variant::temporal, env.describe());
+            env.set("GLINT_TV_KERNEL", "staged");
+            for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
+              expect_denoise_is_cpus(c, v, env.describe());
+          }
+      },
+      {kRegions, kChunked});
+}
+
+// The two-step kernel's projection (m::project<true>) scales q by rounded::recip_sqrt, which
+// must be div(1, sqrt(s)) bit for bit wherever it is used: every float s of [1, FLT_MAX] (the
+// fast path to 2^126, the scaled one above) and infinity.
+TEST(TvGpu, ProjectionReciprocalIsCorrectlyRounded) {
+  GLINT_REQUIRE_GPU();
+  using glint::gpu::count_recip_sqrt_mismatches;
+  EXPECT_EQ(count_recip_sqrt_mismatches(1.0f, 0x1p126f), 0u);
+  EXPECT_EQ(count_recip_sqrt_mismatches(std::nextafter(0x1p126f, 1e38f),
+                                        std::numeric_limits<float>::max()),
+            0u);
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(count_recip_sqrt_mismatches(inf, inf), 0u);
+}
+
+// Regions across x of the two-column kernels: the fewest of at most 60 columns, as many of them
+// of 56 as that allows.
+TEST(TvGpu, PairRegionsAreTheFewestWithTheMostOf56Columns) {
+  using glint::gpu::TvPairRegions;
+  using glint::gpu::tv_pair_regions;
+  EXPECT_EQ(tv_pair_regions(256), (TvPairRegions{5, 0}));   // 280 columns: five are needed
+  EXPECT_EQ(tv_pair_regions(512), (TvPairRegions{7, 2}));   // 392 + 120 = 512: 9, not 10
+  EXPECT_EQ(tv_pair_regions(400), (TvPairRegions{5, 2}));   // 280 + 120 = 400: 7, not 8
+  EXPECT_EQ(tv_pair_regions(1024), (TvPairRegions{14, 4}));  // 784 + 240 = 1024: 18, not 19
+  EXPECT_EQ(tv_pair_regions(230), (TvPairRegions{2, 2}));   // 112 + 120 = 232
+  EXPECT_EQ(tv_pair_regions(37), (TvPairRegions{1, 0}));
+  EXPECT_EQ(tv_pair_regions(60), (TvPairRegions{0, 1}));
+  EXPECT_EQ(tv_pair_regions(1), (TvPairRegions{1, 0}));
+  EXPECT_EQ(glint::gpu::tv_pair_regions_uniform(512, 56), (TvPairRegions{10, 0}));
+  EXPECT_EQ(glint::gpu::tv_pair_regions_uniform(512, 60), (TvPairRegions{0, 9}));
+}
+
 // Denoising (identity, no FFT): the whole solve is the shared arithmetic only, so CPU and every
 // GPU variant agree bit for bit, warm and cold, also in a second solve on the same solver (whose
 // dual sets then hold the first solve's values: only those read first are reset).
@@ -338,7 +395,9 @@ TEST(TvGpu, MarchChunkFinishesTheGridFirst) {
   // 390 blocks in 3 waves of 47 (141); 32 planes 4 waves of 36 (144); 48 planes leave a last
   // chunk of 16 planes after 3 waves of 52 (156).
   EXPECT_EQ(tv_march_chunk(256, 65, 1, 132, 2, 16, 48), 43);
-  // Temporal at 512^3 (10 x 26 regions): 46 planes; two-state at 512^3 (9 x 24): 31.
+  // Temporal at 512^3 (9 x 26 regions; 10 x 26 with regions of 56 columns only): 46 planes
+  // either way; two-state at 512^3 (9 x 24): 31.
+  EXPECT_EQ(tv_march_chunk(512, 234, 1, 132, 2, 16, 48), 46);
   EXPECT_EQ(tv_march_chunk(512, 260, 1, 132, 2, 16, 48), 46);
   EXPECT_EQ(tv_march_chunk(512, 216, 1, 132, 1, 16, 32), 31);
   // Two-state at 400 x 400 x 64 (7 x 19 regions, one more than the resident blocks): 18 planes

@@ -55,6 +55,22 @@ std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft);
 int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
                    int max_chunk);
 
+/// The regions across x of the two-column marching kernels, left to right: n56 of 56 output
+/// columns (224 bytes: their stores fill whole 32-byte sectors), then n60 of 60. Each computes 64
+/// columns: its outputs and the halo on either side.
+struct TvPairRegions {
+  int n56 = 0, n60 = 0;
+  int count() const { return n56 + n60; }
+  bool operator==(const TvPairRegions&) const = default;
+};
+
+/// The fewest regions across nx columns (60 columns at most each), as many of them of 56 columns
+/// as that allows: at 512 columns seven of 56 and two of 60 instead of ten of 56.
+TvPairRegions tv_pair_regions(int nx);
+
+/// Regions of `ox` (56 or 60) output columns each across nx columns.
+TvPairRegions tv_pair_regions_uniform(int nx, int ox);
+
 class GpuReconstructor final : public tv::Reconstructor {
  public:
   /// Plans and allocates everything for `dims`; throws std::runtime_error naming the sizes when
@@ -84,5 +100,10 @@ class GpuReconstructor final : public tv::Reconstructor {
 /// Device-to-device copy bandwidth in GB/s (bytes read + written), median of `reps` copies of
 /// `bytes` with cudaMemcpyAsync timed by events: the floor that TV step figures are quoted against.
 double measure_copy_bandwidth(std::size_t bytes, int reps = 10, int device = 0);
+
+/// Checks on the device that the projection's two forms take the same reciprocal: counts the
+/// floats s of [lo, hi] (bit patterns, lo <= hi) where rounded::recip_sqrt(s) and
+/// div(1, sqrt(s)) differ in any bit.
+unsigned long long count_recip_sqrt_mismatches(float lo, float hi, int device = 0);
 
 }  // namespace glint::gpu
