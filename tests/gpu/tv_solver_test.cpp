@@ -235,16 +235,6 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
           for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
             expect_denoise_is_cpus(c, v, env.describe());
         }
-    // The two-column kernels' regions 60 columns wide (the default at these volumes is 56): the
-    // staged one-step kernel and the two-step one (temporal's default shape).
-    for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
-      TuningEnv env;
-      env.set({{"GLINT_TV_OX", "60"}, {"GLINT_TV_CHUNK", chunk}});
-      expect_denoise_is_cpus(c, Variant::temporal, env.describe());
-      env.set("GLINT_TV_KERNEL", "staged");
-      for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
-        expect_denoise_is_cpus(c, v, env.describe());
-    }
   });
 }
 
