@@ -1388,6 +1388,21 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       stg1(at_bytes(d.z, o), a.z);
     }
   };
+  // z of the pair at a plane (operation 1) where `in`, else 0: r there and at the plane below
+  // (rb, where `below`), r_y of the row below from the shared row at `row_below`, r_x left of the
+  // pair from the lane to the left, b from bpair() (read last). Every lane calls it (shuffle).
+  auto primal_pair = [&](float(&z)[2], bool in, bool below, const Vec3(&r)[2],
+                         const Vec3(&rb)[2], unsigned row_below, auto&& bpair) {
+    const float rxm0 = shfl_up1(r[1].x);
+    const float2 rym = lds2(row_below);
+    const float2 bb = bpair();
+    z[0] = in ? m::primal(bb.x, r[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
+                          below ? rb[0].z : 0.0f, w, nonneg)
+              : 0.0f;
+    z[1] = in ? m::primal(bb.y, r[1], hasxm1 ? r[0].x : 0.0f, hasym ? rym.y : 0.0f,
+                          below ? rb[1].z : 0.0f, w, nonneg)
+              : 0.0f;
+  };
   // Carried (index 0: left point, 1: right point): r_{k+1} and z_{k+1} at u = q - 1; r_{k+2}
   // and z_{k+2} at v = q - 2. Ring slots (addresses): su (plane u), sq (q), sn (q + D).
   Vec3 r1u[2], r2v[2];
@@ -1434,15 +1449,8 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     // (2) z_{k+1} at q.
     float z1q[2] = {0.f, 0.f};
     if (need2) {
-      const bool in = I || (q >= 0 && q < g.nz && q >= z0 - (H - 1)), below = I || q > 0;
-      const float rxm0 = shfl_up1(r1q[1].x);
-      const float2 rym = lds2(row(dn, 0, pq));
-      z1q[0] = in ? m::primal(bq[0], r1q[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
-                              below ? r1u[0].z : 0.0f, w, nonneg)
-                  : 0.0f;
-      z1q[1] = in ? m::primal(bq[1], r1q[1], hasxm1 ? r1q[0].x : 0.0f, hasym ? rym.y : 0.0f,
-                              below ? r1u[1].z : 0.0f, w, nonneg)
-                  : 0.0f;
+      primal_pair(z1q, I || (q >= 0 && q < g.nz && q >= z0 - (H - 1)), I || q > 0, r1q, r1u,
+                  row(dn, 0, pq), [&] { return make_float2(bq[0], bq[1]); });
     }
     sts2(row(own, 1, pq), make_float2(z1q[0], z1q[1]));
     if constexpr (Steps == 1) mbar_arrive(bown + 2 * kBar + bj);  // the z row is the last one
@@ -1481,16 +1489,8 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
       // (4) z_{k+2} at u.
       float z2u[2] = {0.f, 0.f};
       if (need4) {
-        const bool in = I || (u >= 0 && u < g.nz && u >= z0 && u <= zend), below = I || u > 0;
-        const float rxm0 = shfl_up1(r2u[1].x);
-        const float2 rym = lds2(row(dn, 2, pq));
-        const float2 bu = lds2(vol(su, 6));
-        z2u[0] = in ? m::primal(bu.x, r2u[0], hasxm0 ? rxm0 : 0.0f, hasym ? rym.x : 0.0f,
-                                below ? r2v[0].z : 0.0f, w, nonneg)
-                    : 0.0f;
-        z2u[1] = in ? m::primal(bu.y, r2u[1], hasxm1 ? r2u[0].x : 0.0f, hasym ? rym.y : 0.0f,
-                                below ? r2v[1].z : 0.0f, w, nonneg)
-                    : 0.0f;
+        primal_pair(z2u, I || (u >= 0 && u < g.nz && u >= z0 && u <= zend), I || u > 0, r2u,
+                    r2v, row(dn, 2, pq), [&] { return lds2(vol(su, 6)); });
       }
       sts2(row(own, 3, pu), make_float2(z2u[0], z2u[1]));
       // (5) p_{k+2} at v = q - 2 (row parity of v: pq).
