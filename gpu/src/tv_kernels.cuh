@@ -1271,9 +1271,9 @@ constexpr int march_pair_bytes(int W, int D, int steps, bool stored = false) {
 /// lane 0 and the lanes right of the outputs are the halo), x (W - 2 Steps) output rows. Regions
 /// start at an even column (rows are padded to an even length), so pairs are aligned; the right
 /// point of a pair at x = nx (the first padding column) is read but zeroed.
-/// A warp computes at each plane only what an output depends on: a row outside the volume
-/// nothing, a block's first row r_{k+1} alone, its second and last rows no z_{k+2}, its last no
-/// p_{k+1} (its synchronisation stays the same).
+/// In the two-step kernel a warp computes at each plane only what an output depends on: a row
+/// outside the volume nothing, a block's first row r_{k+1} alone, its second and last rows no
+/// z_{k+2}, its last no p_{k+1} (its synchronisation stays the same).
 /// - Steps = 2 (temporal blocking, two-state): in1 = p_k, in2 = p_{k-1}; writes p_{k+1} to out1
 ///   and p_{k+2} to out2, with momenta ma and mb; the five stages of temporal_march_kernel
 ///   (halo 2).

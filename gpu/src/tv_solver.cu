@@ -866,13 +866,13 @@ __global__ void recip_sqrt_mismatch_kernel(unsigned lo, unsigned long long n,
 }  // namespace
 
 unsigned long long count_recip_sqrt_mismatches(float lo, float hi, int device) {
-  GLINT_CUDA_CHECK(cudaSetDevice(device));
-  unsigned lb, hb;
-  std::memcpy(&lb, &lo, sizeof lb);
-  std::memcpy(&hb, &hi, sizeof hb);
   if (!(lo >= 0.0f) || !(hi >= lo))
     throw std::invalid_argument("count_recip_sqrt_mismatches: need 0 <= lo <= hi");
-  DeviceBuffer count(2);  // one 64-bit counter
+  unsigned lb, hb;  // non-negative floats order as their bit patterns
+  std::memcpy(&lb, &lo, sizeof lb);
+  std::memcpy(&hb, &hi, sizeof hb);
+  GLINT_CUDA_CHECK(cudaSetDevice(device));
+  DeviceBuffer count(2);  // two floats: room for one 64-bit counter
   auto* c = reinterpret_cast<unsigned long long*>(count.get());
   Stream st;
   GLINT_CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof *c, st.get()));

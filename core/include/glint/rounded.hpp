@@ -103,7 +103,8 @@ GLINT_HD float recip_sqrt(float s) {
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(n));
     return __fmaf_rn(r, -__fmaf_rn(r, n, -1.0f), r);  // rcp.rn's fast path
   };
-  if (s > 0x1p126f) return s <= 3.4028234663852886e38f ? __fmul_rn(fast(__fmul_rn(s, 0x1p-64f)), 0x1p-32f) : 0.0f;
+  if (s > 0x1p126f)  // scaled; infinity (above the largest float) gives 0
+    return s <= 0x1.fffffep127f ? __fmul_rn(fast(__fmul_rn(s, 0x1p-64f)), 0x1p-32f) : 0.0f;
   return fast(s);
 #else
   return div(1.0f, sqrt(s));
