@@ -2,10 +2,10 @@
 // selected kernel variant (tv_kernels.cuh). All work goes to one explicit stream; memory is planned
 // and checked against the device's free memory before anything is allocated.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
@@ -115,19 +115,18 @@ int resident_per_sm(K kernel, int warps, int smem = 0) {
 int march_chunk_for(const Dims& d, long long tiles, int per_sm, int sms, int max_chunk, int halo) {
   return tv_march_chunk(d.nz, tiles, per_sm, sms, halo, 16, max_chunk);
 }
-/// Blocks across a plane of a kernel whose blocks output out_x x out_y points.
-long long plane_tiles(const Dims& d, int out_x, int out_y) {
-  return static_cast<long long>(ceil_div(d.nx, out_x)) * ceil_div(d.ny, out_y);
+/// The grid of a marching kernel whose blocks output out_x x out_y points of a plane, over nz
+/// planes in chunks of `chunk`.
+dim3 march_grid(const Dims& d, int out_x, int out_y, int chunk) {
+  return dim3(ceil_div(d.nx, out_x), ceil_div(d.ny, out_y), ceil_div(d.nz, chunk));
 }
-/// Blocks across a plane of a two-column marching kernel: its regions across x, blocks of
-/// `warps` rows with `halo` of them on either side across y.
-long long pair_tiles(const Dims& d, const TvPairRegions& rg, int warps, int halo) {
-  return static_cast<long long>(rg.count()) * ceil_div(d.ny, warps - 2 * halo);
-}
-/// The grid of a two-column marching kernel over nz planes in chunks of `chunk`.
+/// The grid of a two-column marching kernel: its regions across x, blocks of `warps` rows with
+/// `halo` of them on either side across y, chunks of `chunk` planes.
 dim3 pair_grid(const Dims& d, const TvPairRegions& rg, int warps, int halo, int chunk) {
   return dim3(rg.count(), ceil_div(d.ny, warps - 2 * halo), ceil_div(d.nz, chunk));
 }
+/// Blocks across a plane of a grid.
+long long plane_tiles(const dim3& grid) { return static_cast<long long>(grid.x) * grid.y; }
 
 /// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
 /// at least B blocks resident per SM (so at most 65536 / (32 W B) registers per thread), C
@@ -359,10 +358,14 @@ struct GpuReconstructor::Impl {
   void launch_march_step(const float* b, S src, tvk::Dual p, tvk::Dual out, float w,
                          bool nonneg, float cst, float mom) {
     with_step_kernel<S>(step, [&](auto kernel, int rws, int wps) {
-      const dim3 gr(ceil_div(d.nx, 30), ceil_div(d.ny, wps * rws - 2), ceil_div(d.nz, chunk1));
-      kernel<<<gr, dim3(32, wps), 0, s()>>>(g, b, src, p, out, w, nonneg, cst, mom, chunk1);
+      kernel<<<step_grid(rws, wps), dim3(32, wps), 0, s()>>>(g, b, src, p, out, w, nonneg, cst,
+                                                             mom, chunk1);
     });
   }
+
+  /// The one-step register kernel's grid (K rows per warp, W warps): 30 x (K W - 2) outputs per
+  /// block, chunk1 planes.
+  dim3 step_grid(int rws, int wps) const { return march_grid(d, 30, wps * rws - 2, chunk1); }
 
   /// The staged one-step kernel's grid: its regions, chunk_staged planes.
   dim3 staged_grid() const { return pair_grid(d, pair_rg, staged_warps, 1, chunk_staged); }
@@ -378,18 +381,26 @@ struct GpuReconstructor::Impl {
     });
   }
 
+  /// The two-step kernel's grid (K rows per warp, W warps), chunk2 planes: the two-column
+  /// kernel's regions (kPair), or 28 x (K W - 4) outputs per block of the one-column kernel.
+  template <bool kPair>
+  dim3 temporal_grid(int rws, int wps) const {
+    return kPair ? pair_grid(d, pair_rg, wps, 2, chunk2)
+                 : march_grid(d, 28, wps * rws - 4, chunk2);
+  }
+
   /// Two two-state steps in one register-marching pass.
   void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
                              tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb) {
     with_temporal_kernel(temporal, [&](auto kernel, int rws, int wps, int smem, auto pair) {
-      if constexpr (decltype(pair)::value) {
-        kernel<<<pair_grid(d, pair_rg, wps, 2, chunk2), dim3(32, wps), smem, s()>>>(
-            g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, chunk2, pair_rg);
-      } else {
-        const dim3 gr(ceil_div(d.nx, 28), ceil_div(d.ny, wps * rws - 4), ceil_div(d.nz, chunk2));
+      constexpr bool kPair = decltype(pair)::value;
+      const dim3 gr = temporal_grid<kPair>(rws, wps);
+      if constexpr (kPair)
+        kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
+                                                 chunk2, pair_rg);
+      else
         kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
                                                  chunk2);
-      }
     });
   }
 
@@ -592,7 +603,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     s1.ahead = 1;
     if (!with_step_kernel<tvk::MarchTwoState>(s1, [](auto, int, int) {})) s1 = m.step;
     with_step_kernel<tvk::MarchTwoState>(s1, [&](auto kernel, int rws, int wps) {
-      m.chunk1 = march_chunk_for(dims, plane_tiles(dims, 30, wps * rws - 2),
+      m.chunk1 = march_chunk_for(dims, plane_tiles(m.step_grid(rws, wps)),
                                  resident_per_sm(kernel, wps), sms, 32, 1);
     });
     if (const int sw = env_int("GLINT_TV_WARPS", 24), sa = env_int("GLINT_TV_AHEAD", 1);
@@ -612,7 +623,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
         if (!allow_smem(kernel, smem)) return;
         staged_per_sm = resident_per_sm(kernel, wps, smem);
         m.chunk_staged =
-            march_chunk_for(dims, pair_tiles(dims, m.pair_rg, wps, 1), staged_per_sm, sms, 32, 1);
+            march_chunk_for(dims, plane_tiles(m.staged_grid()), staged_per_sm, sms, 32, 1);
         staged_fits = true;
       };
       // The form the variant runs: stored r for fused, two-state for the others.
@@ -627,9 +638,9 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     }
     auto temporal_setup = [&](auto kernel, int rws, int wps, int smem, auto pair) {
       if (!allow_smem(kernel, smem)) return;
-      const long long tiles = decltype(pair)::value ? pair_tiles(dims, m.pair_rg, wps, 2)
-                                                    : plane_tiles(dims, 28, wps * rws - 4);
-      m.chunk2 = march_chunk_for(dims, tiles, resident_per_sm(kernel, wps, smem), sms, 48, 2);
+      const dim3 gr = m.temporal_grid<decltype(pair)::value>(rws, wps);
+      m.chunk2 = march_chunk_for(dims, plane_tiles(gr), resident_per_sm(kernel, wps, smem), sms,
+                                 48, 2);
       temporal_fits = true;
     };
     with_temporal_kernel(m.temporal, temporal_setup);
@@ -868,9 +879,8 @@ __global__ void recip_sqrt_mismatch_kernel(unsigned lo, unsigned long long n,
 unsigned long long count_recip_sqrt_mismatches(float lo, float hi, int device) {
   if (!(lo >= 0.0f) || !(hi >= lo))
     throw std::invalid_argument("count_recip_sqrt_mismatches: need 0 <= lo <= hi");
-  unsigned lb, hb;  // non-negative floats order as their bit patterns
-  std::memcpy(&lb, &lo, sizeof lb);
-  std::memcpy(&hb, &hi, sizeof hb);
+  // Non-negative floats order as their bit patterns.
+  const auto lb = std::bit_cast<unsigned>(lo), hb = std::bit_cast<unsigned>(hi);
   GLINT_CUDA_CHECK(cudaSetDevice(device));
   DeviceBuffer count(2);  // two floats: room for one 64-bit counter
   auto* c = reinterpret_cast<unsigned long long*>(count.get());
