@@ -1291,7 +1291,8 @@ constexpr int march_pair_bytes(int W, int D, int steps, bool stored = false) {
 template <int W, int MinBlocks, int D = 1, int Steps = 2, bool kStored = false>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
     march_pair_kernel(Geom g, const float* b, CDual in1, CDual in2, Dual out1, Dual out2, float w,
-                      bool nonneg, float cst, float ma, float mb, int chunk, TvPairRegions rg) {
+                      bool nonneg, float cst, float ma, float mb, int chunk, TvPairRegions rg,
+                      int group) {
   static_assert(Steps == 1 || Steps == 2, "one or two steps per pass");
   static_assert(!kStored || Steps == 1, "stored r: one step per pass");
   constexpr int H = Steps;  // halo rows (and planes) on each side
@@ -1315,11 +1316,23 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   constexpr unsigned kBar = W * 8;  // bytes of one [W] set of mbarriers
   const int lane = threadIdx.x, wp = threadIdx.y;
   const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
-  // The block's region: its first output column x0 and ox outputs.
-  const int bx = blockIdx.x;
+  // The block's region (bx), row of regions (by) and chunk of planes (bz). With group > 0 the
+  // launch order takes the regions `group` at a time (in the grid's order) and runs every chunk
+  // of one group, chunk after chunk, before the next group (tv_launch_group).
+  int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;
+  if (group > 0) {
+    const int nreg = gridDim.x, tiles = gridDim.x * gridDim.y, nch = gridDim.z;
+    const int id = blockIdx.x + nreg * (blockIdx.y + gridDim.y * blockIdx.z);
+    const int g0 = id / (group * nch) * group, tg = min(group, tiles - g0), l = id - g0 * nch;
+    const int t = g0 + l % tg;
+    bz = l / tg;
+    bx = t % nreg;
+    by = t / nreg;
+  }
+  // The region's first output column x0 and its ox outputs.
   const int x0 = 56 * min(bx, rg.n56) + 60 * max(bx - rg.n56, 0), ox = bx < rg.n56 ? 56 : 60;
   const int gx = x0 - 2 + 2 * lane;  // the pair's left column
-  const int gy = blockIdx.y * (W - 2 * H) - H + wp;
+  const int gy = by * (W - 2 * H) - H + wp;
   const bool oky = gy >= 0 && gy < g.ny;
   const bool ok0 = oky && gx >= 0 && gx < g.nx, ok1 = ok0 && gx + 1 < g.nx;
   const long long off4 = ok0 ? 4LL * (gy * static_cast<int>(g.px) + gx) : 0;  // in-plane bytes
@@ -1336,7 +1349,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
              need3 = vote(oky && wp >= 1 && wp <= W - 2),
              need4 = Steps == 2 && vote(oky && wp >= 2 && wp <= W - 2),
              need5 = Steps == 2 && vote(oky && wp >= H && wp < W - H);
-  const int z0 = blockIdx.z * chunk, zend = min(z0 + chunk, g.nz);
+  const int z0 = bz * chunk, zend = min(z0 + chunk, g.nz);
   // The pass: planes z0 - H .. zlast; interior planes q0i .. q1i (every plane index of the body
   // inside the volume and the chunk's range, plane q + D too, none the last plane).
   const int zlast = zend + H - 1;

@@ -35,7 +35,7 @@ std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft) {
 }
 
 int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
-                   int max_chunk) {
+                   int max_chunk, long long group) {
   const int hi = std::max(1, std::min(max_chunk, nz)), lo = std::min(std::max(1, min_chunk), hi);
   tiles = std::max(1LL, tiles);
   const long long resident = static_cast<long long>(std::max(1, per_sm)) * std::max(1, sms);
@@ -44,6 +44,7 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
                                  (4 * resident);
     return static_cast<int>(std::clamp<long long>(four_waves, lo, hi));
   }
+  if (group <= 0 || group > tiles) group = tiles;
   int best = hi;
   long long best_end = -1;
   std::vector<long long> free_at;  // min-heap of the slots' finishing times
@@ -51,13 +52,16 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
     free_at.assign(static_cast<std::size_t>(resident), 0);
     long long end = 0;
     // (A candidate stops once it can no longer finish first.)
-    for (int z0 = 0; z0 < nz && (best_end < 0 || end < best_end); z0 += c) {
-      const long long took = std::min(c, nz - z0) + 2LL * halo;
-      for (long long t = 0; t < tiles; ++t) {
-        std::pop_heap(free_at.begin(), free_at.end(), std::greater<>());
-        free_at.back() += took;
-        end = std::max(end, free_at.back());
-        std::push_heap(free_at.begin(), free_at.end(), std::greater<>());
+    for (long long g0 = 0; g0 < tiles; g0 += group) {
+      const long long in_group = std::min(group, tiles - g0);
+      for (int z0 = 0; z0 < nz && (best_end < 0 || end < best_end); z0 += c) {
+        const long long took = std::min(c, nz - z0) + 2LL * halo;
+        for (long long t = 0; t < in_group; ++t) {
+          std::pop_heap(free_at.begin(), free_at.end(), std::greater<>());
+          free_at.back() += took;
+          end = std::max(end, free_at.back());
+          std::push_heap(free_at.begin(), free_at.end(), std::greater<>());
+        }
       }
     }
     if (best_end < 0 || end < best_end) {
@@ -71,6 +75,14 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
 namespace {
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 }  // namespace
+
+long long tv_launch_group(long long tiles, long long resident) {
+  resident = std::max(1LL, resident);
+  if (tiles <= resident) return 0;
+  const long long groups = (tiles + resident - 1) / resident;
+  const long long group = (tiles + groups - 1) / groups;
+  return 4 * group >= 3 * resident ? group : 0;
+}
 
 TvPairRegions tv_pair_regions(int nx) {
   const int n = ceil_div(std::max(1, nx), 60);

@@ -109,11 +109,12 @@ int resident_per_sm(K kernel, int warps, int smem = 0) {
 
 /// Planes per block of the marching kernels (tv_march_chunk), with `tiles` blocks across a plane,
 /// of which per_sm are resident per SM, and which read `halo` planes on either side of their
-/// chunk: at least 16 planes (the halo's share), at most max_chunk (longer chunks spread
-/// neighbouring blocks apart and lose L2 hits; measured on the H200: one step per pass 32, two
-/// steps 48).
-int march_chunk_for(const Dims& d, long long tiles, int per_sm, int sms, int max_chunk, int halo) {
-  return tv_march_chunk(d.nz, tiles, per_sm, sms, halo, 16, max_chunk);
+/// chunk, launched `group` regions at a time: at least 16 planes (the halo's share), at most
+/// max_chunk (longer chunks spread neighbouring blocks apart and lose L2 hits; measured on the
+/// H200: one step per pass 32, two steps 48).
+int march_chunk_for(const Dims& d, long long tiles, int per_sm, int sms, int max_chunk, int halo,
+                    long long group = 0) {
+  return tv_march_chunk(d.nz, tiles, per_sm, sms, halo, 16, max_chunk, group);
 }
 /// The grid of a marching kernel whose blocks output out_x x out_y points of a plane, over nz
 /// planes in chunks of `chunk`.
@@ -127,6 +128,9 @@ dim3 pair_grid(const Dims& d, const TvPairRegions& rg, int warps, int halo, int 
 }
 /// Blocks across a plane of a grid.
 long long plane_tiles(const dim3& grid) { return static_cast<long long>(grid.x) * grid.y; }
+/// march_pair_kernel's `group` for a grid: regions per group, or 0 (the grid's order) where one
+/// group would hold every region of a plane.
+int launch_group(const dim3& grid, int group) { return group < plane_tiles(grid) ? group : 0; }
 
 /// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
 /// at least B blocks resident per SM (so at most 65536 / (32 W B) registers per thread), C
@@ -256,6 +260,13 @@ struct GpuReconstructor::Impl {
   // chunks of chunk_staged planes.
   bool staged = false;
   int staged_warps = 24, staged_ahead = 1, chunk_staged = 16;
+  // The two-column kernels' launch order (march_pair_kernel's `group`): the regions of a plane
+  // taken group_staged or group_temporal at a time, every chunk of planes of one group before the
+  // next (0: the grid's order, chunk after chunk). By default tv_launch_group: equal groups of
+  // at most, and nearly, the resident blocks, so that a region's next chunk starts about as its
+  // previous one ends, on planes that one read last (measured on the H200,
+  // docs/performance.md); GLINT_TV_GROUP sets both.
+  int group_staged = 0, group_temporal = 0;
   // Regions across x of the two-column marching kernels (march_pair_kernel), both kernels: the
   // fewest, as many of 56 columns as that allows (tv_pair_regions; measured on the H200,
   // docs/performance.md). GLINT_TV_OX = 56 or 60 makes them all that wide.
@@ -376,8 +387,10 @@ struct GpuReconstructor::Impl {
   void launch_staged(const float* b, tvk::CDual in1, tvk::CDual in2, tvk::Dual out1,
                      tvk::Dual out2, float w, bool nonneg, float cst, float ma, float mb) {
     with_staged_step<kStored>(staged_warps, staged_ahead, [&](auto kernel, int wps, int smem) {
-      kernel<<<staged_grid(), dim3(32, wps), smem, s()>>>(g, b, in1, in2, out1, out2, w, nonneg,
-                                                          cst, ma, mb, chunk_staged, pair_rg);
+      const dim3 gr = staged_grid();
+      kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, in1, in2, out1, out2, w, nonneg, cst, ma, mb,
+                                               chunk_staged, pair_rg,
+                                               launch_group(gr, group_staged));
     });
   }
 
@@ -397,7 +410,7 @@ struct GpuReconstructor::Impl {
       const dim3 gr = temporal_grid<kPair>(rws, wps);
       if constexpr (kPair)
         kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
-                                                 chunk2, pair_rg);
+                                                 chunk2, pair_rg, launch_group(gr, group_temporal));
       else
         kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
                                                  chunk2);
@@ -598,6 +611,13 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     unbuilt("temporal", s);
   {
     const int sms = prop.multiProcessorCount;
+    // The two-column kernels' launch groups (tv_launch_group), or GLINT_TV_GROUP regions per
+    // group (0: the grid's order); the chunks are planned for that order.
+    const long long env_group = glint::detail::env_int("GLINT_TV_GROUP", -1, 0, 1 << 20);
+    auto pick_group = [&](long long tiles, int per_sm) {
+      return static_cast<int>(env_group >= 0 ? env_group
+                                             : tv_launch_group(tiles, 1LL * per_sm * sms));
+    };
     // Planes per block from the occupancy of the shape loading one plane ahead (as measured).
     MarchShape s1 = m.step;
     s1.ahead = 1;
@@ -622,8 +642,9 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
       auto setup = [&](auto kernel, int wps, int smem) {
         if (!allow_smem(kernel, smem)) return;
         staged_per_sm = resident_per_sm(kernel, wps, smem);
-        m.chunk_staged =
-            march_chunk_for(dims, plane_tiles(m.staged_grid()), staged_per_sm, sms, 32, 1);
+        const long long tiles = plane_tiles(m.staged_grid());
+        m.group_staged = pick_group(tiles, staged_per_sm);
+        m.chunk_staged = march_chunk_for(dims, tiles, staged_per_sm, sms, 32, 1, m.group_staged);
         staged_fits = true;
       };
       // The form the variant runs: stored r for fused, two-state for the others.
@@ -639,8 +660,9 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     auto temporal_setup = [&](auto kernel, int rws, int wps, int smem, auto pair) {
       if (!allow_smem(kernel, smem)) return;
       const dim3 gr = m.temporal_grid<decltype(pair)::value>(rws, wps);
-      m.chunk2 = march_chunk_for(dims, plane_tiles(gr), resident_per_sm(kernel, wps, smem), sms,
-                                 48, 2);
+      const int per_sm = resident_per_sm(kernel, wps, smem);
+      m.group_temporal = decltype(pair)::value ? pick_group(plane_tiles(gr), per_sm) : 0;
+      m.chunk2 = march_chunk_for(dims, plane_tiles(gr), per_sm, sms, 48, 2, m.group_temporal);
       temporal_fits = true;
     };
     with_temporal_kernel(m.temporal, temporal_setup);
@@ -676,7 +698,10 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                     "TV solver: planes per block of the marching kernels: one step per pass " +
                         std::to_string(m.chunk1) + ", two steps " + std::to_string(m.chunk2) +
                         (m.staged ? ", staged one-step kernel " + std::to_string(m.chunk_staged)
-                                  : std::string()));
+                                  : std::string()) +
+                        "; regions per launch group: two steps " +
+                        std::to_string(m.group_temporal) + ", staged one-step kernel " +
+                        std::to_string(m.group_staged) + " (0: one group)");
   m.zrun = zrun_from_env();
   m.pairs = glint::detail::env_int("GLINT_TV_PAIRS", 1, 0, 1) != 0;
   // Measured on the H200 (docs/performance.md): the lane-shuffle pair kernel is faster for fused,

@@ -259,6 +259,28 @@ TEST(TvGpu, EveryRegionLayoutIsBitIdenticalToTheCpuReference) {
       {kRegions, kChunked});
 }
 
+// The two-column kernels' launch order (GLINT_TV_GROUP: regions per group, every chunk of one
+// group before the next) changes which block computes what, never the result: groups of one
+// region and of four (6 regions per plane at 70 x 41 and 12 at 230 x 45 for the two-step kernel,
+// so a smaller last group at 70 x 41), 3-plane chunks, the two-step kernel and the staged
+// one-step kernel, bit for bit.
+TEST(TvGpu, EveryLaunchOrderIsBitIdenticalToTheCpuReference) {
+  GLINT_REQUIRE_GPU();
+  for_each_cpu_case(
+      41, {true}, {2, 5},
+      [&](const CpuCase& c) {
+        for (const char* group : {"1", "4"}) {
+          TuningEnv env;
+          env.set({{"GLINT_TV_GROUP", group}, {"GLINT_TV_CHUNK", "3"}});
+          expect_denoise_is_cpus(c, Variant::temporal, env.describe());
+          env.set("GLINT_TV_KERNEL", "staged");
+          for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
+            expect_denoise_is_cpus(c, v, env.describe());
+        }
+      },
+      {kChunked, kRegions});
+}
+
 // The two-step kernel's projection (m::project<true>) scales q by rounded::recip_sqrt, which
 // must be div(1, sqrt(s)) bit for bit wherever it is used: every float s of [1, FLT_MAX] (the
 // fast path to 2^126, the scaled one above) and infinity.
@@ -375,6 +397,24 @@ TEST(TvGpu, TooLargeVolumeIsRefusedBeforeAnythingRuns) {
 // whose grid of blocks, started in launch order on the SMs, finishes first (each block: its
 // planes plus two halos); with several, about four waves. The cases are the volumes timed on the
 // H200; each pick is the fastest chunk timed there.
+// The launch groups of the two-column kernels: the fewest groups of at most the resident blocks,
+// of equal size, where they hold at least 3/4 of the resident blocks; else one group (0).
+TEST(TvGpu, LaunchGroupsAreEqualAndNearlyFillTheGpu) {
+  using glint::gpu::tv_launch_group;
+  EXPECT_EQ(tv_launch_group(65, 132), 0);     // temporal at 256^3: all at once
+  EXPECT_EQ(tv_launch_group(132, 132), 0);
+  EXPECT_EQ(tv_launch_group(234, 132), 117);  // temporal at 512^3: two groups of 117
+  EXPECT_EQ(tv_launch_group(216, 132), 108);  // two-state at 512^3: 108 + 108
+  EXPECT_EQ(tv_launch_group(264, 132), 132);
+  EXPECT_EQ(tv_launch_group(395, 132), 132);  // 132 + 132 + 131
+  // Temporal and two-state at 400 x 400 x 64: 70 + 70 and 67 + 66 would hold about half the
+  // resident blocks; and 3 x 89 for 265.
+  EXPECT_EQ(tv_launch_group(140, 132), 0);
+  EXPECT_EQ(tv_launch_group(133, 132), 0);
+  EXPECT_EQ(tv_launch_group(265, 132), 0);
+  EXPECT_EQ(tv_launch_group(10, 0), 1);  // no resident count: one region at a time
+}
+
 TEST(TvGpu, MarchChunkFinishesTheGridFirst) {
   using glint::gpu::tv_march_chunk;
   // Two-state's staged kernel at 256^3: 5 x 12 regions per plane, 132 resident blocks, one halo
@@ -393,6 +433,16 @@ TEST(TvGpu, MarchChunkFinishesTheGridFirst) {
   // Two-state at 400 x 400 x 64 (7 x 19 regions, one more than the resident blocks): 18 planes
   // (4 chunks, the last of 10) end at 84, 16 planes at 90.
   EXPECT_EQ(tv_march_chunk(64, 133, 1, 132, 1, 16, 32), 18);
+  // Launched in groups of regions (GLINT_TV_GROUP): temporal at 400 x 400 x 64 (7 x 20 regions)
+  // in two groups of 70 keeps 19 planes (ending at 92, as in the grid's order); in groups of
+  // 132 the last group of 8 regions runs alone at the end, and 16 planes end first, at 100.
+  // Two-state there (7 x 19) in groups of 67: 18 planes, ending at 80.
+  EXPECT_EQ(tv_march_chunk(64, 140, 1, 132, 2, 16, 48), 19);
+  EXPECT_EQ(tv_march_chunk(64, 140, 1, 132, 2, 16, 48, 70), 19);
+  EXPECT_EQ(tv_march_chunk(64, 140, 1, 132, 2, 16, 48, 132), 16);
+  EXPECT_EQ(tv_march_chunk(64, 133, 1, 132, 1, 16, 32, 67), 18);
+  // Temporal at 512^3 in two groups of 117: 46 planes as before.
+  EXPECT_EQ(tv_march_chunk(512, 234, 1, 132, 2, 16, 48, 117), 46);
   // Several blocks per SM (the one-step register kernel at 256^3: 9 x 19 regions, four per SM):
   // about four waves of resident blocks, 21 planes; at 512^3 (18 x 37) the most allowed, 32.
   EXPECT_EQ(tv_march_chunk(256, 171, 4, 132, 1, 16, 32), 21);

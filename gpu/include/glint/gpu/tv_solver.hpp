@@ -45,15 +45,29 @@ std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft);
 /// per_sm blocks resident on each of `sms` SMs, `halo` planes read on either side of a chunk,
 /// chunks of min_chunk .. max_chunk planes (nz if that is less).
 /// - One block per SM: the chunk whose grid finishes first when each block takes its planes plus
-///   2 halo and the blocks start in launch order (every region of the first chunk, then of the
-///   next) on the first SM to come free; the shortest of equals. Measured on the H200
-///   (docs/performance.md), this picks the fastest of the chunks timed at 256^3 (two-state's
-///   staged kernel 23 or 24 planes, temporal 43), 512^3 and 400 x 400 x 64.
+///   2 halo and the blocks start in launch order on the first SM to come free; the shortest of
+///   equals. The launch order takes the regions `group` at a time (tv_launch_group) and, within
+///   a group, every region of the first chunk, then of the next; group 0 is one group of all
+///   regions. Measured on the H200 (docs/performance.md), this picks the fastest of the chunks
+///   timed at 256^3 (two-state's staged kernel 23 or 24 planes, temporal 43), 512^3 and
+///   400 x 400 x 64.
 /// - Several: about four waves of resident blocks. Blocks sharing an SM do not run as
 ///   independent slots; the simulation picked 28 planes for the one-step register kernel at
 ///   256^3, 2% slower than these 21.
 int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
-                   int max_chunk);
+                   int max_chunk, long long group = 0);
+
+/// Regions per group of a two-column marching kernel's launch order (march_pair_kernel runs every
+/// chunk of planes of one group of regions before the next group): the fewest groups of at most
+/// `resident` regions, of equal size (the last one may be smaller by less than the number of
+/// groups), where they hold at least 3/4 of the resident blocks; else 0 (one group, chunk after
+/// chunk). A block then starts a region's next chunk at most a quarter of a block's time before
+/// the region's previous chunk ends, so both read the planes they share while those are still
+/// in L2. Measured on the H200 (docs/performance.md): at 512^3 (groups of 117 and 108 for 132
+/// resident blocks) 4-5% less read from DRAM and 1% less time; at 400 x 400 x 64 groups of 70
+/// and 67 were 1-2% slower, and groups of 132 and 8 left the last 8 regions to run alone (10%
+/// slower).
+long long tv_launch_group(long long tiles, long long resident);
 
 /// The regions across x of the two-column marching kernels, left to right: n56 of 56 output
 /// columns (224 bytes: their stores fill whole 32-byte sectors), then n60 of 60. Each computes 64
