@@ -69,6 +69,13 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
       best_end = end;
     }
   }
+  // One wave: where n >= 1 chunks of every region fit the resident blocks at once, the chunk of
+  // nz / n planes (rounded up) even beyond max_chunk, if that finishes first: all blocks then
+  // march side by side from start to end, so none falls behind its neighbours.
+  if (const long long n = resident / tiles; n >= 1) {
+    const int c = static_cast<int>((nz + n - 1) / n);
+    if (c > hi && c + 2LL * halo < best_end) best = c;
+  }
   return best;
 }
 

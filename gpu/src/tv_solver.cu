@@ -111,7 +111,7 @@ int resident_per_sm(K kernel, int warps, int smem = 0) {
 /// of which per_sm are resident per SM, and which read `halo` planes on either side of their
 /// chunk, launched `group` regions at a time: at least 16 planes (the halo's share), at most
 /// max_chunk (longer chunks spread neighbouring blocks apart and lose L2 hits; measured on the
-/// H200: one step per pass 32, two steps 48).
+/// H200: one step per pass 32, two steps 48) unless all chunks run in one wave.
 int march_chunk_for(const Dims& d, long long tiles, int per_sm, int sms, int max_chunk, int halo,
                     long long group = 0) {
   return tv_march_chunk(d.nz, tiles, per_sm, sms, halo, 16, max_chunk, group);

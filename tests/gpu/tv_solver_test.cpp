@@ -423,8 +423,16 @@ TEST(TvGpu, MarchChunkFinishesTheGridFirst) {
   EXPECT_EQ(tv_march_chunk(256, 60, 1, 132, 1, 16, 32), 23);
   // Temporal at 256^3: 5 x 13 regions, two halo planes, at most 48 planes. 43 planes: 6 chunks,
   // 390 blocks in 3 waves of 47 (141); 32 planes 4 waves of 36 (144); 48 planes leave a last
-  // chunk of 16 planes after 3 waves of 52 (156).
-  EXPECT_EQ(tv_march_chunk(256, 65, 1, 132, 2, 16, 48), 43);
+  // chunk of 16 planes after 3 waves of 52 (156). Two chunks of 128 planes: 130 blocks, one wave
+  // of 132, first. Two-state's one wave (two chunks of 5 x 12 regions) ends at 130 too: the
+  // shorter 23 stay.
+  // With 66 regions two chunks still fit one wave; with 67 they do not (47 planes, ending at 153).
+  EXPECT_EQ(tv_march_chunk(256, 65, 1, 132, 2, 16, 48), 128);
+  EXPECT_EQ(tv_march_chunk(256, 66, 1, 132, 2, 16, 48), 128);
+  EXPECT_EQ(tv_march_chunk(256, 67, 1, 132, 2, 16, 48), 47);
+  // A 128^3 volume (3 x 7 regions): the one wave of 22 planes (26) is within the clamps and is
+  // beaten by 21 planes (six chunks and a last one of 2 planes that fill the gaps: 25).
+  EXPECT_EQ(tv_march_chunk(128, 21, 1, 132, 2, 16, 48), 21);
   // Temporal at 512^3 (9 x 26 regions; 10 x 26 with regions of 56 columns only): 46 planes
   // either way; two-state at 512^3 (9 x 24): 31.
   EXPECT_EQ(tv_march_chunk(512, 234, 1, 132, 2, 16, 48), 46);

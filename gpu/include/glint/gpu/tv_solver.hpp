@@ -48,9 +48,10 @@ std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft);
 ///   2 halo and the blocks start in launch order on the first SM to come free; the shortest of
 ///   equals. The launch order takes the regions `group` at a time (tv_launch_group) and, within
 ///   a group, every region of the first chunk, then of the next; group 0 is one group of all
-///   regions. Measured on the H200 (docs/performance.md), this picks the fastest of the chunks
-///   timed at 256^3 (two-state's staged kernel 23 or 24 planes, temporal 43), 512^3 and
-///   400 x 400 x 64.
+///   regions. Where n >= 1 chunks of every region fit the resident blocks at once, nz / n planes
+///   (one wave) are a candidate too, even above max_chunk. Measured on the H200
+///   (docs/performance.md), this picks the fastest of the chunks timed at 256^3 (two-state's
+///   staged kernel 23 or 24 planes, temporal 128 in one wave), 512^3 and 400 x 400 x 64.
 /// - Several: about four waves of resident blocks. Blocks sharing an SM do not run as
 ///   independent slots; the simulation picked 28 planes for the one-step register kernel at
 ///   256^3, 2% slower than these 21.
