@@ -131,6 +131,16 @@ void expect_denoise_is_cpus(const CpuCase& c, Variant v, const std::string& what
                                            << " steps " << c.steps << " nonneg " << c.nonneg;
 }
 
+/// The two-column marching kernels under the tuning `env` the caller has set, bit for bit against
+/// the CPU: the two-step kernel (temporal), then the staged one-step kernel (fused, two-state and
+/// temporal's odd last step).
+void expect_pair_kernels_are_cpus(const CpuCase& c, TuningEnv& env) {
+  expect_denoise_is_cpus(c, Variant::temporal, env.describe());
+  env.set("GLINT_TV_KERNEL", "staged");
+  for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
+    expect_denoise_is_cpus(c, v, env.describe());
+}
+
 }  // namespace
 
 // The FGP step: every variant and the CPU reference, same input, bit for bit (p and x), for one
@@ -250,10 +260,7 @@ TEST(TvGpu, EveryRegionLayoutIsBitIdenticalToTheCpuReference) {
           for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
             TuningEnv env;
             env.set({{"GLINT_TV_OX", ox}, {"GLINT_TV_CHUNK", chunk}});
-            expect_denoise_is_cpus(c, Variant::temporal, env.describe());
-            env.set("GLINT_TV_KERNEL", "staged");
-            for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
-              expect_denoise_is_cpus(c, v, env.describe());
+            expect_pair_kernels_are_cpus(c, env);
           }
       },
       {kRegions, kChunked});
@@ -272,10 +279,7 @@ TEST(TvGpu, EveryLaunchOrderIsBitIdenticalToTheCpuReference) {
         for (const char* group : {"1", "4"}) {
           TuningEnv env;
           env.set({{"GLINT_TV_GROUP", group}, {"GLINT_TV_CHUNK", "3"}});
-          expect_denoise_is_cpus(c, Variant::temporal, env.describe());
-          env.set("GLINT_TV_KERNEL", "staged");
-          for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
-            expect_denoise_is_cpus(c, v, env.describe());
+          expect_pair_kernels_are_cpus(c, env);
         }
       },
       {kChunked, kRegions});
