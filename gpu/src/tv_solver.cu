@@ -128,9 +128,6 @@ dim3 pair_grid(const Dims& d, const TvPairRegions& rg, int warps, int halo, int 
 }
 /// Blocks across a plane of a grid.
 long long plane_tiles(const dim3& grid) { return static_cast<long long>(grid.x) * grid.y; }
-/// march_pair_kernel's `group` for a grid: regions per group, or 0 (the grid's order) where one
-/// group would hold every region of a plane.
-int launch_group(const dim3& grid, int group) { return group < plane_tiles(grid) ? group : 0; }
 
 /// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
 /// at least B blocks resident per SM (so at most 65536 / (32 W B) registers per thread), C
@@ -262,10 +259,10 @@ struct GpuReconstructor::Impl {
   int staged_warps = 24, staged_ahead = 1, chunk_staged = 16;
   // The two-column kernels' launch order (march_pair_kernel's `group`): the regions of a plane
   // taken group_staged or group_temporal at a time, every chunk of planes of one group before the
-  // next (0: the grid's order, chunk after chunk). By default tv_launch_group: equal groups of
-  // at most, and nearly, the resident blocks, so that a region's next chunk starts about as its
-  // previous one ends, on planes that one read last (measured on the H200,
-  // docs/performance.md); GLINT_TV_GROUP sets both.
+  // next (0: the grid's order, chunk after chunk; also where one group would hold every region
+  // of a plane). By default tv_launch_group: equal groups of at most, and nearly, the resident
+  // blocks, so that a region's next chunk starts about as its previous one ends, on planes that
+  // one read last (measured on the H200, docs/performance.md); GLINT_TV_GROUP sets both.
   int group_staged = 0, group_temporal = 0;
   // Regions across x of the two-column marching kernels (march_pair_kernel), both kernels: the
   // fewest, as many of 56 columns as that allows (tv_pair_regions; measured on the H200,
@@ -387,10 +384,9 @@ struct GpuReconstructor::Impl {
   void launch_staged(const float* b, tvk::CDual in1, tvk::CDual in2, tvk::Dual out1,
                      tvk::Dual out2, float w, bool nonneg, float cst, float ma, float mb) {
     with_staged_step<kStored>(staged_warps, staged_ahead, [&](auto kernel, int wps, int smem) {
-      const dim3 gr = staged_grid();
-      kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, in1, in2, out1, out2, w, nonneg, cst, ma, mb,
-                                               chunk_staged, pair_rg,
-                                               launch_group(gr, group_staged));
+      kernel<<<staged_grid(), dim3(32, wps), smem, s()>>>(g, b, in1, in2, out1, out2, w, nonneg,
+                                                          cst, ma, mb, chunk_staged, pair_rg,
+                                                          group_staged);
     });
   }
 
@@ -410,7 +406,7 @@ struct GpuReconstructor::Impl {
       const dim3 gr = temporal_grid<kPair>(rws, wps);
       if constexpr (kPair)
         kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
-                                                 chunk2, pair_rg, launch_group(gr, group_temporal));
+                                                 chunk2, pair_rg, group_temporal);
       else
         kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
                                                  chunk2);
@@ -612,11 +608,12 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   {
     const int sms = prop.multiProcessorCount;
     // The two-column kernels' launch groups (tv_launch_group), or GLINT_TV_GROUP regions per
-    // group (0: the grid's order); the chunks are planned for that order.
+    // group; 0 (the grid's order) where a group would hold all `tiles` regions of a plane. The
+    // chunks are planned for that order.
     const long long env_group = glint::detail::env_int("GLINT_TV_GROUP", -1, 0, 1 << 20);
     auto pick_group = [&](long long tiles, int per_sm) {
-      return static_cast<int>(env_group >= 0 ? env_group
-                                             : tv_launch_group(tiles, 1LL * per_sm * sms));
+      const long long gr = env_group >= 0 ? env_group : tv_launch_group(tiles, 1LL * per_sm * sms);
+      return static_cast<int>(gr < tiles ? gr : 0);
     };
     // Planes per block from the occupancy of the shape loading one plane ahead (as measured).
     MarchShape s1 = m.step;
@@ -907,8 +904,8 @@ unsigned long long count_recip_sqrt_mismatches(float lo, float hi, int device) {
   // Non-negative floats order as their bit patterns.
   const auto lb = std::bit_cast<unsigned>(lo), hb = std::bit_cast<unsigned>(hi);
   GLINT_CUDA_CHECK(cudaSetDevice(device));
-  DeviceBuffer count(2);  // two floats: room for one 64-bit counter
-  auto* c = reinterpret_cast<unsigned long long*>(count.get());
+  detail::DeviceBuffer<unsigned long long> count(1);
+  auto* c = count.get();
   Stream st;
   GLINT_CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof *c, st.get()));
   recip_sqrt_mismatch_kernel<<<1024, 256, 0, st.get()>>>(lb, hb - lb + 1ULL, c);
