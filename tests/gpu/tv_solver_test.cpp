@@ -286,8 +286,9 @@ TEST(TvGpu, EveryLaunchOrderIsBitIdenticalToTheCpuReference) {
 }
 
 // The two-step kernel's projection (m::project<true>) scales q by rounded::recip_sqrt, which
-// must be div(1, sqrt(s)) bit for bit wherever it is used: every float s of [1, FLT_MAX] (the
-// fast path to 2^126, the scaled one above) and infinity.
+// must be div(1, sqrt(s)) bit for bit wherever it is used: every float s of [1, FLT_MAX] (to
+// 2^126, where sqrt.rn itself takes its fast path, and above, where it does not but
+// recip_sqrt's sequence still holds) and infinity.
 TEST(TvGpu, ProjectionReciprocalIsCorrectlyRounded) {
   GLINT_REQUIRE_GPU();
   using glint::gpu::count_recip_sqrt_mismatches;

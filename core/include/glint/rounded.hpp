@@ -86,26 +86,23 @@ GLINT_HD float sqrt(float a) {
 }
 
 /// 1 / sqrt(s) for s >= 1 as two correctly rounded operations, RN(1 / RN(sqrt(s))): the same
-/// bits as div(1.0f, sqrt(s)). On the device this runs the sequences that sqrt.rn and rcp.rn run
-/// there once their range checks pass (the hardware's approximate reciprocal square root and
-/// reciprocal, each refined by one Newton step of fused multiply-adds), without those checks:
-/// for 1 <= s <= 2^126, sqrt(s) lies in [1, 2^63], inside both fast ranges. Above 2^126 s is
-/// scaled by 2^-64 first and the result by 2^-32, both exact (sqrt halves the exponent, and the
-/// reciprocal of [2^31, 2^64] is a normal float); infinity gives 0 and NaN NaN, as the full
-/// operations do. A GPU test compares every float of [1, infinity] with div(1, sqrt(s)).
+/// bits as div(1.0f, sqrt(s)) for every s of [1, infinity]. On the device this runs the
+/// sequences that sqrt.rn and rcp.rn run there once their range checks pass (the hardware's
+/// approximate reciprocal square root and reciprocal, each refined by one Newton step of fused
+/// multiply-adds), without those checks and without a branch: for finite s >= 1, sqrt(s) lies in
+/// [1, 2^64] and its reciprocal is a normal float (the fused multiply-adds cannot overflow, since
+/// only their rounded results are formed). Infinity makes the sequence NaN, and the final
+/// max(., 0) turns that into 0, the reciprocal of infinity; it also gives 0 for NaN (the
+/// projection never passes one). A GPU test compares every float of [1, infinity] with
+/// div(1, sqrt(s)).
 GLINT_HD float recip_sqrt(float s) {
 #if defined(__CUDA_ARCH__)
-  auto fast = [](float t) {
-    float y, r;
-    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(t));
-    const float n0 = __fmul_rn(t, y), h = __fmul_rn(y, 0.5f);  // sqrt.rn's fast path
-    const float n = __fmaf_rn(__fmaf_rn(-n0, n0, t), h, n0);
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(n));
-    return __fmaf_rn(r, -__fmaf_rn(r, n, -1.0f), r);  // rcp.rn's fast path
-  };
-  if (s > 0x1p126f)  // scaled; infinity (above the largest float) gives 0
-    return s <= 0x1.fffffep127f ? __fmul_rn(fast(__fmul_rn(s, 0x1p-64f)), 0x1p-32f) : 0.0f;
-  return fast(s);
+  float y, r;
+  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(s));
+  const float n0 = __fmul_rn(s, y), h = __fmul_rn(y, 0.5f);  // sqrt.rn's fast path
+  const float n = __fmaf_rn(__fmaf_rn(-n0, n0, s), h, n0);
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(n));
+  return fmaxf(__fmaf_rn(r, -__fmaf_rn(r, n, -1.0f), r), 0.0f);  // rcp.rn's fast path
 #else
   return div(1.0f, sqrt(s));
 #endif
