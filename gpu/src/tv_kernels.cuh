@@ -1312,10 +1312,13 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   // A neighbour is never two phases of one such barrier ahead of a waiter, so the phase parity is
   // unambiguous; the rows are double-buffered, and every overwrite of a row waits (through the
   // neighbours' signals) for the read of the value it replaces.
-  __shared__ unsigned long long bars[3][2][W];
-  constexpr unsigned kBar = W * 8;  // bytes of one [W] set of mbarriers
+  // Warp wp's mbarriers are [..][wp + 1]: [0] and [W + 1] are guards, initialised and never
+  // arrived on, so that a wait for their phase of parity 1 (the one before the first) returns at
+  // once. The block's first and last warps wait on them, with that parity, instead of on a
+  // neighbour they do not have; so every warp finds its neighbours' mbarriers at fixed offsets.
+  __shared__ unsigned long long bars[3][2][W + 2];
+  constexpr unsigned kBar = (W + 2) * 8;  // bytes of one [W + 2] set of mbarriers
   const int lane = threadIdx.x, wp = threadIdx.y;
-  const int wdn = wp > 0 ? wp - 1 : 0, wup = wp < W - 1 ? wp + 1 : wp;
   // The block's region (bx), row of regions (by) and chunk of planes (bz). With group > 0 the
   // launch order takes the regions `group` at a time (in the grid's order) and runs every chunk
   // of one group, chunk after chunk, before the next group (tv_launch_group).
@@ -1359,13 +1362,18 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   // planes, where it is never negative).
   long long qoff = (z0 - H) * plane4 + off4;
   // Shared addresses: this thread's float2 in the rows of its warp and of the warps below and
-  // above; its slot of volume 0 in the ring; the mbarriers of its warp and its neighbours.
+  // above (one row set apart; the two-step kernel's first and last warps never read the row
+  // they lack, the one-step kernel's read their own, and discard what they compute from it);
+  // its slot of volume 0 in the ring; the mbarriers of its warp and its neighbours (bown -+ 8),
+  // and the parity bits that send the first and last warps' neighbour waits to the guards.
   const unsigned rows = smem_addr(dyn), lane8 = 8u * lane;
-  const unsigned own = rows + wp * 256u + lane8, dn = rows + wdn * 256u + lane8,
-                 up = rows + wup * 256u + lane8;
+  const unsigned own = rows + wp * 256u + lane8;
+  const unsigned dn = Steps == 2 || wp > 0 ? own - 256u : own,
+                 up = Steps == 2 || wp < W - 1 ? own + 256u : own;
   const unsigned ring = rows + 4 * Steps * kRow + wp * 256u + lane8;
   const unsigned bar0 = smem_addr(&bars[0][0][0]);
-  const unsigned bown = bar0 + 8u * wp, bdn = bar0 + 8u * wdn, bup = bar0 + 8u * wup;
+  const unsigned bown = bar0 + 8u * (wp + 1), bdn = bown - 8u, bup = bown + 8u;
+  const unsigned gdn = wp == 0, gup = wp == W - 1;
   // Row set k of plane parity p: + (2 k + p) kRow.
   auto row = [&](unsigned base, int k, unsigned p) { return base + (2 * k + p) * kRow; };
   // Volume a of a ring slot: + a kRow.
@@ -1457,8 +1465,8 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     }
     sts2(row(own, 0, pq), make_float2(r1q[0].y, r1q[1].y));
     mbar_arrive(bown + bj);
-    mbar_wait(bdn + bj, jp);                               // r_{k+1}.y of the row below at q
-    if (j > 0) mbar_wait(bup + 2 * kBar + bi, ip);         // z_{k+1} of the row above at u
+    mbar_wait(bdn + bj, jp | gdn);                         // r_{k+1}.y of the row below at q
+    if (j > 0) mbar_wait(bup + 2 * kBar + bi, ip | gup);   // z_{k+1} of the row above at u
     // (2) z_{k+1} at q.
     float z1q[2] = {0.f, 0.f};
     if (need2) {
@@ -1497,8 +1505,8 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     if constexpr (Steps == 2) {
       sts2(row(own, 2, pq), make_float2(r2u[0].y, r2u[1].y));
       mbar_arrive(bown + 2 * kBar + bj);
-      mbar_wait(bdn + 2 * kBar + bj, jp);             // r_{k+2}.y of the row below at u
-      if (j > 0) mbar_wait(bup + 4 * kBar + bi, ip);  // z_{k+2} of the row above at v
+      mbar_wait(bdn + 2 * kBar + bj, jp | gdn);             // r_{k+2}.y of the row below at u
+      if (j > 0) mbar_wait(bup + 4 * kBar + bi, ip | gup);  // z_{k+2} of the row above at v
       // (4) z_{k+2} at u.
       float z2u[2] = {0.f, 0.f};
       if (need4) {
@@ -1539,7 +1547,13 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   // Planes z0 - H .. z0 - H + D - 1 first; then every plane of the pass, the interior ones
   // through the body without range checks.
   for (int k = 0; k < D; ++k) issue(ring + k * kSlot, z0 - H + k, std::false_type{});
-  if (lane < 2 * (Steps + 1)) mbar_init(bown + (lane >> 1) * 2 * kBar + (lane & 1) * kBar);
+  // Each warp initialises its mbarriers, the first and last warps the guards below and above.
+  if (lane < 2 * (Steps + 1)) {
+    const unsigned set = (lane >> 1) * 2 * kBar + (lane & 1) * kBar;
+    mbar_init(bown + set);
+    if (gdn) mbar_init(bdn + set);
+    if (gup) mbar_init(bup + set);
+  }
   __syncthreads();
   for (int q = z0 - H; q <= zlast; ++q) {
     if (q >= q0i && q <= q1i)
