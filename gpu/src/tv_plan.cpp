@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "glint/detail/ceil_div.hpp"
 #include "glint/gpu/tv_solver.hpp"
 
 namespace glint::gpu {
@@ -40,8 +41,7 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
   tiles = std::max(1LL, tiles);
   const long long resident = static_cast<long long>(std::max(1, per_sm)) * std::max(1, sms);
   if (per_sm > 1) {
-    const long long four_waves = (static_cast<long long>(nz) * tiles + 4 * resident - 1) /
-                                 (4 * resident);
+    const long long four_waves = detail::ceil_div(nz * tiles, 4 * resident);
     return static_cast<int>(std::clamp<long long>(four_waves, lo, hi));
   }
   if (group <= 0 || group > tiles) group = tiles;
@@ -73,33 +73,29 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
   // nz / n planes (rounded up) even beyond max_chunk, if that finishes first: all blocks then
   // march side by side from start to end, so none falls behind its neighbours.
   if (const long long n = resident / tiles; n >= 1) {
-    const int c = static_cast<int>((nz + n - 1) / n);
+    const int c = static_cast<int>(detail::ceil_div(nz, n));
     if (c > hi && c + 2LL * halo < best_end) best = c;
   }
   return best;
 }
 
-namespace {
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
-}  // namespace
-
 long long tv_launch_group(long long tiles, long long resident) {
   resident = std::max(1LL, resident);
   if (tiles <= resident) return 0;
-  const long long groups = (tiles + resident - 1) / resident;
-  const long long group = (tiles + groups - 1) / groups;
+  const long long groups = detail::ceil_div(tiles, resident);
+  const long long group = detail::ceil_div(tiles, groups);
   return 4 * group >= 3 * resident ? group : 0;
 }
 
 TvPairRegions tv_pair_regions(int nx) {
-  const int n = ceil_div(std::max(1, nx), 60);
+  const int n = detail::ceil_div(std::max(1, nx), 60);
   // 56 n + 4 wide >= nx (wide <= n, since 60 n >= nx).
-  const int wide = std::clamp(ceil_div(nx - 56 * n, 4), 0, n);
+  const int wide = std::clamp(detail::ceil_div(nx - 56 * n, 4), 0, n);
   return TvPairRegions{n - wide, wide};
 }
 
 TvPairRegions tv_pair_regions_uniform(int nx, int ox) {
-  const int n = ceil_div(std::max(1, nx), ox);
+  const int n = detail::ceil_div(std::max(1, nx), ox);
   return ox == 60 ? TvPairRegions{0, n} : TvPairRegions{n, 0};
 }
 

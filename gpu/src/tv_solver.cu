@@ -13,6 +13,7 @@
 
 #include "check.cuh"
 #include "cuda_owners.hpp"
+#include "glint/detail/ceil_div.hpp"
 #include "glint/detail/env.hpp"
 #include "glint/gpu/tv_solver.hpp"
 #include "tv_kernels.cuh"
@@ -70,7 +71,7 @@ class FftPlan {
   std::size_t work_ = 0;
 };
 
-int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
+using glint::detail::ceil_div;
 
 /// Planes per block of the marching kernels: about four waves of resident blocks over the
 /// device (fewer, longer chunks pay less warm-up; more, shorter ones leave a smaller last wave),
@@ -82,7 +83,7 @@ int march_chunk(const Dims& d, K kernel, int sms) {
                                                                  tvk::kTX * tvk::kTY, 0));
   const long long tiles = static_cast<long long>(ceil_div(d.nx, tvk::kTX)) * ceil_div(d.ny, tvk::kTY);
   const long long chunks =
-      std::max<long long>(1, (4LL * std::max(1, per_sm) * sms + tiles - 1) / tiles);
+      std::max<long long>(1, ceil_div(4LL * std::max(1, per_sm) * sms, tiles));
   const int chunk = ceil_div(d.nz, chunks);
   return std::clamp(chunk, std::min(8, d.nz), std::max(1, d.nz));
 }
