@@ -73,17 +73,25 @@ class FftPlan {
 
 using glint::detail::ceil_div;
 
+/// Resident blocks per SM of `kernel` with `warps` warps per block and `smem` bytes of dynamic
+/// shared memory (the occupancy calculator).
+template <class K>
+int resident_per_sm(K kernel, int warps, int smem = 0) {
+  int per_sm = 1;
+  GLINT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, smem));
+  return std::max(1, per_sm);
+}
+
 /// Planes per block of the marching kernels: about four waves of resident blocks over the
 /// device (fewer, longer chunks pay less warm-up; more, shorter ones leave a smaller last wave),
 /// at least 8 planes so that each chunk's two planes of warm-up stay small.
 template <class K>
 int march_chunk(const Dims& d, K kernel, int sms) {
-  int per_sm = 1;
-  GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                                 tvk::kTX * tvk::kTY, 0));
+  static_assert(tvk::kTX * tvk::kTY % 32 == 0, "whole warps per block");
+  const int per_sm = resident_per_sm(kernel, tvk::kTX * tvk::kTY / 32);
   const long long tiles = static_cast<long long>(ceil_div(d.nx, tvk::kTX)) * ceil_div(d.ny, tvk::kTY);
-  const long long chunks =
-      std::max<long long>(1, ceil_div(4LL * std::max(1, per_sm) * sms, tiles));
+  const long long chunks = std::max<long long>(1, ceil_div(4LL * per_sm * sms, tiles));
   const int chunk = ceil_div(d.nz, chunks);
   return std::clamp(chunk, std::min(8, d.nz), std::max(1, d.nz));
 }
@@ -96,16 +104,6 @@ int zrun_from_env() {
   const int fallback = 4;
   const int z = static_cast<int>(glint::detail::env_int("GLINT_TV_ZRUN", fallback, 1, 8));
   return (z == 1 || z == 2 || z == 4 || z == 8) ? z : fallback;
-}
-
-/// Resident blocks per SM of `kernel` with `warps` warps per block and `smem` bytes of dynamic
-/// shared memory (the occupancy calculator).
-template <class K>
-int resident_per_sm(K kernel, int warps, int smem = 0) {
-  int per_sm = 1;
-  GLINT_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, smem));
-  return std::max(1, per_sm);
 }
 
 /// Planes per block of the marching kernels (tv_march_chunk), with `tiles` blocks across a plane,
