@@ -398,10 +398,6 @@ TEST(TvGpu, TooLargeVolumeIsRefusedBeforeAnythingRuns) {
   }
 }
 
-// The marching kernels' planes per block (host arithmetic): with one block per SM, the chunk
-// whose grid of blocks, started in launch order on the SMs, finishes first (each block: its
-// planes plus two halos); with several, about four waves. The cases are the volumes timed on the
-// H200; each pick is the fastest chunk timed there.
 // The launch groups of the two-column kernels: the fewest groups of at most the resident blocks,
 // of equal size, where they hold at least 3/4 of the resident blocks; else one group (0).
 TEST(TvGpu, LaunchGroupsAreEqualAndNearlyFillTheGpu) {
@@ -420,6 +416,10 @@ TEST(TvGpu, LaunchGroupsAreEqualAndNearlyFillTheGpu) {
   EXPECT_EQ(tv_launch_group(10, 0), 1);  // no resident count: one region at a time
 }
 
+// The marching kernels' planes per block (host arithmetic): with one block per SM, the chunk
+// whose grid of blocks, started in launch order on the SMs, finishes first (each block: its
+// planes plus two halos); with several, about four waves. The cases are the volumes timed on the
+// H200; each pick is the fastest chunk timed there.
 TEST(TvGpu, MarchChunkFinishesTheGridFirst) {
   using glint::gpu::tv_march_chunk;
   // Two-state's staged kernel at 256^3: 5 x 12 regions per plane, 132 resident blocks, one halo
