@@ -44,14 +44,15 @@ std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft);
 /// Planes per block (chunk) of a marching kernel: nz planes, `tiles` blocks across each plane,
 /// per_sm blocks resident on each of `sms` SMs, `halo` planes read on either side of a chunk,
 /// chunks of min_chunk .. max_chunk planes (nz if that is less).
-/// - One block per SM: the chunk whose grid finishes first when each block takes its planes plus
-///   2 halo and the blocks start in launch order on the first SM to come free; the shortest of
-///   equals. The launch order takes the regions `group` at a time (tv_launch_group) and, within
-///   a group, every region of the first chunk, then of the next; group 0 is one group of all
-///   regions. Where n >= 1 chunks of every region fit the resident blocks at once, nz / n planes
-///   (one wave) are a candidate too, even above max_chunk. Measured on the H200
-///   (docs/performance.md), this picks the fastest of the chunks timed at 256^3 (two-state's
-///   staged kernel 23 or 24 planes, temporal 128 in one wave), 512^3 and 400 x 400 x 64.
+/// - One block per SM: the chunk whose grid finishes first when each block takes its planes and
+///   the `halo` planes on either side, and the blocks start in launch order on the first SM to
+///   come free; the shortest of equals. The launch order takes the regions `group` at a time
+///   (tv_launch_group) and, within a group, every region of the first chunk, then of the next;
+///   group 0 is one group of all regions. Where n >= 1 chunks of every region fit the resident
+///   blocks at once, nz / n planes (one wave) are a candidate too, even above max_chunk.
+///   Measured on the H200 (docs/performance.md), this picks the fastest of the chunks timed at
+///   256^3 (two-state's staged kernel 23 or 24 planes, temporal 128 in one wave), 512^3 and
+///   400 x 400 x 64.
 /// - Several: about four waves of resident blocks. Blocks sharing an SM do not run as
 ///   independent slots; the simulation picked 28 planes for the one-step register kernel at
 ///   256^3, 2% slower than these 21.
