@@ -1275,10 +1275,11 @@ constexpr int march_pair_bytes(int W, int D, int steps, bool stored = false) {
 /// region (lane = a pair of columns, warp = a row), marches along z and makes Steps FGP steps
 /// per pass, with 8-byte loads and stores, so that each lane's per-plane overhead (range checks,
 /// addressing, shuffles, shared-memory exchange, synchronisation) is shared by two points.
-/// Regions across x (TvPairRegions, blockIdx.x): ox = 56 or 60 output columns (lanes 1 .. ox / 2;
-/// lane 0 and the lanes right of the outputs are the halo), x (W - 2 Steps) output rows. Regions
-/// start at an even column (rows are padded to an even length), so pairs are aligned; the right
-/// point of a pair at x = nx (the first padding column) is read but zeroed.
+/// Regions across x (TvPairRegions; which block takes which region and planes: TvPairOrder):
+/// ox = 56 or 60 output columns (lanes 1 .. ox / 2; lane 0 and the lanes right of the outputs are
+/// the halo), x (W - 2 Steps) output rows. Regions start at an even column (rows are padded to an
+/// even length), so pairs are aligned; the right point of a pair at x = nx (the first padding
+/// column) is read but zeroed.
 /// In the two-step kernel a warp computes at each plane only what an output depends on: a row
 /// outside the volume nothing, a block's first row r_{k+1} alone, its second and last rows no
 /// z_{k+2}, its last no p_{k+1} (its synchronisation stays the same).
@@ -1299,8 +1300,8 @@ constexpr int march_pair_bytes(int W, int D, int steps, bool stored = false) {
 template <int W, int MinBlocks, int D = 1, int Steps = 2, bool kStored = false>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
     march_pair_kernel(Geom g, const float* b, CDual in1, CDual in2, Dual out1, Dual out2, float w,
-                      bool nonneg, float cst, float ma, float mb, int chunk, TvPairRegions rg,
-                      int group) {
+                      bool nonneg, float cst, float ma, float mb, TvPairRegions rg,
+                      TvPairOrder order) {
   static_assert(Steps == 1 || Steps == 2, "one or two steps per pass");
   static_assert(!kStored || Steps == 1, "stored r: one step per pass");
   constexpr int H = Steps;  // halo rows (and planes) on each side
@@ -1328,19 +1329,10 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   __shared__ unsigned long long bars[3][2][W + 2];
   constexpr unsigned kBar = (W + 2) * 8;  // bytes of one [W + 2] set of mbarriers
   const int lane = threadIdx.x, wp = threadIdx.y;
-  // The block's region (bx), row of regions (by) and chunk of planes (bz). With group > 0 the
-  // launch order takes the regions `group` at a time (in the grid's order) and runs every chunk
-  // of one group, chunk after chunk, before the next group (tv_launch_group).
-  int bx = blockIdx.x, by = blockIdx.y, bz = blockIdx.z;
-  if (group > 0) {
-    const int nreg = gridDim.x, tiles = gridDim.x * gridDim.y, nch = gridDim.z;
-    const int id = blockIdx.x + nreg * (blockIdx.y + gridDim.y * blockIdx.z);
-    const int g0 = id / (group * nch) * group, tg = min(group, tiles - g0), l = id - g0 * nch;
-    const int t = g0 + l % tg;
-    bz = l / tg;
-    bx = t % nreg;
-    by = t / nreg;
-  }
+  // The block's region (bx across x, by across y) and planes z0 .. zend - 1 in the launch order
+  // (a one-dimensional grid).
+  const TvPairBlock blk = tv_pair_block(order, static_cast<int>(blockIdx.x));
+  const int bx = blk.bx, by = blk.by, z0 = blk.z0, zend = blk.zend;
   // The region's first output column x0 and its ox outputs.
   const int x0 = 56 * min(bx, rg.n56) + 60 * max(bx - rg.n56, 0), ox = bx < rg.n56 ? 56 : 60;
   const int gx = x0 - 2 + 2 * lane;  // the pair's left column
@@ -1361,7 +1353,6 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
              need3 = vote(oky && wp >= 1 && wp <= W - 2),
              need4 = Steps == 2 && vote(oky && wp >= 2 && wp <= W - 2),
              need5 = Steps == 2 && vote(oky && wp >= H && wp < W - H);
-  const int z0 = bz * chunk, zend = min(z0 + chunk, g.nz);
   // The pass: planes z0 - H .. zlast; interior planes q0i .. q1i (every plane index of the body
   // inside the volume and the chunk's range, plane q + D too, none the last plane).
   const int zlast = zend + H - 1;

@@ -35,8 +35,22 @@ std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft) {
   return fft ? TvSpectra::kFloats * dims.spectrum_size() * sizeof(float) : 0;
 }
 
+long long tv_march_end(const TvPairOrder& order, long long resident, int halo) {
+  // A min-heap of the slots' finishing times.
+  std::vector<long long> free_at(static_cast<std::size_t>(std::max(1LL, resident)), 0);
+  long long end = 0;
+  for (int id = 0, n = order.blocks(); id < n; ++id) {
+    const TvPairBlock blk = tv_pair_block(order, id);
+    std::pop_heap(free_at.begin(), free_at.end(), std::greater<>());
+    free_at.back() += blk.zend - blk.z0 + 2LL * halo;
+    end = std::max(end, free_at.back());
+    std::push_heap(free_at.begin(), free_at.end(), std::greater<>());
+  }
+  return end;
+}
+
 int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
-                   int max_chunk, long long group) {
+                   int max_chunk, long long group, int first) {
   const int hi = std::max(1, std::min(max_chunk, nz)), lo = std::min(std::max(1, min_chunk), hi);
   tiles = std::max(1LL, tiles);
   const long long resident = static_cast<long long>(std::max(1, per_sm)) * std::max(1, sms);
@@ -44,27 +58,14 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
     const long long four_waves = detail::ceil_div(nz * tiles, 4 * resident);
     return static_cast<int>(std::clamp<long long>(four_waves, lo, hi));
   }
-  if (group <= 0 || group > tiles) group = tiles;
+  TvPairOrder order{1, static_cast<int>(tiles), nz, hi, static_cast<int>(std::max(0LL, group)),
+                    std::clamp(first, 0, static_cast<int>(tiles))};
   int best = hi;
   long long best_end = -1;
-  std::vector<long long> free_at;  // min-heap of the slots' finishing times
   for (int c = lo; c <= hi; ++c) {
-    free_at.assign(static_cast<std::size_t>(resident), 0);
-    long long end = 0;
-    // (A candidate stops once it can no longer finish first.)
-    for (long long g0 = 0; g0 < tiles; g0 += group) {
-      const long long in_group = std::min(group, tiles - g0);
-      for (int z0 = 0; z0 < nz && (best_end < 0 || end < best_end); z0 += c) {
-        const long long took = std::min(c, nz - z0) + 2LL * halo;
-        for (long long t = 0; t < in_group; ++t) {
-          std::pop_heap(free_at.begin(), free_at.end(), std::greater<>());
-          free_at.back() += took;
-          end = std::max(end, free_at.back());
-          std::push_heap(free_at.begin(), free_at.end(), std::greater<>());
-        }
-      }
-    }
-    if (best_end < 0 || end < best_end) {
+    order.chunk = c;
+    if (const long long end = tv_march_end(order, resident, halo);
+        best_end < 0 || end < best_end) {
       best = c;
       best_end = end;
     }
@@ -85,6 +86,28 @@ long long tv_launch_group(long long tiles, long long resident) {
   const long long groups = detail::ceil_div(tiles, resident);
   const long long group = detail::ceil_div(tiles, groups);
   return 4 * group >= 3 * resident ? group : 0;
+}
+
+TvPairOrder tv_pair_order(int nz, int nreg, int tiles, int per_sm, int sms, int halo,
+                          int max_chunk, long long group, int first) {
+  nreg = std::max(1, nreg);
+  tiles = std::max(1, tiles);
+  const long long resident = static_cast<long long>(std::max(1, per_sm)) * std::max(1, sms);
+  auto with_first = [&](int f) {
+    TvPairOrder o{nreg, tiles, std::max(1, nz), 1, 0, std::clamp(f, 0, tiles)};
+    const int rest = tiles - o.first;
+    const long long g = group >= 0 ? group : tv_launch_group(rest, resident);
+    o.group = g < rest ? static_cast<int>(g) : 0;
+    o.chunk = tv_march_chunk(o.nz, tiles, per_sm, sms, halo, 16, max_chunk, o.group, o.first);
+    return o;
+  };
+  if (first >= 0) return with_first(first);
+  TvPairOrder best = with_first(0);
+  if (per_sm == 1 && tiles > resident && nz <= kTvLongestFirstMarch) {
+    const TvPairOrder o = with_first(static_cast<int>(resident));
+    if (tv_march_end(o, resident, halo) < tv_march_end(best, resident, halo)) best = o;
+  }
+  return best;
 }
 
 TvPairRegions tv_pair_regions(int nx) {

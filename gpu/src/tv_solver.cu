@@ -120,10 +120,14 @@ int march_chunk_for(const Dims& d, long long tiles, int per_sm, int sms, int max
 dim3 march_grid(const Dims& d, int out_x, int out_y, int chunk) {
   return dim3(ceil_div(d.nx, out_x), ceil_div(d.ny, out_y), ceil_div(d.nz, chunk));
 }
-/// The grid of a two-column marching kernel: its regions across x, blocks of `warps` rows with
-/// `halo` of them on either side across y, chunks of `chunk` planes.
-dim3 pair_grid(const Dims& d, const TvPairRegions& rg, int warps, int halo, int chunk) {
-  return dim3(rg.count(), ceil_div(d.ny, warps - 2 * halo), ceil_div(d.nz, chunk));
+/// The launch order of a two-column marching kernel (tv_pair_order): its regions across x,
+/// blocks of `warps` rows with `halo` of them on either side across y; per_sm blocks resident on
+/// each of `sms` SMs, chunks of at most max_chunk planes; group and first: the tuning knobs
+/// (-1: planned).
+TvPairOrder pair_order(const Dims& d, const TvPairRegions& rg, int warps, int halo, int per_sm,
+                       int sms, int max_chunk, long long group, int first) {
+  const int tiles = rg.count() * ceil_div(d.ny, warps - 2 * halo);
+  return tv_pair_order(d.nz, rg.count(), tiles, per_sm, sms, halo, max_chunk, group, first);
 }
 /// Blocks across a plane of a grid.
 long long plane_tiles(const dim3& grid) { return static_cast<long long>(grid.x) * grid.y; }
@@ -252,17 +256,16 @@ struct GpuReconstructor::Impl {
   int chunk1 = 16, chunk2 = 16;
   // `staged`: two-state (chosen by the volume's size, see the constructor) or, with
   // GLINT_TV_KERNEL=staged, fused too run the staged one-step kernel (inputs copied into shared
-  // memory a plane ahead, neighbour-only synchronisation) with `staged_warps` warps per block and
-  // chunks of chunk_staged planes.
+  // memory a plane ahead, neighbour-only synchronisation) with `staged_warps` warps per block.
   bool staged = false;
-  int staged_warps = 24, staged_ahead = 1, chunk_staged = 16;
-  // The two-column kernels' launch order (march_pair_kernel's `group`): the regions of a plane
-  // taken group_staged or group_temporal at a time, every chunk of planes of one group before the
-  // next (0: the grid's order, chunk after chunk; also where one group would hold every region
-  // of a plane). By default tv_launch_group: equal groups of at most, and nearly, the resident
-  // blocks, so that a region's next chunk starts about as its previous one ends, on planes that
-  // one read last (measured on the H200, docs/performance.md); GLINT_TV_GROUP sets both.
-  int group_staged = 0, group_temporal = 0;
+  int staged_warps = 24, staged_ahead = 1;
+  // The two-column kernels' launch orders (TvPairOrder, planned by tv_pair_order): the staged
+  // one-step kernel's and the two-step kernel's. Regions per group by default tv_launch_group:
+  // equal groups of at most, and nearly, the resident blocks, so that a region's next chunk
+  // starts about as its previous one ends, on planes that one read last (measured on the H200,
+  // docs/performance.md); GLINT_TV_GROUP sets both. GLINT_TV_FIRST sets both orders' regions
+  // that take all planes first.
+  TvPairOrder staged_order, temporal_order;
   // Regions across x of the two-column marching kernels (march_pair_kernel), both kernels: the
   // fewest, as many of 56 columns as that allows (tv_pair_regions; measured on the H200,
   // docs/performance.md). GLINT_TV_OX = 56 or 60 makes them all that wide.
@@ -374,8 +377,6 @@ struct GpuReconstructor::Impl {
   /// block, chunk1 planes.
   dim3 step_grid(int rws, int wps) const { return march_grid(d, 30, wps * rws - 2, chunk1); }
 
-  /// The staged one-step kernel's grid: its regions, chunk_staged planes.
-  dim3 staged_grid() const { return pair_grid(d, pair_rg, staged_warps, 1, chunk_staged); }
 
   /// One step of the staged kernel: two-state (in1 = p_k, in2 = p_{k-1}, p' to out1) or stored r
   /// (in1 = r, in2 = p, p' to out1 = p in place, r' to out2).
@@ -383,32 +384,25 @@ struct GpuReconstructor::Impl {
   void launch_staged(const float* b, tvk::CDual in1, tvk::CDual in2, tvk::Dual out1,
                      tvk::Dual out2, float w, bool nonneg, float cst, float ma, float mb) {
     with_staged_step<kStored>(staged_warps, staged_ahead, [&](auto kernel, int wps, int smem) {
-      kernel<<<staged_grid(), dim3(32, wps), smem, s()>>>(g, b, in1, in2, out1, out2, w, nonneg,
-                                                          cst, ma, mb, chunk_staged, pair_rg,
-                                                          group_staged);
+      kernel<<<staged_order.blocks(), dim3(32, wps), smem, s()>>>(
+          g, b, in1, in2, out1, out2, w, nonneg, cst, ma, mb, pair_rg, staged_order);
     });
   }
 
-  /// The two-step kernel's grid (K rows per warp, W warps), chunk2 planes: the two-column
-  /// kernel's regions (kPair), or 28 x (K W - 4) outputs per block of the one-column kernel.
-  template <bool kPair>
-  dim3 temporal_grid(int rws, int wps) const {
-    return kPair ? pair_grid(d, pair_rg, wps, 2, chunk2)
-                 : march_grid(d, 28, wps * rws - 4, chunk2);
-  }
+  /// The one-column two-step kernel's grid (K rows per warp, W warps): 28 x (K W - 4) outputs
+  /// per block, chunk2 planes.
+  dim3 temporal_grid(int rws, int wps) const { return march_grid(d, 28, wps * rws - 4, chunk2); }
 
   /// Two two-state steps in one register-marching pass.
   void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
                              tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb) {
     with_temporal_kernel(temporal, [&](auto kernel, int rws, int wps, int smem, auto pair) {
-      constexpr bool kPair = decltype(pair)::value;
-      const dim3 gr = temporal_grid<kPair>(rws, wps);
-      if constexpr (kPair)
-        kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
-                                                 chunk2, pair_rg, group_temporal);
+      if constexpr (decltype(pair)::value)
+        kernel<<<temporal_order.blocks(), dim3(32, wps), smem, s()>>>(
+            g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, pair_rg, temporal_order);
       else
-        kernel<<<gr, dim3(32, wps), smem, s()>>>(g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb,
-                                                 chunk2);
+        kernel<<<temporal_grid(rws, wps), dim3(32, wps), smem, s()>>>(
+            g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, chunk2);
     });
   }
 
@@ -606,14 +600,11 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     unbuilt("temporal", s);
   {
     const int sms = prop.multiProcessorCount;
-    // The two-column kernels' launch groups (tv_launch_group), or GLINT_TV_GROUP regions per
-    // group; 0 (the grid's order) where a group would hold all `tiles` regions of a plane. The
-    // chunks are planned for that order.
+    // The two-column kernels' launch orders (tv_pair_order), with GLINT_TV_GROUP regions per
+    // group and GLINT_TV_FIRST regions taking all planes first where set.
     const long long env_group = glint::detail::env_int("GLINT_TV_GROUP", -1, 0, 1 << 20);
-    auto pick_group = [&](long long tiles, int per_sm) {
-      const long long gr = env_group >= 0 ? env_group : tv_launch_group(tiles, 1LL * per_sm * sms);
-      return static_cast<int>(gr < tiles ? gr : 0);
-    };
+    const int env_first =
+        static_cast<int>(glint::detail::env_int("GLINT_TV_FIRST", -1, 0, 1 << 20));
     // Planes per block from the occupancy of the shape loading one plane ahead (as measured).
     MarchShape s1 = m.step;
     s1.ahead = 1;
@@ -638,9 +629,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
       auto setup = [&](auto kernel, int wps, int smem) {
         if (!allow_smem(kernel, smem)) return;
         staged_per_sm = resident_per_sm(kernel, wps, smem);
-        const long long tiles = plane_tiles(m.staged_grid());
-        m.group_staged = pick_group(tiles, staged_per_sm);
-        m.chunk_staged = march_chunk_for(dims, tiles, staged_per_sm, sms, 32, 1, m.group_staged);
+        m.staged_order = pair_order(dims, m.pair_rg, wps, 1, staged_per_sm, sms, 32, env_group,
+                                    env_first);
         staged_fits = true;
       };
       // The form the variant runs: stored r for fused, two-state for the others.
@@ -655,10 +645,15 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     }
     auto temporal_setup = [&](auto kernel, int rws, int wps, int smem, auto pair) {
       if (!allow_smem(kernel, smem)) return;
-      const dim3 gr = m.temporal_grid<decltype(pair)::value>(rws, wps);
       const int per_sm = resident_per_sm(kernel, wps, smem);
-      m.group_temporal = decltype(pair)::value ? pick_group(plane_tiles(gr), per_sm) : 0;
-      m.chunk2 = march_chunk_for(dims, plane_tiles(gr), per_sm, sms, 48, 2, m.group_temporal);
+      if constexpr (decltype(pair)::value) {
+        m.temporal_order = pair_order(dims, m.pair_rg, wps, 2, per_sm, sms, 48, env_group,
+                                      env_first);
+        m.chunk2 = m.temporal_order.chunk;
+      } else {
+        m.chunk2 = march_chunk_for(dims, plane_tiles(m.temporal_grid(rws, wps)), per_sm, sms, 48,
+                                   2);
+      }
       temporal_fits = true;
     };
     with_temporal_kernel(m.temporal, temporal_setup);
@@ -675,29 +670,31 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
     }
   }
   if (const auto c = glint::detail::env_int("GLINT_TV_CHUNK", 0, 1, 1 << 20); c > 0)
-    m.chunk = m.chunk_march = m.chunk1 = m.chunk2 = m.chunk_staged =
-        static_cast<int>(c);  // planes per block
+    m.chunk = m.chunk_march = m.chunk1 = m.chunk2 = m.staged_order.chunk =
+        m.temporal_order.chunk = static_cast<int>(c);  // planes per block
   // Two-state (and temporal's odd last step) run the staged one-step kernel where its grid fills
   // at least three waves of resident blocks, the pair kernel elsewhere: measured on the H200
   // (docs/performance.md), the staged kernel is 3% faster at 256^3 and 6% at 512^3, but a grid
   // of about one wave (400 x 400 x 16) leaves SMs idle. Fused keeps its pair kernel (the staged
   // one is slower for it). GLINT_TV_KERNEL=staged or =pair forces either.
   if (staged_kind && !m.twostate_march) {
-    const dim3 gr = m.staged_grid();
-    const long long blocks = static_cast<long long>(gr.x) * gr.y * gr.z;
+    const long long blocks = m.staged_order.blocks();
     const long long wave = static_cast<long long>(staged_per_sm) *
                            prop.multiProcessorCount;
     m.staged = staged_fits && (force_staged || (!force_pair && variant != Variant::fused &&
                                                 blocks >= 3 * wave));
   }
+  auto order_str = [](const TvPairOrder& o) {
+    return std::to_string(o.first) + " regions first with all planes, then chunks of " +
+           std::to_string(o.chunk) + " planes in groups of " + std::to_string(o.group) +
+           " regions (0: one group)";
+  };
   glint::log::write(glint::log::Level::debug,
                     "TV solver: planes per block of the marching kernels: one step per pass " +
                         std::to_string(m.chunk1) + ", two steps " + std::to_string(m.chunk2) +
-                        (m.staged ? ", staged one-step kernel " + std::to_string(m.chunk_staged)
-                                  : std::string()) +
-                        "; regions per launch group: two steps " +
-                        std::to_string(m.group_temporal) + ", staged one-step kernel " +
-                        std::to_string(m.group_staged) + " (0: one group)");
+                        "; two-step launch order: " + order_str(m.temporal_order) +
+                        (m.staged ? "; staged one-step kernel: " + order_str(m.staged_order)
+                                  : std::string()));
   m.zrun = zrun_from_env();
   m.pairs = glint::detail::env_int("GLINT_TV_PAIRS", 1, 0, 1) != 0;
   // Measured on the H200 (docs/performance.md): the lane-shuffle pair kernel is faster for fused,

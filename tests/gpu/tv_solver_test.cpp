@@ -266,19 +266,23 @@ TEST(TvGpu, EveryRegionLayoutIsBitIdenticalToTheCpuReference) {
       {kRegions, kChunked});
 }
 
-// The two-column kernels' launch order (GLINT_TV_GROUP: regions per group, every chunk of one
-// group before the next) changes which block computes what, never the result: groups of one
-// region and of four (6 regions per plane at 70 x 41 and 12 at 230 x 45 for the two-step kernel,
-// so a smaller last group at 70 x 41), 3-plane chunks, the two-step kernel and the staged
-// one-step kernel, bit for bit.
+// The two-column kernels' launch order (TvPairOrder) changes which block computes what, never
+// the result. GLINT_TV_GROUP: groups of one region and of four (6 regions per plane at 70 x 41
+// and 12 at 230 x 45 for the two-step kernel, so a smaller last group at 70 x 41); GLINT_TV_FIRST:
+// the first 2 or 5 regions with all planes in one block each, then the others in chunks (and in
+// groups of one), or every region with all planes (100, clamped). 3-plane chunks, the two-step
+// kernel and the staged one-step kernel, bit for bit.
 TEST(TvGpu, EveryLaunchOrderIsBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
+  using Knobs = std::pair<const char*, const char*>;  // group, first
   for_each_cpu_case(
       41, {true}, {2, 5},
       [&](const CpuCase& c) {
-        for (const char* group : {"1", "4"}) {
+        for (const auto& [group, first] : {Knobs{"1", nullptr}, Knobs{"4", nullptr},
+                                           Knobs{nullptr, "2"}, Knobs{"1", "5"},
+                                           Knobs{nullptr, "100"}}) {
           TuningEnv env;
-          env.set({{"GLINT_TV_GROUP", group}, {"GLINT_TV_CHUNK", "3"}});
+          env.set({{"GLINT_TV_GROUP", group}, {"GLINT_TV_FIRST", first}, {"GLINT_TV_CHUNK", "3"}});
           expect_pair_kernels_are_cpus(c, env);
         }
       },
@@ -465,6 +469,69 @@ TEST(TvGpu, MarchChunkFinishesTheGridFirst) {
   // Fewer planes than the shortest chunk: one chunk of all of them.
   EXPECT_EQ(tv_march_chunk(10, 60, 1, 132, 2, 16, 48), 10);
   EXPECT_EQ(tv_march_chunk(1, 5, 1, 132, 1, 16, 32), 1);
+}
+
+// Every launch order computes each plane of each region exactly once: the first regions in one
+// block of all planes each, the others in chunks (the last one shorter), in groups or not.
+TEST(TvGpu, PairOrderCoversEveryPlaneOfEveryRegionOnce) {
+  using glint::gpu::TvPairOrder;
+  for (const TvPairOrder& o : {TvPairOrder{7, 140, 64, 16, 0, 132},
+                               TvPairOrder{9, 234, 512, 46, 117, 0},
+                               TvPairOrder{3, 12, 10, 3, 5, 4}, TvPairOrder{3, 12, 10, 3, 0, 12},
+                               TvPairOrder{4, 8, 7, 7, 0, 0}}) {
+    SCOPED_TRACE(::testing::Message() << "regions " << o.nreg << " x " << o.tiles / o.nreg
+                                      << ", " << o.nz << " planes, chunk " << o.chunk
+                                      << ", group " << o.group << ", first " << o.first);
+    std::vector<int> count(static_cast<std::size_t>(o.tiles) * o.nz, 0);
+    for (int id = 0; id < o.blocks(); ++id) {
+      const auto b = glint::gpu::tv_pair_block(o, id);
+      ASSERT_TRUE(b.bx >= 0 && b.bx < o.nreg && b.by >= 0 && b.by * o.nreg + b.bx < o.tiles);
+      ASSERT_TRUE(b.z0 >= 0 && b.z0 < b.zend && b.zend <= o.nz);
+      // The first blocks take the first regions, all planes each; no other block takes more
+      // than a chunk.
+      if (id < o.first) {
+        EXPECT_EQ(b.by * o.nreg + b.bx, id);
+        EXPECT_EQ(b.zend - b.z0, o.nz);
+      } else {
+        EXPECT_GE(b.by * o.nreg + b.bx, o.first);
+        EXPECT_LE(b.zend - b.z0, o.chunk);
+      }
+      for (int z = b.z0; z < b.zend; ++z) ++count[(b.by * o.nreg + b.bx) * o.nz + z];
+    }
+    EXPECT_EQ(std::count(count.begin(), count.end(), 1), static_cast<long>(count.size()));
+  }
+}
+
+// The planned launch order: regions first with all planes only for short marches (temporal at
+// 400 x 400 x 64: 7 x 20 regions, 132 of them first, the other 8 in chunks of 16 planes, ending
+// at 88 against 92 for the chunked order), chunks in groups elsewhere (512^3: 46 planes in two
+// groups of 117, as tv_march_chunk and tv_launch_group give; 384^3, where the simulation
+// would have regions first, keeps 47-plane chunks); the knobs override both.
+TEST(TvGpu, PairOrderTakesAllPlanesFirstOnlyForShortMarches) {
+  using glint::gpu::tv_march_end;
+  using glint::gpu::tv_pair_order;
+  const auto small = tv_pair_order(64, 7, 140, 1, 132, 2, 48);
+  EXPECT_EQ(small.first, 132);
+  EXPECT_EQ(small.chunk, 16);
+  EXPECT_EQ(small.group, 0);
+  EXPECT_EQ(tv_march_end(small, 132, 2), 88);
+  EXPECT_EQ(tv_march_end(tv_pair_order(64, 7, 140, 1, 132, 2, 48, -1, 0), 132, 2), 92);
+  const auto big = tv_pair_order(512, 9, 234, 1, 132, 2, 48);
+  EXPECT_EQ(big.first, 0);
+  EXPECT_EQ(big.chunk, 46);
+  EXPECT_EQ(big.group, 117);
+  EXPECT_EQ(tv_pair_order(384, 7, 140, 1, 132, 2, 48).first, 0);
+  EXPECT_EQ(tv_pair_order(384, 7, 140, 1, 132, 2, 48).chunk, 47);
+  // Two-state at 400 x 400 x 64 (7 x 19 regions): regions first end no sooner (84), so none.
+  EXPECT_EQ(tv_pair_order(64, 7, 133, 1, 132, 1, 32).first, 0);
+  // Several blocks per SM: never regions first.
+  EXPECT_EQ(tv_pair_order(64, 7, 140, 2, 132, 2, 48).first, 0);
+  // GLINT_TV_GROUP and GLINT_TV_FIRST: as set, first clamped to the regions of a plane.
+  const auto set = tv_pair_order(512, 9, 234, 1, 132, 2, 48, 5, 7);
+  EXPECT_EQ(set.group, 5);
+  EXPECT_EQ(set.first, 7);
+  EXPECT_EQ(tv_pair_order(64, 7, 140, 1, 132, 2, 48, -1, 1000).first, 140);
+  EXPECT_EQ(tv_pair_order(64, 7, 140, 1, 132, 2, 48, -1, 1000).blocks(), 140);
 }
 
 TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {

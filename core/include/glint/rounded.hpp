@@ -5,11 +5,7 @@
 // that whatever -fmad says; host code that includes this compiles with -ffp-contract=off.
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define GLINT_HD __host__ __device__ __forceinline__
-#else
-#define GLINT_HD inline
-#endif
+#include "glint/detail/hd.hpp"
 
 namespace glint::rounded {
 

@@ -5,6 +5,8 @@
 #include <memory>
 #include <string>
 
+#include "glint/detail/ceil_div.hpp"
+#include "glint/detail/hd.hpp"
 #include "glint/tv/reconstructor.hpp"
 
 namespace glint::gpu {
@@ -41,6 +43,43 @@ struct TvSpectra {
 /// Bytes of the spectra (TvSpectra); 0 without FFT.
 std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft);
 
+/// The launch order of a two-column marching kernel (march_pair_kernel), one block per entry of a
+/// one-dimensional grid:
+/// - first, the `first` regions of a plane (in the regions' order: across x, then y), one block
+///   each for all nz planes;
+/// - then the other regions `group` at a time (0: all of them), every chunk of `chunk` planes of
+///   one group, chunk after chunk, before the next group.
+struct TvPairOrder {
+  int nreg = 1;   ///< regions across x
+  int tiles = 1;  ///< regions of a plane
+  int nz = 1;
+  int chunk = 1;  ///< planes per block after the first regions
+  int group = 0;
+  int first = 0;
+  GLINT_HD int chunks() const { return glint::detail::ceil_div(nz, chunk); }
+  GLINT_HD int blocks() const { return first + (tiles - first) * chunks(); }
+};
+
+/// What block `id` of a TvPairOrder computes: region bx across x, by across y, planes
+/// z0 .. zend - 1. The kernel and the planner's simulation of the launch both call it.
+struct TvPairBlock {
+  int bx, by, z0, zend;
+};
+GLINT_HD TvPairBlock tv_pair_block(const TvPairOrder& o, int id) {
+  if (id < o.first) return TvPairBlock{id % o.nreg, id / o.nreg, 0, o.nz};
+  id -= o.first;
+  const int rest = o.tiles - o.first, group = o.group > 0 && o.group < rest ? o.group : rest;
+  const int nch = o.chunks(), g0 = id / (group * nch) * group;
+  const int tg = group < rest - g0 ? group : rest - g0, l = id - g0 * nch;
+  const int t = o.first + g0 + l % tg, z0 = l / tg * o.chunk;
+  return TvPairBlock{t % o.nreg, t / o.nreg, z0, z0 + o.chunk < o.nz ? z0 + o.chunk : o.nz};
+}
+
+/// When the last block of `order` ends, each block started in launch order on the first of
+/// `resident` slots to come free and taking its planes and the `halo` planes on either side
+/// (time in planes).
+long long tv_march_end(const TvPairOrder& order, long long resident, int halo);
+
 /// Planes per block (chunk) of a marching kernel: nz planes, `tiles` blocks across each plane,
 /// per_sm blocks resident on each of `sms` SMs, `halo` planes read on either side of a chunk,
 /// chunks of min_chunk .. max_chunk planes (nz if that is less).
@@ -56,8 +95,10 @@ std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft);
 /// - Several: about four waves of resident blocks. Blocks sharing an SM do not run as
 ///   independent slots; the simulation picked 28 planes for the one-step register kernel at
 ///   256^3, 2% slower than these 21.
+/// - `first` > 0 (one block per SM): the first regions take all planes (TvPairOrder), the
+///   chunk is that of the others.
 int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
-                   int max_chunk, long long group = 0);
+                   int max_chunk, long long group = 0, int first = 0);
 
 /// Regions per group of a two-column marching kernel's launch order (march_pair_kernel runs every
 /// chunk of planes of one group of regions before the next group): the fewest groups of at most
@@ -71,6 +112,26 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
 /// slower).
 long long tv_launch_group(long long tiles, long long resident);
 
+/// The launch order of a two-column marching kernel over nz planes with nreg x (tiles / nreg)
+/// regions per plane, per_sm blocks resident on each of `sms` SMs, `halo` planes read on either
+/// side of a chunk, chunks of 16 .. max_chunk planes (tv_march_chunk).
+/// - first: with one block per SM, more regions than resident blocks and at most
+///   kTvLongestFirstMarch planes, the resident blocks' worth of regions take all planes first
+///   where that order ends first (tv_march_end), else 0. Those blocks march side by side from
+///   the first plane to the last, with no halo planes between chunks; the others fill the rest
+///   of the time in chunks.
+/// - group: tv_launch_group of the regions after the first.
+/// group >= 0 or first >= 0 (the tuning knobs GLINT_TV_GROUP and GLINT_TV_FIRST) set them
+/// instead; first is clamped to `tiles`.
+/// The most planes for which tv_pair_order lets regions take all planes first. Measured on the
+/// H200 (docs/performance.md): at 400 x 400 x 64 that made the temporal step 4 % faster, but at
+/// 384^3 and 512^3 the temporal step 3-5 % and two-state 6 % slower, although the simulation
+/// has those orders end first: marches of hundreds of planes lose L2 hits, as chunks of more
+/// than about 48 planes do. 128: the longest march measured to keep them (256^3's one wave of
+/// 128-plane chunks).
+inline constexpr int kTvLongestFirstMarch = 128;
+TvPairOrder tv_pair_order(int nz, int nreg, int tiles, int per_sm, int sms, int halo,
+                          int max_chunk, long long group = -1, int first = -1);
 /// The regions across x of the two-column marching kernels, left to right: n56 of 56 output
 /// columns (224 bytes: their stores fill whole 32-byte sectors), then n60 of 60. Each computes 64
 /// columns: its outputs and the halo on either side.
