@@ -11,6 +11,11 @@
 
 namespace glint::gpu {
 
+long long tv_row_pitch(int nx) {
+  const long long pitch = detail::ceil_div(std::max(1, nx), 32) * 32LL;
+  return pitch % 512 == 0 ? pitch + 64 : pitch;
+}
+
 int tv_dual_sets(tv::Variant v) {
   switch (v) {
     case tv::Variant::separate: return 2;

@@ -527,12 +527,10 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   cudaDeviceProp prop{};
   GLINT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   m.device_name = prop.name;
-  // Rows of nx floats rounded up to 32: 128-byte aligned rows, so that a warp's 64-column pair
-  // row is two whole cache lines and no store writes part of a 32-byte sector
-  // (docs/performance.md; the transforms run out of place, so rows need no room for nx/2 + 1
-  // complex values). GLINT_TV_PITCH (floats, even, at least nx) sets another pitch.
+  // Rows of tv_row_pitch(nx) floats (the transforms run out of place, so rows need no room for
+  // nx/2 + 1 complex values). GLINT_TV_PITCH (floats, even, at least nx) sets another pitch.
   {
-    long long pitch = (dims.nx + 31LL) / 32 * 32;
+    long long pitch = tv_row_pitch(dims.nx);
     if (const long long e = glint::detail::env_int("GLINT_TV_PITCH", 0, 0, 1 << 20);
         e >= dims.nx && e % 2 == 0)
       pitch = e;

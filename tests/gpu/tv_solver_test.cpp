@@ -534,6 +534,20 @@ TEST(TvGpu, PairOrderTakesAllPlanesFirstOnlyForShortMarches) {
   EXPECT_EQ(tv_pair_order(64, 7, 140, 1, 132, 2, 48, -1, 1000).blocks(), 140);
 }
 
+// Rows are 128-byte aligned, and 2 KiB multiples get 64 floats more.
+TEST(TvGpu, RowPitchAvoidsMultiplesOf2KiB) {
+  using glint::gpu::tv_row_pitch;
+  EXPECT_EQ(tv_row_pitch(64), 64);
+  EXPECT_EQ(tv_row_pitch(70), 96);
+  EXPECT_EQ(tv_row_pitch(256), 256);
+  EXPECT_EQ(tv_row_pitch(400), 416);
+  EXPECT_EQ(tv_row_pitch(500), 576);
+  EXPECT_EQ(tv_row_pitch(512), 576);
+  EXPECT_EQ(tv_row_pitch(990), 992);
+  EXPECT_EQ(tv_row_pitch(1000), 1088);
+  EXPECT_EQ(tv_row_pitch(1024), 1088);
+}
+
 TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {
   EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::separate, true), 3 + 6 + 1);
   EXPECT_EQ(glint::gpu::tv_volumes_needed(Variant::two_state, false), 3 + 1 + 9);
