@@ -40,11 +40,11 @@ std::size_t tv_spectra_bytes(const tv::Dims& dims, bool fft) {
   return fft ? TvSpectra::kFloats * dims.spectrum_size() * sizeof(float) : 0;
 }
 
-long long tv_march_end(const TvPairOrder& order, long long resident, int halo) {
+long long tv_march_end(const TvPairOrder& order, long long resident, int halo, long long stop) {
   // A min-heap of the slots' finishing times.
   std::vector<long long> free_at(static_cast<std::size_t>(std::max(1LL, resident)), 0);
   long long end = 0;
-  for (int id = 0, n = order.blocks(); id < n; ++id) {
+  for (int id = 0, n = order.blocks(); id < n && (stop < 0 || end < stop); ++id) {
     const TvPairBlock blk = tv_pair_block(order, id);
     std::pop_heap(free_at.begin(), free_at.end(), std::greater<>());
     free_at.back() += blk.zend - blk.z0 + 2LL * halo;
@@ -69,7 +69,7 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
   long long best_end = -1;
   for (int c = lo; c <= hi; ++c) {
     order.chunk = c;
-    if (const long long end = tv_march_end(order, resident, halo);
+    if (const long long end = tv_march_end(order, resident, halo, best_end);
         best_end < 0 || end < best_end) {
       best = c;
       best_end = end;

@@ -85,8 +85,10 @@ GLINT_HD TvPairBlock tv_pair_block(const TvPairOrder& o, int id) {
 
 /// When the last block of `order` ends, each block started in launch order on the first of
 /// `resident` slots to come free and taking its planes and the `halo` planes on either side
-/// (time in planes).
-long long tv_march_end(const TvPairOrder& order, long long resident, int halo);
+/// (time in planes). stop >= 0: the simulation stops once the end reaches it (a candidate that
+/// can no longer end sooner), returning an end of at least stop.
+long long tv_march_end(const TvPairOrder& order, long long resident, int halo,
+                       long long stop = -1);
 
 /// Planes per block (chunk) of a marching kernel: nz planes, `tiles` blocks across each plane,
 /// per_sm blocks resident on each of `sms` SMs, `halo` planes read on either side of a chunk,
@@ -120,6 +122,14 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
 /// slower).
 long long tv_launch_group(long long tiles, long long resident);
 
+/// The most planes for which tv_pair_order lets regions take all planes first. Measured on the
+/// H200 (docs/performance.md): at 400 x 400 x 64 that made the temporal step 4 % faster, but at
+/// 384^3 and 512^3 the temporal step 3-5 % and two-state 6 % slower, although the simulation
+/// has those orders end first: marches of hundreds of planes lose L2 hits, as chunks of more
+/// than about 48 planes do. 128: the longest march measured to keep them (256^3's one wave of
+/// 128-plane chunks).
+inline constexpr int kTvLongestFirstMarch = 128;
+
 /// The launch order of a two-column marching kernel over nz planes with nreg x (tiles / nreg)
 /// regions per plane, per_sm blocks resident on each of `sms` SMs, `halo` planes read on either
 /// side of a chunk, chunks of 16 .. max_chunk planes (tv_march_chunk).
@@ -131,15 +141,9 @@ long long tv_launch_group(long long tiles, long long resident);
 /// - group: tv_launch_group of the regions after the first.
 /// group >= 0 or first >= 0 (the tuning knobs GLINT_TV_GROUP and GLINT_TV_FIRST) set them
 /// instead; first is clamped to `tiles`.
-/// The most planes for which tv_pair_order lets regions take all planes first. Measured on the
-/// H200 (docs/performance.md): at 400 x 400 x 64 that made the temporal step 4 % faster, but at
-/// 384^3 and 512^3 the temporal step 3-5 % and two-state 6 % slower, although the simulation
-/// has those orders end first: marches of hundreds of planes lose L2 hits, as chunks of more
-/// than about 48 planes do. 128: the longest march measured to keep them (256^3's one wave of
-/// 128-plane chunks).
-inline constexpr int kTvLongestFirstMarch = 128;
 TvPairOrder tv_pair_order(int nz, int nreg, int tiles, int per_sm, int sms, int halo,
                           int max_chunk, long long group = -1, int first = -1);
+
 /// The regions across x of the two-column marching kernels, left to right: n56 of 56 output
 /// columns (224 bytes: their stores fill whole 32-byte sectors), then n60 of 60. Each computes 64
 /// columns: its outputs and the halo on either side.
