@@ -106,14 +106,15 @@ int zrun_from_env() {
   return (z == 1 || z == 2 || z == 4 || z == 8) ? z : fallback;
 }
 
-/// Planes per block of the marching kernels (tv_march_chunk), with `tiles` blocks across a plane,
-/// of which per_sm are resident per SM, and which read `halo` planes on either side of their
-/// chunk, launched `group` regions at a time: at least 16 planes (the halo's share), at most
-/// max_chunk (longer chunks spread neighbouring blocks apart and lose L2 hits; measured on the
-/// H200: one step per pass 32, two steps 48) unless all chunks run in one wave.
-int march_chunk_for(const Dims& d, long long tiles, int per_sm, int sms, int max_chunk, int halo,
-                    long long group = 0) {
-  return tv_march_chunk(d.nz, tiles, per_sm, sms, halo, 16, max_chunk, group);
+/// Planes per block of the one-column marching kernels (tv_march_chunk; the two-column kernels
+/// plan theirs in pair_order), with `tiles` blocks across a plane, of which per_sm are resident
+/// per SM, and which read `halo` planes on either side of their chunk: at least 16 planes (the
+/// halo's share), at most max_chunk (longer chunks spread neighbouring blocks apart and lose L2
+/// hits; measured on the H200: one step per pass 32, two steps 48) unless all chunks run in one
+/// wave.
+int march_chunk_for(const Dims& d, long long tiles, int per_sm, int sms, int max_chunk,
+                    int halo) {
+  return tv_march_chunk(d.nz, tiles, per_sm, sms, halo, 16, max_chunk);
 }
 /// The grid of a marching kernel whose blocks output out_x x out_y points of a plane, over nz
 /// planes in chunks of `chunk`.
@@ -376,7 +377,6 @@ struct GpuReconstructor::Impl {
   /// The one-step register kernel's grid (K rows per warp, W warps): 30 x (K W - 2) outputs per
   /// block, chunk1 planes.
   dim3 step_grid(int rws, int wps) const { return march_grid(d, 30, wps * rws - 2, chunk1); }
-
 
   /// One step of the staged kernel: two-state (in1 = p_k, in2 = p_{k-1}, p' to out1) or stored r
   /// (in1 = r, in2 = p, p' to out1 = p in place, r' to out2).
