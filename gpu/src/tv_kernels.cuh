@@ -1262,12 +1262,17 @@ constexpr int march_pair_slots(int D, int steps, bool stored) {
 /// saves at 24 warps lower the SM's shared-memory carve-out from 196 to 164 KiB, so that L1, which
 /// the 8-byte cp.async copies pass through, grows from 60 to 92 KiB (3 % faster at 256^3).
 constexpr bool march_pair_split(int D, int steps) { return steps == 2 && D == 1; }
+/// Volumes in each slot of march_pair_kernel's ring: p_k (3), p_{k-1} (3, unless split) and b,
+/// the last.
+constexpr int march_pair_slot_volumes(int D, int steps) {
+  return march_pair_split(D, steps) ? 4 : 7;
+}
 /// Dynamic shared memory of march_pair_kernel<W, MinBlocks, D, Steps, kStored>: the exchanged
-/// rows (two per step), two planes each, and the ring's planes of the seven input volumes (split:
-/// four, and p_{k-1}'s two planes of three), one float2 per thread each.
+/// rows (two per step), two planes each, the ring's slots, and (split) p_{k-1}'s two planes of
+/// three volumes, one float2 per thread each.
 constexpr int march_pair_bytes(int W, int D, int steps, bool stored = false) {
-  const bool split = march_pair_split(D, steps);
-  return (2 * steps * 2 + march_pair_slots(D, steps, stored) * (split ? 4 : 7) + (split ? 6 : 0)) *
+  return (2 * steps * 2 + march_pair_slots(D, steps, stored) * march_pair_slot_volumes(D, steps) +
+          (march_pair_split(D, steps) ? 2 * 3 : 0)) *
          W * 32 * 8;
 }
 
@@ -1379,8 +1384,8 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
   // Volume a of a ring slot: + a kRow (p_k: 0 .. 2, p_{k-1}: 3 .. 5, b: 6). kSplit: a slot
   // holds p_k and b (3), and p_{k-1} of plane q is in the second ring, slot q & 1.
   auto vol = [](unsigned slot, int a) { return slot + a * kRow; };
-  constexpr int kB = kSplit ? 3 : 6;
-  constexpr unsigned kSlot = (kSplit ? 4 : 7) * kRow, kRingEnd = kSlots * kSlot;
+  constexpr int kB = march_pair_slot_volumes(D, Steps) - 1;
+  constexpr unsigned kSlot = march_pair_slot_volumes(D, Steps) * kRow, kRingEnd = kSlots * kSlot;
   const unsigned ring2 = ring + kRingEnd;
   auto vol2 = [&](unsigned slot, int q, int c) {
     return kSplit ? ring2 + (q & 1) * 3 * kRow + c * kRow : slot + (3 + c) * kRow;
