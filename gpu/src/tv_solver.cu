@@ -250,7 +250,8 @@ struct GpuReconstructor::Impl {
   // with GLINT_TV_KERNEL=march (its one-voxel pair kernel is faster on the H200);
   // GLINT_TV_KERNEL=classic selects the earlier shared-memory kernels of fused-march and
   // temporal. `rows` rows per warp, loads `ahead` planes ahead, chunks of chunk1 (one step per
-  // pass) and chunk2 (two steps) planes per block.
+  // pass) and chunk2 (two steps, the one-column kernel; the two-column one's: temporal_order)
+  // planes per block.
   // `step` and `temporal`: the shapes of the one-step and the two-step kernel.
   bool regmarch = true, twostate_march = false;
   MarchShape step{3, 2, tvk::kWarps, 0}, temporal{1, 1, 24, 1, 2};
@@ -647,7 +648,6 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
       if constexpr (decltype(pair)::value) {
         m.temporal_order = pair_order(dims, m.pair_rg, wps, 2, per_sm, sms, 48, env_group,
                                       env_first);
-        m.chunk2 = m.temporal_order.chunk;
       } else {
         m.chunk2 = march_chunk_for(dims, plane_tiles(m.temporal_grid(rws, wps)), per_sm, sms, 48,
                                    2);
@@ -689,8 +689,9 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   };
   glint::log::write(glint::log::Level::debug,
                     "TV solver: planes per block of the marching kernels: one step per pass " +
-                        std::to_string(m.chunk1) + ", two steps " + std::to_string(m.chunk2) +
-                        "; two-step launch order: " + order_str(m.temporal_order) +
+                        std::to_string(m.chunk1) + "; two steps: " +
+                        (m.temporal.cols == 2 ? order_str(m.temporal_order)
+                                              : std::to_string(m.chunk2) + " planes") +
                         (m.staged ? "; staged one-step kernel: " + order_str(m.staged_order)
                                   : std::string()));
   m.zrun = zrun_from_env();
