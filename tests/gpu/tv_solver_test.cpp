@@ -520,8 +520,13 @@ TEST(TvGpu, PairOrderTakesAllPlanesFirstOnlyForShortMarches) {
   EXPECT_EQ(big.first, 0);
   EXPECT_EQ(big.chunk, 46);
   EXPECT_EQ(big.group, 117);
-  EXPECT_EQ(tv_pair_order(384, 7, 140, 1, 132, 2, 48).first, 0);
-  EXPECT_EQ(tv_pair_order(384, 7, 140, 1, 132, 2, 48).chunk, 47);
+  const auto mid = tv_pair_order(384, 7, 140, 1, 132, 2, 48);
+  EXPECT_EQ(mid.first, 0);
+  EXPECT_EQ(mid.chunk, 47);
+  // ... although the simulation has regions first end sooner there (416 against 459): only the
+  // march length keeps them out.
+  EXPECT_EQ(tv_march_end(tv_pair_order(384, 7, 140, 1, 132, 2, 48, -1, 132), 132, 2), 416);
+  EXPECT_EQ(tv_march_end(mid, 132, 2), 459);
   // Two-state at 400 x 400 x 64 (7 x 19 regions): regions first end no sooner (84), so none.
   EXPECT_EQ(tv_pair_order(64, 7, 133, 1, 132, 1, 32).first, 0);
   // Several blocks per SM: never regions first.
