@@ -11,9 +11,10 @@
 
 namespace glint::gpu {
 
-long long tv_row_pitch(int nx) {
+long long tv_row_pitch(int nx, tv::Variant variant) {
   const long long pitch = detail::ceil_div(std::max(1, nx), 32) * 32LL;
-  return pitch % 512 == 0 ? pitch + 64 : pitch;
+  if (pitch % 512 == 0) return pitch + 64;
+  return variant == tv::Variant::temporal && pitch % 256 == 0 ? pitch + 32 : pitch;
 }
 
 int tv_dual_sets(tv::Variant v) {

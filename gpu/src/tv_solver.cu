@@ -528,10 +528,11 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   cudaDeviceProp prop{};
   GLINT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   m.device_name = prop.name;
-  // Rows of tv_row_pitch(nx) floats (the transforms run out of place, so rows need no room for
-  // nx/2 + 1 complex values). GLINT_TV_PITCH (floats, even, at least nx) sets another pitch.
+  // Rows of tv_row_pitch(nx, variant) floats (the transforms run out of place, so rows need no
+  // room for nx/2 + 1 complex values). GLINT_TV_PITCH (floats, even, at least nx) sets another
+  // pitch.
   {
-    long long pitch = tv_row_pitch(dims.nx);
+    long long pitch = tv_row_pitch(dims.nx, variant);
     if (const long long e = glint::detail::env_int("GLINT_TV_PITCH", 0, 0, 1 << 20);
         e >= dims.nx && e % 2 == 0)
       pitch = e;

@@ -540,17 +540,24 @@ TEST(TvGpu, PairOrderTakesAllPlanesFirstOnlyForShortMarches) {
 }
 
 // Rows are 128-byte aligned, and 2 KiB multiples get 64 floats more.
-TEST(TvGpu, RowPitchAvoidsMultiplesOf2KiB) {
+TEST(TvGpu, RowPitchAvoidsMultiplesOf2KiBAndTemporalOf1KiB) {
   using glint::gpu::tv_row_pitch;
-  EXPECT_EQ(tv_row_pitch(64), 64);
-  EXPECT_EQ(tv_row_pitch(70), 96);
-  EXPECT_EQ(tv_row_pitch(256), 256);
-  EXPECT_EQ(tv_row_pitch(400), 416);
-  EXPECT_EQ(tv_row_pitch(500), 576);
-  EXPECT_EQ(tv_row_pitch(512), 576);
-  EXPECT_EQ(tv_row_pitch(990), 992);
-  EXPECT_EQ(tv_row_pitch(1000), 1088);
-  EXPECT_EQ(tv_row_pitch(1024), 1088);
+  for (Variant v : glint::tv::kAllVariants) {
+    const bool temporal = v == Variant::temporal;
+    const std::string name(glint::tv::variant_name(v));
+    EXPECT_EQ(tv_row_pitch(64, v), 64) << name;
+    EXPECT_EQ(tv_row_pitch(70, v), 96) << name;
+    EXPECT_EQ(tv_row_pitch(250, v), temporal ? 288 : 256) << name;
+    EXPECT_EQ(tv_row_pitch(256, v), temporal ? 288 : 256) << name;
+    EXPECT_EQ(tv_row_pitch(257, v), 288) << name;
+    EXPECT_EQ(tv_row_pitch(400, v), 416) << name;
+    EXPECT_EQ(tv_row_pitch(500, v), 576) << name;
+    EXPECT_EQ(tv_row_pitch(512, v), 576) << name;
+    EXPECT_EQ(tv_row_pitch(768, v), temporal ? 800 : 768) << name;
+    EXPECT_EQ(tv_row_pitch(990, v), 992) << name;
+    EXPECT_EQ(tv_row_pitch(1000, v), 1088) << name;
+    EXPECT_EQ(tv_row_pitch(1024, v), 1088) << name;
+  }
 }
 
 TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {

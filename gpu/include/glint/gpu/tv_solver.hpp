@@ -16,7 +16,7 @@ struct TvMemoryPlan {
   tv::Dims dims;
   tv::Variant variant = tv::Variant::two_state;
   bool fft = true;
-  std::size_t row_floats = 0;     ///< row pitch: tv_row_pitch(nx) unless set
+  std::size_t row_floats = 0;     ///< row pitch: tv_row_pitch(nx, variant) unless set
   std::size_t volume_bytes = 0;   ///< one padded volume
   double volumes = 0;             ///< padded volumes
   std::size_t spectra_bytes = 0;  ///< H Y / N, the residual's spectrum, H^2 / N (with FFT)
@@ -28,11 +28,14 @@ struct TvMemoryPlan {
 
 /// Floats per row of the solver's padded volumes: nx rounded up to 32, so that rows are 128-byte
 /// aligned, a warp's 64-column pair row is two whole cache lines and no store writes part of a
-/// 32-byte sector; 64 more where that is a multiple of 512 (rows of a multiple of 2 KiB). Measured
-/// on the H200 (docs/performance.md): at 512^3 every pitch from 544 to 704 floats made the
-/// temporal step 1.6-2.5 % faster than 512 (576: 2.6 %, two-state 0.4 %); at 256^3, 320 floats
-/// were no faster than 256; at 1024 x 512 x 16, 1088 floats were within 1 % of 1024.
-long long tv_row_pitch(int nx);
+/// 32-byte sector; then 64 more where that is a multiple of 512 (rows of a multiple of 2 KiB),
+/// and for the temporal variant 32 more where it is another multiple of 256 (1 KiB). Measured on
+/// the H200 (docs/performance.md): temporal step at 512^3 2.6 % faster at 576 floats than at 512
+/// (544: 1.8 %; two-state 0.4 %); at 256^3 2.5 % faster at 288 than at 256 (320: slower), where
+/// two-state and fused are 1.3 % and 3.5 % slower at 288, so they keep 256; 768 x 768 x 64
+/// temporal 1.2 % faster at 800 than at 768 (864: no faster); 1024 x 512 x 16 temporal within
+/// 1 % at 1024, 1088 and 1152.
+long long tv_row_pitch(int nx, tv::Variant variant);
 
 /// Dual sets (three padded volumes each) a variant keeps: separate 2 (p, r), fused 3 (p, r in,
 /// r out), two-state 3 (rotating p), temporal 4 (two pairs of p).
