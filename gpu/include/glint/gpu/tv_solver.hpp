@@ -32,7 +32,7 @@ struct TvMemoryPlan {
 /// and for the temporal variant 32 more where it is another multiple of 256 (1 KiB). Measured on
 /// the H200 (docs/performance.md): temporal step at 512^3 2.6 % faster at 576 floats than at 512
 /// (544: 1.8 %; two-state 0.4 %); at 256^3 2.5 % faster at 288 than at 256 (320: slower), where
-/// two-state and fused are 1.3 % and 3.5 % slower at 288, so they keep 256; 768 x 768 x 64
+/// two-state and fused are 1.4 % and 3.5 % slower at 288, so they keep 256; 768 x 768 x 64
 /// temporal 1.2 % faster at 800 than at 768 (864: no faster); 1024 x 512 x 16 temporal within
 /// 1 % at 1024, 1088 and 1152.
 long long tv_row_pitch(int nx, tv::Variant variant);
