@@ -80,8 +80,9 @@ int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int m
   // nz / n planes (rounded up) even beyond max_chunk, if that finishes first: all blocks then
   // march side by side from start to end, so none falls behind its neighbours.
   if (const long long n = resident / tiles; n >= 1) {
-    const int c = static_cast<int>(detail::ceil_div(nz, n));
-    if (c > hi && c + 2LL * halo < best_end) best = c;
+    order.chunk = static_cast<int>(detail::ceil_div(nz, n));
+    if (order.chunk > hi && tv_march_end(order, resident, halo, best_end) < best_end)
+      best = order.chunk;
   }
   return best;
 }

@@ -460,6 +460,12 @@ TEST(TvGpu, MarchChunkFinishesTheGridFirst) {
   EXPECT_EQ(tv_march_chunk(64, 133, 1, 132, 1, 16, 32, 67), 18);
   // Temporal at 512^3 in two groups of 117: 46 planes as before.
   EXPECT_EQ(tv_march_chunk(512, 234, 1, 132, 2, 16, 48, 117), 46);
+  // 100 planes of 60 regions: 47-plane chunks end at 49, before one wave of 50-plane chunks
+  // (52). With 2 regions first (GLINT_TV_FIRST), their 100 planes end the order at 102 whatever
+  // the chunk, the one wave included (it is simulated like the other candidates), so the
+  // shortest of equals stays.
+  EXPECT_EQ(tv_march_chunk(100, 60, 1, 132, 1, 16, 48), 47);
+  EXPECT_EQ(tv_march_chunk(100, 60, 1, 132, 1, 16, 48, 0, 2), 16);
   // Several blocks per SM (the one-step register kernel at 256^3: 9 x 19 regions, four per SM):
   // about four waves of resident blocks, 21 planes; at 512^3 (18 x 37) the most allowed, 32.
   EXPECT_EQ(tv_march_chunk(256, 171, 4, 132, 1, 16, 32), 21);
