@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <functional>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -55,36 +56,49 @@ long long tv_march_end(const TvPairOrder& order, long long resident, int halo, l
   return end;
 }
 
-int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
-                   int max_chunk, long long group, int first) {
+namespace {
+
+/// tv_march_chunk's chunk and, with one block per SM, when its launch order ends (tv_march_end;
+/// -1 with several blocks per SM, whose chunk is not simulated).
+struct ChunkPick {
+  int chunk;
+  long long end;
+};
+
+ChunkPick pick_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
+                           int max_chunk, long long group, int first) {
   const int hi = std::max(1, std::min(max_chunk, nz)), lo = std::min(std::max(1, min_chunk), hi);
   tiles = std::max(1LL, tiles);
   const long long resident = static_cast<long long>(std::max(1, per_sm)) * std::max(1, sms);
   if (per_sm > 1) {
     const long long four_waves = detail::ceil_div(nz * tiles, 4 * resident);
-    return static_cast<int>(std::clamp<long long>(four_waves, lo, hi));
+    return {static_cast<int>(std::clamp<long long>(four_waves, lo, hi)), -1};
   }
   TvPairOrder order{1, static_cast<int>(tiles), nz, hi, static_cast<int>(std::max(0LL, group)),
                     std::clamp(first, 0, static_cast<int>(tiles))};
-  int best = hi;
-  long long best_end = -1;
-  for (int c = lo; c <= hi; ++c) {
+  ChunkPick best{hi, -1};
+  auto consider = [&](int c) {
     order.chunk = c;
-    if (const long long end = tv_march_end(order, resident, halo, best_end);
-        best_end < 0 || end < best_end) {
-      best = c;
-      best_end = end;
-    }
-  }
+    // (A candidate's simulation stops once it can no longer end first; the best one's is whole.)
+    if (const long long end = tv_march_end(order, resident, halo, best.end);
+        best.end < 0 || end < best.end)
+      best = {c, end};
+  };
+  for (int c = lo; c <= hi; ++c) consider(c);
   // One wave: where n >= 1 chunks of every region fit the resident blocks at once, the chunk of
   // nz / n planes (rounded up) even beyond max_chunk, if that finishes first: all blocks then
   // march side by side from start to end, so none falls behind its neighbours.
   if (const long long n = resident / tiles; n >= 1) {
-    order.chunk = static_cast<int>(detail::ceil_div(nz, n));
-    if (order.chunk > hi && tv_march_end(order, resident, halo, best_end) < best_end)
-      best = order.chunk;
+    if (const int c = static_cast<int>(detail::ceil_div(nz, n)); c > hi) consider(c);
   }
   return best;
+}
+
+}  // namespace
+
+int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
+                   int max_chunk, long long group, int first) {
+  return pick_march_chunk(nz, tiles, per_sm, sms, halo, min_chunk, max_chunk, group, first).chunk;
 }
 
 long long tv_launch_group(long long tiles, long long resident) {
@@ -100,21 +114,24 @@ TvPairOrder tv_pair_order(int nz, int nreg, int tiles, int per_sm, int sms, int 
   nreg = std::max(1, nreg);
   tiles = std::max(1, tiles);
   const long long resident = static_cast<long long>(std::max(1, per_sm)) * std::max(1, sms);
+  // The order with f regions first, and when it ends (pick_march_chunk).
   auto with_first = [&](int f) {
     TvPairOrder o{nreg, tiles, std::max(1, nz), 1, 0, std::clamp(f, 0, tiles)};
     const int rest = tiles - o.first;
     const long long g = group >= 0 ? group : tv_launch_group(rest, resident);
     o.group = g < rest ? static_cast<int>(g) : 0;
-    o.chunk = tv_march_chunk(o.nz, tiles, per_sm, sms, halo, 16, max_chunk, o.group, o.first);
-    return o;
+    const ChunkPick pick =
+        pick_march_chunk(o.nz, tiles, per_sm, sms, halo, 16, max_chunk, o.group, o.first);
+    o.chunk = pick.chunk;
+    return std::pair{o, pick.end};
   };
-  if (first >= 0) return with_first(first);
-  TvPairOrder best = with_first(0);
+  if (first >= 0) return with_first(first).first;
+  auto best = with_first(0);
   if (per_sm == 1 && tiles > resident && nz <= kTvLongestFirstMarch) {
-    const TvPairOrder o = with_first(static_cast<int>(resident));
-    if (tv_march_end(o, resident, halo) < tv_march_end(best, resident, halo)) best = o;
+    const auto regions_first = with_first(static_cast<int>(resident));
+    if (regions_first.second < best.second) best = regions_first;
   }
-  return best;
+  return best.first;
 }
 
 TvPairRegions tv_pair_regions(int nx) {
