@@ -545,7 +545,8 @@ TEST(TvGpu, PairOrderTakesAllPlanesFirstOnlyForShortMarches) {
   EXPECT_EQ(tv_pair_order(64, 7, 140, 1, 132, 2, 48, -1, 1000).blocks(), 140);
 }
 
-// Rows are 128-byte aligned, and 2 KiB multiples get 64 floats more.
+// Rows are 128-byte aligned; 2 KiB multiples get 64 floats more, and for temporal other 1 KiB
+// multiples 32 more.
 TEST(TvGpu, RowPitchAvoidsMultiplesOf2KiBAndTemporalOf1KiB) {
   using glint::gpu::tv_row_pitch;
   for (Variant v : glint::tv::kAllVariants) {
