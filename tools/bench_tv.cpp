@@ -124,7 +124,7 @@ int run_bench_tv(const BenchTvArgs& a) {
       }
       const double solve_ms = detail::median(tk);
       const double step_ms = (solve_ms - detail::median(t0)) / (double(a.outer) * a.tv_inner);
-      const double vols = tv::traffic_volumes_per_step(v);
+      const double vols = tv::traffic_volumes_per_step(v, a.tv_inner);
       const double gbs = vols * vol_bytes / (step_ms * 1e-3) / 1e9;
       const double floor_ms = vols * vol_bytes / (copy_gbs * 1e9) * 1e3;
       double maxd = 0;

@@ -1289,8 +1289,8 @@ constexpr int march_pair_bytes(int W, int D, int steps, bool stored = false) {
 /// outside the volume nothing, a block's first row r_{k+1} alone, its second and last rows no
 /// z_{k+2}, its last no p_{k+1} (its synchronisation stays the same).
 /// - Steps = 2 (temporal blocking, two-state): in1 = p_k, in2 = p_{k-1}; writes p_{k+1} to out1
-///   and p_{k+2} to out2, with momenta ma and mb; the five stages of temporal_march_kernel
-///   (halo 2).
+///   (unless keep1 is false: the last pass of a proximal step, whose p_{k+1} nothing reads) and
+///   p_{k+2} to out2, with momenta ma and mb; the five stages of temporal_march_kernel (halo 2).
 /// - Steps = 1, two-state (10 volumes): in1 = p_k, in2 = p_{k-1}, r = momentum(p_k, p_{k-1}, ma);
 ///   writes p' to out1.
 /// - Steps = 1, kStored (fused, 13 volumes): in1 = r, in2 = p; writes p' to out1 (the same
@@ -1305,8 +1305,8 @@ constexpr int march_pair_bytes(int W, int D, int steps, bool stored = false) {
 template <int W, int MinBlocks, int D = 1, int Steps = 2, bool kStored = false>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
     march_pair_kernel(Geom g, const float* b, CDual in1, CDual in2, Dual out1, Dual out2, float w,
-                      bool nonneg, float cst, float ma, float mb, TvPairRegions rg,
-                      TvPairOrder order) {
+                      bool nonneg, float cst, float ma, float mb, bool keep1,
+                      TvPairRegions rg, TvPairOrder order) {
   static_assert(Steps == 1 || Steps == 2, "one or two steps per pass");
   static_assert(!kStored || Steps == 1, "stored r: one step per pass");
   constexpr int H = Steps;  // halo rows (and planes) on each side
@@ -1500,7 +1500,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
                      PairFaces{lastx0, lastx1, lasty, !I && u == g.nz - 1, true}, cst, pn0, pn1);
         const long long uo = I ? qoff - plane4 : u * plane4 + off4;
         if ((I || (u >= z0 && u < zend)) && tile) {
-          store_pair(out1, uo, pn0, pn1);
+          if (Steps == 1 || keep1) store_pair(out1, uo, pn0, pn1);
           if constexpr (kStored) {
             const float2 px = lds2(vol(su, 3)), py = lds2(vol(su, 4)), pz = lds2(vol(su, 5));
             store_pair(out2, uo, m::momentum(pn0, Vec3{px.x, py.x, pz.x}, mb),

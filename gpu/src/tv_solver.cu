@@ -254,6 +254,9 @@ struct GpuReconstructor::Impl {
   // planes per block.
   // `step` and `temporal`: the shapes of the one-step and the two-step kernel.
   bool regmarch = true, twostate_march = false;
+  // Whether temporal's last two-step pass writes p_{k+1} all the same (GLINT_TV_KEEP1=1, for
+  // comparisons; nothing reads it).
+  bool keep_last1 = false;
   MarchShape step{3, 2, tvk::kWarps, 0}, temporal{1, 1, 24, 1, 2};
   int chunk1 = 16, chunk2 = 16;
   // `staged`: two-state (chosen by the volume's size, see the constructor) or, with
@@ -386,7 +389,7 @@ struct GpuReconstructor::Impl {
                      tvk::Dual out2, float w, bool nonneg, float cst, float ma, float mb) {
     with_staged_step<kStored>(staged_warps, staged_ahead, [&](auto kernel, int wps, int smem) {
       kernel<<<staged_order.blocks(), dim3(32, wps), smem, s()>>>(
-          g, b, in1, in2, out1, out2, w, nonneg, cst, ma, mb, pair_rg, staged_order);
+          g, b, in1, in2, out1, out2, w, nonneg, cst, ma, mb, true, pair_rg, staged_order);
     });
   }
 
@@ -394,13 +397,15 @@ struct GpuReconstructor::Impl {
   /// per block, chunk2 planes.
   dim3 temporal_grid(int rws, int wps) const { return march_grid(d, 28, wps * rws - 4, chunk2); }
 
-  /// Two two-state steps in one register-marching pass.
+  /// Two two-state steps in one register-marching pass: p_{k+1} to n1 (the two-column kernel:
+  /// unless keep1 is false) and p_{k+2} to n2.
   void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
-                             tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb) {
+                             tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb,
+                             bool keep1) {
     with_temporal_kernel(temporal, [&](auto kernel, int rws, int wps, int smem, auto pair) {
       if constexpr (decltype(pair)::value)
         kernel<<<temporal_order.blocks(), dim3(32, wps), smem, s()>>>(
-            g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, pair_rg, temporal_order);
+            g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, keep1, pair_rg, temporal_order);
       else
         kernel<<<temporal_grid(rws, wps), dim3(32, wps), smem, s()>>>(
             g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, chunk2);
@@ -485,9 +490,12 @@ struct GpuReconstructor::Impl {
         const dim3 mg(ceil_div(d.nx, tvk::kTX), ceil_div(d.ny, tvk::kTY), ceil_div(d.nz, chunk));
         while (k + 2 <= steps) {
           const int n1 = free_set(cur, prev), n2 = free_set(cur, prev, n1);
+          // The last pass (no odd step after it) need not write p_{k+1}: the proximal step
+          // ends with p_{k+2}, and the next one starts from it alone.
           if (regmarch)
             launch_temporal_march(b, tvk::c(dual(cur)), tvk::c(dual(prev)), dual(n1), dual(n2),
-                                  w, nonneg, cst, m_in(k + 1), m_in(k + 2));
+                                  w, nonneg, cst, m_in(k + 1), m_in(k + 2),
+                                  keep_last1 || k + 2 < steps);
           else
             tvk::temporal_kernel<<<mg, block(), 0, s()>>>(g, b, tvk::c(dual(cur)),
                                                           tvk::c(dual(prev)), dual(n1),
@@ -552,6 +560,7 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
   m.chunk = march_chunk(dims, tvk::temporal_kernel, prop.multiProcessorCount);
   m.chunk_march = march_chunk(dims, tvk::fused_march_kernel, prop.multiProcessorCount);
   m.regmarch = !glint::detail::env_is("GLINT_TV_KERNEL", "classic");
+  m.keep_last1 = glint::detail::env_int("GLINT_TV_KEEP1", 0, 0, 1) != 0;
   m.twostate_march = glint::detail::env_is("GLINT_TV_KERNEL", "march");
   const bool force_staged = glint::detail::env_is("GLINT_TV_KERNEL", "staged");
   const bool force_pair = glint::detail::env_is("GLINT_TV_KERNEL", "pair");

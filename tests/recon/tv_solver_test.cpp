@@ -9,6 +9,7 @@
 #include "glint/recon/forward_model.hpp"
 #include "glint/recon/phantom.hpp"
 #include "glint/tv/fgp_math.hpp"
+#include "glint/tv/reconstructor.hpp"
 #include "independent_tv.hpp"
 
 using glint::recon::CpuReconstructor;
@@ -57,6 +58,21 @@ TEST(FgpMath, MomentaFollowTheFistaSequence) {
   EXPECT_FLOAT_EQ(m[1], float((t2 - 1) / t3));
   EXPECT_LT(m[3], 1.0f);
   EXPECT_GT(m[3], m[2]);
+}
+
+// The traffic model (tv-solver.md's table): one-step variants the same at any step count;
+// temporal 13 volumes per two-step pass, 10 for its last pass (p_{k+1} not written) or for the
+// one-step pass that ends an odd count.
+TEST(TrafficModel, TemporalCountsItsPassesOfAProximalStep) {
+  using glint::tv::Variant;
+  using glint::tv::traffic_volumes_per_step;
+  EXPECT_EQ(traffic_volumes_per_step(Variant::separate, 10), 18);
+  EXPECT_EQ(traffic_volumes_per_step(Variant::fused_march, 7), 13);
+  EXPECT_EQ(traffic_volumes_per_step(Variant::two_state, 10), 10);
+  EXPECT_DOUBLE_EQ(traffic_volumes_per_step(Variant::temporal, 10), 62.0 / 10);  // 4 x 13 + 10
+  EXPECT_DOUBLE_EQ(traffic_volumes_per_step(Variant::temporal, 2), 5);
+  EXPECT_DOUBLE_EQ(traffic_volumes_per_step(Variant::temporal, 7), 49.0 / 7);  // 3 x 13 + 10
+  EXPECT_DOUBLE_EQ(traffic_volumes_per_step(Variant::temporal, 1), 10);
 }
 
 // Denoising with x >= 0 inactive: FGP run to convergence reaches the unique minimiser that an

@@ -71,16 +71,22 @@ inline Variant parse_variant(std::string_view s) {
                               variant_names_list() + ")");
 }
 
-/// Volumes of device memory traffic per FGP step by the variant's model (tv-solver.md's table);
-/// temporal moves 13 volumes per pass of two steps.
-inline double traffic_volumes_per_step(Variant v) {
+/// Volumes of device memory traffic per FGP step by the variant's model (tv-solver.md's table),
+/// averaged over the `tv_inner` steps of a proximal step: temporal moves 13 volumes per pass of
+/// two steps, 10 in the last one (which does not write p_{k+1}) and 10 in the one-step pass
+/// that ends an odd count (whose pass before it writes both). The model is that of the default
+/// kernels; temporal's earlier kernels (GLINT_TV_KERNEL=classic, GLINT_TV_COLS=1) and
+/// GLINT_TV_KEEP1=1 write p_{k+1} in the last pass too.
+inline double traffic_volumes_per_step(Variant v, int tv_inner) {
   switch (v) {
     case Variant::separate: return 18;
     case Variant::fused:
     case Variant::fused_cube:
     case Variant::fused_march: return 13;
     case Variant::two_state: return 10;
-    case Variant::temporal: return 6.5;
+    case Variant::temporal:
+      if (tv_inner < 2) return 10;
+      return (13.0 * (tv_inner / 2) + (tv_inner % 2 == 0 ? -3 : 10)) / tv_inner;
   }
   return 0;
 }
