@@ -83,6 +83,14 @@ int resident_per_sm(K kernel, int warps, int smem = 0) {
   return std::max(1, per_sm);
 }
 
+/// The grid of a marching kernel whose blocks output out_x x out_y points of a plane, over nz
+/// planes in chunks of `chunk`.
+dim3 march_grid(const Dims& d, int out_x, int out_y, int chunk) {
+  return dim3(ceil_div(d.nx, out_x), ceil_div(d.ny, out_y), ceil_div(d.nz, chunk));
+}
+/// Blocks across a plane of a grid.
+long long plane_tiles(const dim3& grid) { return static_cast<long long>(grid.x) * grid.y; }
+
 /// Planes per block of the marching kernels: about four waves of resident blocks over the
 /// device (fewer, longer chunks pay less warm-up; more, shorter ones leave a smaller last wave),
 /// at least 8 planes so that each chunk's two planes of warm-up stay small.
@@ -90,7 +98,7 @@ template <class K>
 int march_chunk(const Dims& d, K kernel, int sms) {
   static_assert(tvk::kTX * tvk::kTY % 32 == 0, "whole warps per block");
   const int per_sm = resident_per_sm(kernel, tvk::kTX * tvk::kTY / 32);
-  const long long tiles = static_cast<long long>(ceil_div(d.nx, tvk::kTX)) * ceil_div(d.ny, tvk::kTY);
+  const long long tiles = plane_tiles(march_grid(d, tvk::kTX, tvk::kTY, d.nz));
   const long long chunks = std::max<long long>(1, ceil_div(4LL * per_sm * sms, tiles));
   const int chunk = ceil_div(d.nz, chunks);
   return std::clamp(chunk, std::min(8, d.nz), std::max(1, d.nz));
@@ -116,11 +124,6 @@ int march_chunk_for(const Dims& d, long long tiles, int per_sm, int sms, int max
                     int halo) {
   return tv_march_chunk(d.nz, tiles, per_sm, sms, halo, 16, max_chunk);
 }
-/// The grid of a marching kernel whose blocks output out_x x out_y points of a plane, over nz
-/// planes in chunks of `chunk`.
-dim3 march_grid(const Dims& d, int out_x, int out_y, int chunk) {
-  return dim3(ceil_div(d.nx, out_x), ceil_div(d.ny, out_y), ceil_div(d.nz, chunk));
-}
 /// The launch order of a two-column marching kernel (tv_pair_order): its regions across x,
 /// blocks of `warps` rows with `halo` of them on either side across y; per_sm blocks resident on
 /// each of `sms` SMs, chunks of at most max_chunk planes; group and first: the tuning knobs
@@ -130,8 +133,6 @@ TvPairOrder pair_order(const Dims& d, const TvPairRegions& rg, int warps, int ha
   const int tiles = rg.count() * ceil_div(d.ny, warps - 2 * halo);
   return tv_pair_order(d.nz, rg.count(), tiles, per_sm, sms, halo, max_chunk, group, first);
 }
-/// Blocks across a plane of a grid.
-long long plane_tiles(const dim3& grid) { return static_cast<long long>(grid.x) * grid.y; }
 
 /// A register-marching kernel's shape: K rows per warp, loads D planes ahead, W warps per block,
 /// at least B blocks resident per SM (so at most 65536 / (32 W B) registers per thread), C
