@@ -596,7 +596,7 @@ __global__ void __launch_bounds__(kTX* kTY)
 }
 
 /// Temporally blocked two-state: two FGP steps per pass. Reads p_k (cur) and p_{k-1} (prev),
-/// writes p_{k+1} (n1) and p_{k+2} (n2); r_{k+1} = cur + ma (cur - prev), r_{k+2} = n1 + mb
+/// writes p_{k+1} (n1, unless keep1 is false) and p_{k+2} (n2); r_{k+1} = cur + ma (cur - prev), r_{k+2} = n1 + mb
 /// (n1 - cur). Per plane q: (1) r_{k+1} at q over the tile +-2; (2) z_{k+1} at q over tile -1..+2;
 /// (3) p_{k+1} at q-1 over tile +-1 (written for the tile), r_{k+2} kept; (4) z_{k+2} at q-1 over
 /// the tile and its upper margin; (5) p_{k+2} at q-2 on the tile. b and p_k are loaded once per
@@ -604,7 +604,8 @@ __global__ void __launch_bounds__(kTX* kTY)
 /// 32-bit in-plane offset.
 __global__ void __launch_bounds__(kTX* kTY, 4)
     temporal_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1, Dual n2,
-                    float w, bool nonneg, float cst, float ma, float mb, int chunk) {
+                    float w, bool nonneg, float cst, float ma, float mb, bool keep1,
+                    int chunk) {
   __shared__ float ra[2][3][kMP];  // r_{k+1}
   __shared__ float za[2][kMP];     // z_{k+1}
   __shared__ float rb[2][3][kMP];  // r_{k+2}
@@ -714,7 +715,7 @@ __global__ void __launch_bounds__(kTX* kTY, 4)
     const int u = q - 1;
     if (u >= z0 - 1 && u < g.nz) {
       const int cu = u & 1, cq = q & 1;
-      const bool valid = u >= 0, lzf = u == g.nz - 1, store = u >= z0 && u < zend;
+      const bool valid = u >= 0, lzf = u == g.nz - 1, store = keep1 && u >= z0 && u < zend;
       const long long ub = qb - g.plane;
       float *ox = n1.x + ub, *oy = n1.y + ub, *oz = n1.z + ub;
       for_region(R1, [&](int lx, int ly, int s) {
@@ -1070,7 +1071,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
 }
 
 /// Temporally blocked two-state, register marching, halo 2: two FGP steps per pass. Reads p_k
-/// (cur) and p_{k-1} (prev), writes p_{k+1} (n1) and p_{k+2} (n2). Per plane q: r_{k+1} and
+/// (cur) and p_{k-1} (prev), writes p_{k+1} (n1, unless keep1 is false) and p_{k+2} (n2). Per plane q: r_{k+1} and
 /// z_{k+1} at q; p_{k+1} and r_{k+2} at u = q - 1; z_{k+2} at u; p_{k+2} at v = q - 2. Two
 /// barriers per plane. W warps per block (K W rows), at least MinBlocks blocks resident per SM
 /// (the register limit per thread follows: 65536 / (32 W MinBlocks)).
@@ -1078,7 +1079,7 @@ template <int K, int D, int W = kWarps, int MinBlocks = 2>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
     temporal_march_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1,
                           Dual n2, float w, bool nonneg, float cst, float ma, float mb,
-                          int chunk) {
+                          bool keep1, int chunk) {
   using P = MarchPoints<K, 2, W>;
   __shared__ float s1y[2][W][32];  // r_{k+1}.y of each warp's last row
   __shared__ float s1z[2][W][32];  // z_{k+1} of each warp's first row
@@ -1138,7 +1139,7 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
     for (int k = 0; k < K; ++k) r2u[k][0] = r2u[k][1] = r2u[k][2] = 0.f;
     {
       const long long ub = I ? qbase - g.plane : static_cast<long long>(u) * g.plane;
-      const bool st = I || (u >= z0 && u < zend);
+      const bool st = keep1 && (I || (u >= z0 && u < zend));
       column_dual<K>(I || (u >= 0 && u < g.nz && u >= z0 - 1 && u <= zend), r1u, z1u, z1q,
                      s1z[u & 1][wup], !I && u == g.nz - 1, pt, cst, [&](int k, const Vec3& pn) {
                        if (st && pt.tile[k]) store_at(n1, ub, pt.off[k], pn);

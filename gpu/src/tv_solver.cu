@@ -398,8 +398,8 @@ struct GpuReconstructor::Impl {
   /// per block, chunk2 planes.
   dim3 temporal_grid(int rws, int wps) const { return march_grid(d, 28, wps * rws - 4, chunk2); }
 
-  /// Two two-state steps in one register-marching pass: p_{k+1} to n1 (the two-column kernel:
-  /// unless keep1 is false) and p_{k+2} to n2.
+  /// Two two-state steps in one register-marching pass: p_{k+1} to n1 (unless keep1 is false)
+  /// and p_{k+2} to n2.
   void launch_temporal_march(const float* b, tvk::CDual c0, tvk::CDual c1, tvk::Dual n1,
                              tvk::Dual n2, float w, bool nonneg, float cst, float ma, float mb,
                              bool keep1) {
@@ -409,7 +409,7 @@ struct GpuReconstructor::Impl {
             g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, keep1, pair_rg, temporal_order);
       else
         kernel<<<temporal_grid(rws, wps), dim3(32, wps), smem, s()>>>(
-            g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, chunk2);
+            g, b, c0, c1, n1, n2, w, nonneg, cst, ma, mb, keep1, chunk2);
     });
   }
 
@@ -493,15 +493,15 @@ struct GpuReconstructor::Impl {
           const int n1 = free_set(cur, prev), n2 = free_set(cur, prev, n1);
           // The last pass (no odd step after it) need not write p_{k+1}: the proximal step
           // ends with p_{k+2}, and the next one starts from it alone.
+          const bool keep1 = keep_last1 || k + 2 < steps;
           if (regmarch)
             launch_temporal_march(b, tvk::c(dual(cur)), tvk::c(dual(prev)), dual(n1), dual(n2),
-                                  w, nonneg, cst, m_in(k + 1), m_in(k + 2),
-                                  keep_last1 || k + 2 < steps);
+                                  w, nonneg, cst, m_in(k + 1), m_in(k + 2), keep1);
           else
             tvk::temporal_kernel<<<mg, block(), 0, s()>>>(g, b, tvk::c(dual(cur)),
                                                           tvk::c(dual(prev)), dual(n1),
                                                           dual(n2), w, nonneg, cst, m_in(k + 1),
-                                                          m_in(k + 2), chunk);
+                                                          m_in(k + 2), keep1, chunk);
           GLINT_CUDA_CHECK_LAUNCH();
           prev = n1;
           cur = n2;

@@ -145,7 +145,8 @@ void expect_pair_kernels_are_cpus(const CpuCase& c, TuningEnv& env) {
 
 // The FGP step: every variant and the CPU reference, same input, bit for bit (p and x), for one
 // step, an odd number (temporal blocking's two-state tail) and ten, with and without x >= 0;
-// with the default row pitch (128-byte aligned rows) and with rows of 2 (nx/2 + 1) floats.
+// with the default row pitch (128-byte aligned rows) and with rows of 2 (nx/2 + 1) floats; and
+// temporal with GLINT_TV_KEEP1=1.
 TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
   for_each_cpu_case(1, {true, false}, {1, 7, 10}, [](const CpuCase& c) {
@@ -154,6 +155,9 @@ TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
     const std::string pitch = std::to_string(2 * (c.d.nx / 2 + 1));
     env.set("GLINT_TV_PITCH", pitch.c_str());
     for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, env.describe());
+    // Temporal's last pass writing p_{k+1} all the same (the comparison knob).
+    env.set({{"GLINT_TV_PITCH", nullptr}, {"GLINT_TV_KEEP1", "1"}});
+    expect_denoise_is_cpus(c, Variant::temporal, env.describe());
   });
 }
 
