@@ -65,17 +65,18 @@ struct ChunkPick {
   long long end;
 };
 
-ChunkPick pick_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
-                           int max_chunk, long long group, int first) {
+/// `order` with the chunk of its regions (order.chunk is ignored); its nz, tiles, group and first
+/// as tv_march_chunk clamps them.
+ChunkPick pick_march_chunk(TvPairOrder order, int per_sm, int sms, int halo, int min_chunk,
+                           int max_chunk) {
+  const int nz = order.nz;
   const int hi = std::max(1, std::min(max_chunk, nz)), lo = std::min(std::max(1, min_chunk), hi);
-  tiles = std::max(1LL, tiles);
   const long long resident = static_cast<long long>(std::max(1, per_sm)) * std::max(1, sms);
   if (per_sm > 1) {
-    const long long four_waves = detail::ceil_div(nz * tiles, 4 * resident);
+    const long long four_waves = detail::ceil_div(static_cast<long long>(nz) * order.tiles,
+                                                  4 * resident);
     return {static_cast<int>(std::clamp<long long>(four_waves, lo, hi)), -1};
   }
-  TvPairOrder order{1, static_cast<int>(tiles), nz, hi, static_cast<int>(std::max(0LL, group)),
-                    std::clamp(first, 0, static_cast<int>(tiles))};
   ChunkPick best{hi, -1};
   auto consider = [&](int c) {
     order.chunk = c;
@@ -88,7 +89,7 @@ ChunkPick pick_march_chunk(int nz, long long tiles, int per_sm, int sms, int hal
   // One wave: where n >= 1 chunks of every region fit the resident blocks at once, the chunk of
   // nz / n planes (rounded up) even beyond max_chunk, if that finishes first: all blocks then
   // march side by side from start to end, so none falls behind its neighbours.
-  if (const long long n = resident / tiles; n >= 1) {
+  if (const long long n = resident / order.tiles; n >= 1) {
     if (const int c = static_cast<int>(detail::ceil_div(nz, n)); c > hi) consider(c);
   }
   return best;
@@ -98,7 +99,10 @@ ChunkPick pick_march_chunk(int nz, long long tiles, int per_sm, int sms, int hal
 
 int tv_march_chunk(int nz, long long tiles, int per_sm, int sms, int halo, int min_chunk,
                    int max_chunk, long long group, int first) {
-  return pick_march_chunk(nz, tiles, per_sm, sms, halo, min_chunk, max_chunk, group, first).chunk;
+  const int t = static_cast<int>(std::max(1LL, tiles));
+  const TvPairOrder order{1, t, nz, 1, static_cast<int>(std::max(0LL, group)),
+                          std::clamp(first, 0, t)};
+  return pick_march_chunk(order, per_sm, sms, halo, min_chunk, max_chunk).chunk;
 }
 
 long long tv_launch_group(long long tiles, long long resident) {
@@ -120,8 +124,7 @@ TvPairOrder tv_pair_order(int nz, int nreg, int tiles, int per_sm, int sms, int 
     const int rest = tiles - o.first;
     const long long g = group >= 0 ? group : tv_launch_group(rest, resident);
     o.group = g < rest ? static_cast<int>(g) : 0;
-    const ChunkPick pick =
-        pick_march_chunk(o.nz, tiles, per_sm, sms, halo, 16, max_chunk, o.group, o.first);
+    const ChunkPick pick = pick_march_chunk(o, per_sm, sms, halo, 16, max_chunk);
     o.chunk = pick.chunk;
     return std::pair{o, pick.end};
   };
