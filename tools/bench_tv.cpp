@@ -1,6 +1,6 @@
-// glint bench tv: the GPU TV solver's variants on the phantom, timed as tv-solver.md says: per FGP
-// step = (solve with tv_inner = K - solve with tv_inner = 0) / (outer x K), medians of 5 solves
-// timed by CUDA events, against the device copy bandwidth measured in the same run.
+// glint bench tv: the GPU TV solver's variants on the phantom, timed as docs/tv-solver.md says:
+// per FGP step = (solve with tv_inner = K - solve with tv_inner = 0) / (outer x K), medians of 5
+// solves timed by CUDA events, against the device copy bandwidth measured in the same run.
 #include <algorithm>
 #include <cmath>
 #include <iostream>

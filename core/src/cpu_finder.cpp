@@ -1,7 +1,7 @@
 // The fast exact CPU backend. Frames are processed one after the other (a frame needs the
 // pedestal its predecessor left); inside a frame the rows are split into bands, one per thread.
 //
-// Why it is exact (../shared/spec/cluster-finding.md, the in-frame dependency): when pixel i is
+// Why it is exact (docs/cluster-finding.md, the in-frame dependency): when pixel i is
 // visited, each window pixel j before it in raster order ("predecessor") holds either its
 // frame-start mean (j did not update) or the mean after its own fast push (j updated), and that
 // updated mean depends only on j's frame-start state and value. So, per band and frame:

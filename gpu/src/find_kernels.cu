@@ -1,5 +1,5 @@
 // The GPU cluster-finding kernels. Every arithmetic operation comes from cluster_math.hpp, so
-// the bits are the CPU reference's (../shared/spec/cluster-finding.md).
+// the bits are the CPU reference's (docs/cluster-finding.md).
 //
 // Exactness inside a frame (the sequential raster-order dependency): pass 0 decides every pixel
 // of a band from the frame-start means. For each window pixel that precedes the centre in raster
@@ -85,7 +85,8 @@ __device__ __forceinline__ double div_known(double a, double b, double inv) {
   return cm::div(a, b);
 }
 
-/// Pass-0 decision from bounds of the window's total and max (steps 2 and 4 of the spec).
+/// Pass-0 decision from bounds of the window's total and max (steps 2 and 4 of
+/// docs/cluster-finding.md).
 __device__ __forceinline__ Decision decide_bounds(double v, double rms, double tlo, double thi,
                                                   double mlo, double mhi,
                                                   const cm::Thresholds& t) {

@@ -1,7 +1,7 @@
 #pragma once
-// The FGP kernel variants and the FISTA element-wise kernels (tv-solver.md). Every variant calls
-// the same per-voxel functions of glint/tv/fgp_math.hpp in the same order, so all of them (and
-// the CPU reference) produce the same bits; they differ only in how data moves.
+// The FGP kernel variants and the FISTA element-wise kernels (docs/tv-solver.md). Every variant
+// calls the same per-voxel functions of glint/tv/fgp_math.hpp in the same order, so all of them
+// (and the CPU reference) produce the same bits; they differ only in how data moves.
 //
 // Layout: volumes x-fastest with rows padded to px floats, nx rounded up to 128 bytes, so that
 // rows start on cache lines (the transforms run out of place, into and from cuFFT's natural

@@ -1,4 +1,4 @@
-// The forward-model text (tv-solver.md) parsed one way for the configuration and glint recon.
+// The forward-model text (docs/tv-solver.md) parsed one way for the configuration and glint recon.
 #include <gtest/gtest.h>
 
 #include <stdexcept>

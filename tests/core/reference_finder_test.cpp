@@ -130,7 +130,7 @@ OneFrame run_one(const Factory& make, const glint::PedestalState& ped,
 }
 
 /// Clusters a finder would store if it applied this frame's pedestal updates only after the frame
-/// (the scheme the specification rules out): every pixel sees frame-start means.
+/// (the scheme docs/cluster-finding.md rules out): every pixel sees frame-start means.
 std::size_t deferred_update_cluster_count(const glint::PedestalState& ped,
                                           const std::vector<uint16_t>& frame, double n_sigma) {
   namespace cm = glint::cluster_math;

@@ -108,7 +108,7 @@ TEST(SlsStream, RejectsWithReason) {
 
 namespace {
 
-/// An independent reading of a header with nlohmann::json, written from the stream specification:
+/// An independent reading of a header with nlohmann::json, written from docs/stream-format.md:
 /// the header it gives, or std::nullopt plus the rejection's kind.
 struct Expected {
   std::optional<SlsHeader> header;

@@ -60,7 +60,7 @@ TEST(FgpMath, MomentaFollowTheFistaSequence) {
   EXPECT_GT(m[3], m[2]);
 }
 
-// The traffic model (tv-solver.md's table): one-step variants the same at any step count;
+// The traffic model (docs/tv-solver.md's table): one-step variants the same at any step count;
 // temporal 13 volumes per two-step pass, 10 for its last pass (p_{k+1} not written) or for the
 // one-step pass that ends an odd count.
 TEST(TrafficModel, TemporalCountsItsPassesOfAProximalStep) {

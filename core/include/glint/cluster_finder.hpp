@@ -1,7 +1,7 @@
 #pragma once
 // The cluster-finder interface. Every backend (the sequential reference, the multi-threaded CPU
 // backend, the GPU engine) produces byte-identical clusters and pedestal state for the same
-// frames (../shared/spec/cluster-finding.md).
+// frames (docs/cluster-finding.md).
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -1,7 +1,7 @@
 #pragma once
 // The arithmetic of pedestal tracking and photon cluster finding, written once and used by the
 // CPU reference, the multi-threaded CPU backend and the GPU kernels, so that all of them compute
-// the same bits (../shared/spec/cluster-finding.md).
+// the same bits (docs/cluster-finding.md).
 //
 // Every operation is an explicit IEEE double multiply, divide, add or subtract (glint/rounded.hpp)
 // in the order the specification gives; no two are ever fused.
@@ -61,7 +61,7 @@ GLINT_HD double noise_of(double sum2, uint32_t count, double mean) {
   return root(variance_of(sum2, count, mean));
 }
 
-/// What the finder does with one pixel of a data frame (steps 2 and 4 of the specification).
+/// What the finder does with one pixel of a data frame (docs/cluster-finding.md, steps 2 and 4).
 enum class PixelAction : uint8_t {
   skip_negative = 0,  ///< v < -n*rms: no pedestal update
   update = 1,         ///< not a photon: fast push of the pixel's value

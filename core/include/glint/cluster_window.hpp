@@ -1,6 +1,6 @@
 #pragma once
 // The S x S window of a pixel as the cluster finder visits it (step 3 of
-// ../shared/spec/cluster-finding.md), written once for the CPU reference and the GPU kernels so
+// docs/cluster-finding.md), written once for the CPU reference and the GPU kernels so
 // that both sum the same values in the same order.
 #include "glint/cluster_math.hpp"
 

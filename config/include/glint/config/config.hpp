@@ -87,7 +87,7 @@ struct LoggingConfig {
   std::string level = "info";
 };
 
-/// The reconstruction stage beside cluster finding (tv-solver.md): hit images of every
+/// The reconstruction stage beside cluster finding (docs/tv-solver.md): hit images of every
 /// `frames_per_slice` data frames are stacked into volumes of `slices` slices; each full volume
 /// (and, with solve_partial, the partial one at the end of the run) is reconstructed and
 /// appended to /entry/reconstruction of the run file as soon as it is solved.

@@ -1,12 +1,13 @@
 #pragma once
-// The per-voxel arithmetic of one FGP step and of the FISTA outer loop (tv-solver.md), written once
-// and used by the CPU reference solver and by every GPU kernel variant, so that all of them
-// compute the same bits.
+// The per-voxel arithmetic of one FGP step and of the FISTA outer loop (docs/tv-solver.md),
+// written once and used by the CPU reference solver and by every GPU kernel variant, so that all
+// of them compute the same bits.
 //
 // Every operation is an explicit IEEE single-precision multiply, add, subtract, divide or square
 // root (glint/rounded.hpp) in the order written here; none is ever fused into a multiply-add. Contraction would buy nothing: the step is memory-bound.
 //
-// Sign conventions (tv-solver.md): L(r)(j) = sum_a [r_a(j) - r_a(j - e_a)], g_a = z(i) - z(i+e_a).
+// Sign conventions (docs/tv-solver.md): L(r)(j) = sum_a [r_a(j) - r_a(j - e_a)],
+// g_a = z(i) - z(i+e_a).
 #include "glint/rounded.hpp"
 
 namespace glint::tv::math {

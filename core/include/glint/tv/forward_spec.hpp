@@ -1,7 +1,7 @@
 #pragma once
-// The text of a forward model (tv-solver.md): identity | gaussian:SX,SY,SZ | mask:FILE.h5:/dataset.
-// One parser for every place that reads it (the daemon's configuration, glint recon, the
-// reconstruction stage), so that all accept the same texts.
+// The text of a forward model, identity | gaussian:SX,SY,SZ | mask:FILE.h5:/dataset
+// (docs/tv-solver.md). One parser for every place that reads it (the daemon's configuration,
+// glint recon, the reconstruction stage), so that all accept the same texts.
 #include <array>
 #include <string>
 #include <string_view>

@@ -1,7 +1,8 @@
 #pragma once
-// The reconstruction stage's interface (tv-solver.md): minimise 1/2 ||A x - y||^2 + lambda TV(x)
-// (subject to x >= 0) with A = F^-1 diag(H) F, by FISTA outer iterations whose proximal step is
-// solved by FGP. A CPU and a GPU implementation stand behind it; recon/'s factory picks one.
+// The reconstruction stage's interface (docs/tv-solver.md): minimise
+// 1/2 ||A x - y||^2 + lambda TV(x) (subject to x >= 0) with A = F^-1 diag(H) F, by FISTA outer
+// iterations whose proximal step is solved by FGP. A CPU and a GPU implementation stand behind
+// it; recon/'s factory picks one.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -71,11 +72,11 @@ inline Variant parse_variant(std::string_view s) {
                               variant_names_list() + ")");
 }
 
-/// Volumes of device memory traffic per FGP step by the variant's model (tv-solver.md's table),
-/// averaged over the `tv_inner` steps of a proximal step: temporal moves 13 volumes per pass of
-/// two steps, 10 in the last one (which does not write p_{k+1}) and 10 in the one-step pass
-/// that ends an odd count (whose pass before it writes both); GLINT_TV_KEEP1=1 writes p_{k+1}
-/// in the last pass too.
+/// Volumes of device memory traffic per FGP step by the variant's model (docs/tv-solver.md's
+/// table), averaged over the `tv_inner` steps of a proximal step: temporal moves 13 volumes per
+/// pass of two steps, 10 in the last one (which does not write p_{k+1}) and 10 in the one-step
+/// pass that ends an odd count (whose pass before it writes both); GLINT_TV_KEEP1=1 writes
+/// p_{k+1} in the last pass too.
 inline double traffic_volumes_per_step(Variant v, int tv_inner) {
   switch (v) {
     case Variant::separate: return 18;

@@ -1,5 +1,5 @@
 #pragma once
-// One HDF5 file per acquisition run (../shared/spec/hdf5-layout.md), NeXus-style, written in
+// One HDF5 file per acquisition run (docs/file-layout.md), NeXus-style, written in
 // SWMR mode so that h5py and h5dump can read it while it grows and after a crash (everything
 // flushed before the crash stays readable).
 //

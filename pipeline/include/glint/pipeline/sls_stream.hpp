@@ -1,6 +1,6 @@
 #pragma once
 // The slsReceiver ZeroMQ stream format (JSON header versions 4 and 5 + raw pixels): parsing for
-// the ingest, formatting for `glint sim`. See the specification of the stream in the docs.
+// the ingest, formatting for `glint sim`. Format: docs/stream-format.md.
 #include <array>
 #include <cstddef>
 #include <cstdint>
