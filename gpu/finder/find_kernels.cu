@@ -14,18 +14,14 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "glint/cluster_window.hpp"
-#include "glint/detail/env.hpp"
 #include "check.cuh"
 #include "find_kernels.hpp"
 
 namespace glint::gpu::detail {
 
 namespace cm = cluster_math;
-
-int find_threads();
 
 namespace {
 
@@ -854,18 +850,18 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
 }
 
 template <int S>
-void launch_find_s(const FindLaunch& p, cudaStream_t stream) {
+void launch_find_s(const FindLaunch& p, StreamView stream) {
   const std::size_t smem = FindLayout(p.cols, p.segment_max, S, p.resident).bytes;
   // The shared-memory limit was raised by find_blocks_per_sm() on this device.
   if (p.resident)
-    find_kernel<S, true><<<p.blocks, find_threads(), smem, stream>>>(p);
+    find_kernel<S, true><<<p.blocks, p.threads, smem, stream.get()>>>(p);
   else
-    find_kernel<S, false><<<p.blocks, find_threads(), smem, stream>>>(p);
+    find_kernel<S, false><<<p.blocks, p.threads, smem, stream.get()>>>(p);
   GLINT_CUDA_CHECK_LAUNCH();
 }
 
 template <int S, bool kResident>
-int max_resident_s(uint32_t cols, uint32_t segment) {
+int max_resident_s(uint32_t cols, uint32_t segment, int threads) {
   const std::size_t smem = FindLayout(cols, segment, S, kResident).bytes;
   if (smem > kFindSharedMax) return 0;
   GLINT_CUDA_CHECK(cudaFuncSetAttribute(find_kernel<S, kResident>,
@@ -873,14 +869,14 @@ int max_resident_s(uint32_t cols, uint32_t segment) {
                                         static_cast<int>(kFindSharedMax)));
   int per_sm = 0;
   GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, find_kernel<S, kResident>, find_threads(), smem));
+      &per_sm, find_kernel<S, kResident>, threads, smem));
   return per_sm;
 }
 
 template <int S>
-int max_resident_s(uint32_t cols, uint32_t segment, bool resident) {
-  return resident ? max_resident_s<S, true>(cols, segment)
-                  : max_resident_s<S, false>(cols, segment);
+int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int threads) {
+  return resident ? max_resident_s<S, true>(cols, segment, threads)
+                  : max_resident_s<S, false>(cols, segment, threads);
 }
 
 /// Packs the regions [r0, r1) of frame blockIdx.x, chunk blockIdx.y of p.chunks.
@@ -991,34 +987,17 @@ int grid_for(std::size_t n) {
 
 }  // namespace
 
-FindShape find_shape(uint32_t cols, uint32_t segment, int cluster_size, bool resident) {
-  FindShape s;
-  s.threads = find_threads();
-  s.shared_bytes = FindLayout(cols, segment, cluster_size, resident).bytes;
-  return s;
-}
-
-/// Threads per find block: 512 (two blocks per SM), or GLINT_FIND_THREADS (a multiple of 32 from
-/// 128 to 1024; a tuning knob).
-int find_threads() {
-  static const int t = [] {
-    const int v =
-        static_cast<int>(glint::detail::env_int("GLINT_FIND_THREADS", 512, 128, kFindThreadsMax));
-    return v % 32 == 0 ? v : 512;
-  }();
-  return t;
-}
-
-int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident) {
+int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident,
+                       int threads) {
   switch (cluster_size) {
-    case 3: return max_resident_s<3>(cols, segment, resident);
-    case 5: return max_resident_s<5>(cols, segment, resident);
-    case 7: return max_resident_s<7>(cols, segment, resident);
-    default: return max_resident_s<9>(cols, segment, resident);
+    case 3: return max_resident_s<3>(cols, segment, resident, threads);
+    case 5: return max_resident_s<5>(cols, segment, resident, threads);
+    case 7: return max_resident_s<7>(cols, segment, resident, threads);
+    default: return max_resident_s<9>(cols, segment, resident, threads);
   }
 }
 
-void launch_find(const FindLaunch& p, cudaStream_t stream) {
+void launch_find(const FindLaunch& p, StreamView stream) {
   if (p.n_frames == 0) return;
   switch (p.cluster_size) {
     case 3: launch_find_s<3>(p, stream); break;
@@ -1028,56 +1007,45 @@ void launch_find(const FindLaunch& p, cudaStream_t stream) {
   }
 }
 
-/// Threads per pack block: 64, or GLINT_PACK_THREADS (64, 128 or 256; a tuning knob). 64 measured
-/// 1-2% faster per frame than 256 on the H200 (docs/performance.md); with find blocks of at most
-/// 480 threads such pack blocks also fit beside them in the register file.
-int pack_threads() {
-  static const int t = [] {
-    const int v = static_cast<int>(glint::detail::env_int("GLINT_PACK_THREADS", 64, 64, 256));
-    return (v == 64 || v == 128 || v == 256) ? v : 64;
-  }();
-  return t;
-}
-
-void launch_pack(const PackLaunch& p, cudaStream_t stream, int threads) {
+void launch_pack(const PackLaunch& p, int threads, StreamView stream) {
   if (p.n_frames == 0) return;
   const std::size_t smem = p.blocks * sizeof(uint32_t);
   PackLaunch q = p;
   q.chunks = std::max<uint32_t>(p.chunks, 1);
   const dim3 grid(q.n_frames, q.chunks);
-  switch (threads > 0 ? threads : pack_threads()) {
-    case 256: pack_kernel<256><<<grid, 256, smem, stream>>>(q); break;
-    case 128: pack_kernel<128><<<grid, 128, smem, stream>>>(q); break;
-    default: pack_kernel<64><<<grid, 64, smem, stream>>>(q); break;
-  }
+  if (threads == 256)
+    pack_kernel<256><<<grid, 256, smem, stream.get()>>>(q);
+  else
+    pack_kernel<64><<<grid, 64, smem, stream.get()>>>(q);
   GLINT_CUDA_CHECK_LAUNCH();
 }
 
 void launch_snapshot(const PedestalArrays& live, const unsigned long long* frames_done,
                      const PedestalArrays& snap, uint32_t cols, uint32_t row0, uint32_t row1,
-                     cudaStream_t stream) {
+                     StreamView stream) {
   const std::size_t begin = static_cast<std::size_t>(row0) * cols;
   const std::size_t end = static_cast<std::size_t>(row1) * cols;
-  snapshot_kernel<<<grid_for(end - begin), 256, 0, stream>>>(live, frames_done, snap, begin, end);
+  snapshot_kernel<<<grid_for(end - begin), 256, 0, stream.get()>>>(live, frames_done, snap, begin,
+                                                                    end);
   GLINT_CUDA_CHECK_LAUNCH();
 }
 
 void launch_dark(const PedestalArrays& a, int parity, const uint16_t* frames, uint32_t n_frames,
                  uint32_t cols, uint32_t row0, uint32_t row1, uint32_t frame_row0,
-                 uint32_t frame_rows, uint32_t window, cudaStream_t stream) {
+                 uint32_t frame_rows, uint32_t window, StreamView stream) {
   const std::size_t begin = static_cast<std::size_t>(row0) * cols;
   const std::size_t end = static_cast<std::size_t>(row1) * cols;
-  dark_kernel<<<grid_for(end - begin), 256, 0, stream>>>(
+  dark_kernel<<<grid_for(end - begin), 256, 0, stream.get()>>>(
       a, parity, frames, n_frames, cols, begin, end, static_cast<std::size_t>(frame_row0) * cols,
       static_cast<std::size_t>(frame_rows) * cols, window);
   GLINT_CUDA_CHECK_LAUNCH();
 }
 
 void launch_derive(const PedestalArrays& a, int parity, uint32_t cols, uint32_t row0,
-                   uint32_t row1, cudaStream_t stream) {
+                   uint32_t row1, StreamView stream) {
   const std::size_t begin = static_cast<std::size_t>(row0) * cols;
   const std::size_t end = static_cast<std::size_t>(row1) * cols;
-  derive_kernel<<<grid_for(end - begin), 256, 0, stream>>>(a, parity, begin, end);
+  derive_kernel<<<grid_for(end - begin), 256, 0, stream.get()>>>(a, parity, begin, end);
   GLINT_CUDA_CHECK_LAUNCH();
 }
 
