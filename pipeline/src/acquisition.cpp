@@ -18,6 +18,7 @@
 #include "glint/pipeline/frame_assembler.hpp"
 #include "glint/pipeline/ingest.hpp"
 #include "glint/pipeline/run_file.hpp"
+#include "glint/pipeline/tuning_env.hpp"
 #include "glint/recon/reconstruction_stage.hpp"
 
 namespace glint::pipeline {
@@ -55,6 +56,7 @@ FinderOptions finder_options(const config::Config& c) {
   o.batch_frames = c.finder.batch_frames;
   o.streams = c.finder.streams;
   o.gpu_ids = c.finder.gpu_ids;
+  o.tuning = find_tuning_from_environment();
   return o;
 }
 

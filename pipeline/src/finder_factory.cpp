@@ -39,6 +39,7 @@ std::unique_ptr<ClusterFinder> make_gpu(const FinderParams& params, const Finder
   g.batch_frames = o.batch_frames;
   g.streams = o.streams;
   g.devices = o.gpu_ids;
+  g.tuning = o.tuning;
   return gpu::make_gpu_finder(params, g);
 }
 

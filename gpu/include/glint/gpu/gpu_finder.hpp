@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "glint/cluster_finder.hpp"
+#include "glint/gpu/find_tuning.hpp"
 
 namespace glint::gpu {
 
@@ -21,6 +22,7 @@ struct GpuFinderOptions {
   /// more is never truncated: it is re-run exactly from its start-of-batch pedestal snapshot into
   /// exactly sized buffers (counted in GpuFinderStats::overflow_reruns) and the capacity grows.
   int cluster_capacity = 0;
+  FindTuning tuning;          ///< kernel shapes and diagnosis aids (tuned defaults)
 };
 
 /// One GPU's band of a batch's results: counts[i] clusters of frame i lie in this band, packed

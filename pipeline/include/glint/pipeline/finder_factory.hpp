@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "glint/cluster_finder.hpp"
+#include "glint/gpu/find_tuning.hpp"
 
 namespace glint::pipeline {
 
@@ -21,6 +22,7 @@ struct FinderOptions {
   int batch_frames = 256;          ///< GPU frames per batch
   int streams = 2;                 ///< GPU stream slots per device
   std::vector<int> gpu_ids{0};     ///< GPUs to use
+  gpu::FindTuning tuning;          ///< GPU finder tuning (find_tuning_from_environment())
 };
 
 /// auto: the GPU engine when a GPU is usable, the exact CPU backend otherwise (logged).

@@ -10,11 +10,10 @@
 // frame, the rest at the end. Blocks synchronise only with the segments before and after through
 // monotonic progress counters (G+1 once frame G's decisions and state are final in the segment),
 // so frames pipeline through the frame as a wavefront.
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 
 #include "glint/cluster_math.hpp"
+#include "stream_view.hpp"
 
 namespace glint::gpu::detail {
 
@@ -32,10 +31,11 @@ struct FindLaunch {
   uint32_t frame_row0 = 0;               ///< first frame row held in `frames`
   uint32_t frame_rows = 0;               ///< rows per frame held in `frames`
   int cluster_size = 3;
-  uint32_t segment_max = 1;               ///< most pixels a block owns
+  uint32_t segment_max = 1;              ///< most pixels a block owns
+  int threads = 512;                     ///< threads per block (FindTuning::find_threads)
   uint32_t blocks = 0;                   ///< grid size (segments of this launch)
   uint32_t window = 1000;
-  bool resident = true;                  ///< own pixels' state in shared memory (find_shape)
+  bool resident = true;                  ///< own pixels' state in shared memory
   cluster_math::Thresholds thresholds{};
   PedestalArrays own, above, below;      ///< above/below: rows owned by neighbouring GPUs
   unsigned long long* progress = nullptr;              ///< [blocks]
@@ -65,19 +65,13 @@ inline constexpr int kLaunchRecords = 64;
 inline constexpr int kFindPhases = 6;
 inline constexpr int kFindProfileSlots = kFindPhases + 2;
 
-/// Shared memory and threads of one find block.
-struct FindShape {
-  int threads = 512;
-  std::size_t shared_bytes = 0;
-};
-FindShape find_shape(uint32_t cols, uint32_t segment, int cluster_size, bool resident);
-/// Find blocks resident at once per multiprocessor of the current device for segments of
-/// `segment` pixels (they wait for each other, so every block must be resident); 0 when the
-/// shared memory does not fit. Also raises the kernel's shared-memory limit on this device.
-int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident);
-/// Threads per find block.
-int find_threads();
-void launch_find(const FindLaunch& p, cudaStream_t stream);
+/// Find blocks of `threads` threads resident at once per multiprocessor of the current device
+/// for segments of `segment` pixels (they wait for each other, so every block must be resident);
+/// 0 when the shared memory does not fit. Also raises the kernel's shared-memory limit on this
+/// device.
+int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident,
+                       int threads);
+void launch_find(const FindLaunch& p, StreamView stream);
 
 struct PackLaunch {
   uint32_t n_frames = 0, blocks = 0, region_capacity = 0;
@@ -87,7 +81,7 @@ struct PackLaunch {
   const uint32_t* region_xy = nullptr;
   const int32_t* region_data = nullptr;
   const uint32_t* frame_totals = nullptr;
-  // Output (device memory, or host-mapped memory).
+  // Output (device memory, or mapped host memory for an overflow re-run).
   uint32_t* out_counts = nullptr;        ///< [n_frames]
   uint16_t* out_x = nullptr;
   uint16_t* out_y = nullptr;
@@ -95,23 +89,23 @@ struct PackLaunch {
   uint64_t out_capacity = 0;             ///< clusters
   uint32_t* out_overflow = nullptr;      ///< set to 1 when anything did not fit
 };
-/// One block per frame and chunk of regions; `threads` 0 = pack_threads().
-void launch_pack(const PackLaunch& p, cudaStream_t stream, int threads = 0);
+/// One block of `threads` (64 or 256) per frame and chunk of regions.
+void launch_pack(const PackLaunch& p, int threads, StreamView stream);
 
 /// Copies the current-parity state (sum, sum2, mean, noise) of rows [row0, row1) into `snap`
 /// buffer 0 (and noise).
 void launch_snapshot(const PedestalArrays& live, const unsigned long long* frames_done,
                      const PedestalArrays& snap, uint32_t cols, uint32_t row0, uint32_t row1,
-                     cudaStream_t stream);
+                     StreamView stream);
 
 /// Dark frames: pushes n_frames frames (rows [row0,row1) of each, `frame_rows` rows per frame
 /// starting at frame_row0) into the parity-`parity` state; mean and noise recomputed.
 void launch_dark(const PedestalArrays& a, int parity, const uint16_t* frames, uint32_t n_frames,
                  uint32_t cols, uint32_t row0, uint32_t row1, uint32_t frame_row0,
-                 uint32_t frame_rows, uint32_t window, cudaStream_t stream);
+                 uint32_t frame_rows, uint32_t window, StreamView stream);
 
 /// Recomputes mean and noise of parity `parity` from sum, sum2 and count (after a load).
 void launch_derive(const PedestalArrays& a, int parity, uint32_t cols, uint32_t row0,
-                   uint32_t row1, cudaStream_t stream);
+                   uint32_t row1, StreamView stream);
 
 }  // namespace glint::gpu::detail

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "check.cuh"
+#include "stream_view.hpp"
 
 namespace glint::gpu::detail {
 
@@ -59,6 +60,8 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   cudaStream_t get() const { return s_; }
+  StreamView view() const { return StreamView(s_); }
+  operator StreamView() const { return view(); }  // NOLINT: a stream lends itself as a view
   void synchronize() const { GLINT_CUDA_CHECK(cudaStreamSynchronize(s_)); }
 
  private:
@@ -88,7 +91,7 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   cudaEvent_t get() const { return e_; }
-  void record(cudaStream_t s) const { GLINT_CUDA_CHECK(cudaEventRecord(e_, s)); }
+  void record(StreamView s) const { GLINT_CUDA_CHECK(cudaEventRecord(e_, s.get())); }
   void synchronize() const { GLINT_CUDA_CHECK(cudaEventSynchronize(e_)); }
 
  private:
@@ -123,8 +126,8 @@ class DeviceBuffer {
   T* get() const { return p_; }
   std::size_t size() const { return n_; }
   std::size_t bytes() const { return n_ * sizeof(T); }
-  void zero(cudaStream_t s) const {
-    if (n_) GLINT_CUDA_CHECK(cudaMemsetAsync(p_, 0, bytes(), s));
+  void zero(StreamView s) const {
+    if (n_) GLINT_CUDA_CHECK(cudaMemsetAsync(p_, 0, bytes(), s.get()));
   }
 
  private:
@@ -196,7 +199,7 @@ class GraphExec {
   GraphExec(const GraphExec&) = delete;
   GraphExec& operator=(const GraphExec&) = delete;
   explicit operator bool() const { return g_ != nullptr; }
-  void launch(cudaStream_t s) const { GLINT_CUDA_CHECK(cudaGraphLaunch(g_, s)); }
+  void launch(StreamView s) const { GLINT_CUDA_CHECK(cudaGraphLaunch(g_, s.get())); }
 
  private:
   void reset() noexcept {
@@ -211,6 +214,6 @@ class GraphExec {
 /// least one) after `warmups` uncounted ones. Work already queued on `s` runs first; returns with
 /// the copies done. Defined in transfer.cpp; the bandwidth floors use it.
 double median_copy_ms(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
-                      cudaStream_t s, int repeats, int warmups);
+                      StreamView s, int repeats, int warmups);
 
 }  // namespace glint::gpu::detail

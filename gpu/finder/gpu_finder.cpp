@@ -1,0 +1,582 @@
+// The GPU cluster-finding engine: pinned staging slots, one H2D copy per batch and GPU into a
+// ring of device frame buffers (one more than the slots, so that the next batch's copy may start
+// before the batch that last used its slot has been delivered), one captured graph (snapshot +
+// persistent find kernel) replayed per batch on the GPU's compute stream, one pack kernel per
+// batch after it into device memory, and a device-to-host copy of what was found on the copy
+// engine, one completion event per batch. Several GPUs share one pedestal chain: each owns a
+// band of rows and the bands at a GPU boundary wait for each other's progress counters through
+// peer memory, exactly as neighbouring bands on one GPU do.
+//
+// The pieces: lane_plan (bands and segments), slot_ring (staging slots, frame buffers),
+// result_buffers (regions, packed output, its copy), overflow_rerun, find_diagnostics; this file
+// orders their work on the streams.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "cuda_owners.hpp"
+#include "find_diagnostics.hpp"
+#include "find_kernels.hpp"
+#include "glint/gpu/device.hpp"
+#include "glint/gpu/gpu_finder.hpp"
+#include "glint/log.hpp"
+#include "lane.hpp"
+#include "lane_plan.hpp"
+#include "overflow_rerun.hpp"
+#include "slot_ring.hpp"
+
+namespace glint::gpu {
+namespace {
+
+using namespace detail;
+namespace cm = cluster_math;
+
+void validate_options(const FinderParams& params, const GpuFinderOptions& options) {
+  validate(params);
+  if (options.batch_frames < 1)
+    throw std::invalid_argument("GPU finder: batch_frames must be at least 1 (got " +
+                                std::to_string(options.batch_frames) + ")");
+  if (options.streams < 1)
+    throw std::invalid_argument("GPU finder: streams must be at least 1 (got " +
+                                std::to_string(options.streams) + ")");
+  if (options.devices.empty()) throw std::invalid_argument("GPU finder: the device list is empty");
+  if (options.cluster_capacity < 0)
+    throw std::invalid_argument("GPU finder: cluster_capacity must not be negative");
+  validate(options.tuning);
+  const int n_dev = device_count();
+  for (int d : options.devices)
+    if (d < 0 || d >= n_dev)
+      throw std::invalid_argument("GPU finder: device " + std::to_string(d) +
+                                  " does not exist (" + std::to_string(n_dev) + " found)");
+  if (options.devices.size() > params.shape.rows / 8)
+    throw std::invalid_argument("GPU finder: too many GPUs for " +
+                                std::to_string(params.shape.rows) + " rows");
+}
+
+class GpuEngine final : public GpuClusterFinder {
+ public:
+  GpuEngine(const FinderParams& params, const GpuFinderOptions& options)
+      : options_((validate_options(params, options), options)), diagnostics_(options.tuning) {
+    setup_.params = params;
+    setup_.thresholds = cm::make_thresholds(params.n_sigma, params.cluster_size);
+    setup_.threads = options_.tuning.find_threads;
+    np_ = params.shape.pixels();
+    values_ = params.cluster_size * params.cluster_size;
+    capacity_per_frame_ = options_.cluster_capacity > 0
+                              ? static_cast<uint64_t>(options_.cluster_capacity)
+                              : std::max<uint64_t>(64, np_ / 16);
+    host_origin_ = std::chrono::steady_clock::now();
+    build_lanes();
+    ring_ = SlotRing(options_.streams, np_, options_.batch_frames);
+    prepare_batches();
+    for (auto& lane : lanes_) {
+      DeviceGuard g(lane.plan.device);
+      lane.compute.synchronize();
+      lane.origin.record(lane.compute);
+    }
+    std::string names;
+    for (int d : options_.devices) names += (names.empty() ? "" : ", ") + device_info(d).name;
+    description_ = "gpu (" + names + ")";
+    log::debug("GPU finder ready in {:.0f} ms: {}, batch {}, {} slot(s), {} result clusters per "
+               "slot",
+               host_us() / 1000.0, description_, options_.batch_frames, options_.streams,
+               capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames));
+  }
+
+  ~GpuEngine() override {
+    try {
+      for (auto& lane : lanes_) {
+        DeviceGuard g(lane.plan.device);
+        lane.compute.synchronize();
+        for (auto& s : lane.slots) {
+          s.copy.synchronize();
+          s.out_stream.synchronize();
+        }
+      }
+      {
+        DeviceGuard g(lanes_[0].plan.device);
+        diagnostics_.report(lanes_[0].plan, stats_.frames);
+        diagnostics_.release();
+      }
+      // Each GPU's resources are released with that GPU current.
+      rerun_.release(lanes_);
+      for (auto& lane : lanes_) {
+        DeviceGuard g(lane.plan.device);
+        Lane released = std::move(lane);
+      }
+    } catch (const std::exception& e) {
+      log::write(log::Level::error, std::string("GPU finder shutdown: ") + e.what());
+    }
+  }
+
+  const FinderParams& params() const override { return setup_.params; }
+  std::string description() const override { return description_; }
+  int batch_frames() const override { return options_.batch_frames; }
+  void set_sink(Sink sink) override { sink_ = std::move(sink); }
+  GpuFinderStats stats() const override { return stats_; }
+
+  std::span<uint16_t> staging() override {
+    const int si = ring_.next();
+    wait_dark_upload(si);
+    if (ring_[si].in_flight) {
+      // The staging is free once its copy to the GPU is done; the results follow in submit().
+      for (auto& lane : lanes_) {
+        DeviceGuard g(lane.plan.device);
+        lane.slots[si].in_done.synchronize();
+      }
+    }
+    return {ring_[si].staging.get(), np_ * options_.batch_frames};
+  }
+
+  void submit(std::span<const uint64_t> frame_numbers) override {
+    const int n = static_cast<int>(frame_numbers.size());
+    if (n == 0) return;
+    if (n > options_.batch_frames)
+      throw std::invalid_argument("GPU finder: submit of " + std::to_string(n) +
+                                  " frames exceeds the batch of " +
+                                  std::to_string(options_.batch_frames));
+    const int si = ring_.next();
+    HostSlot& s = ring_[si];
+    const double t_submit = host_us();
+    // The batch that last used this slot keeps its own frames (an overflow re-runs it from
+    // them): this batch's copy goes to the next frame buffer, before that batch is delivered.
+    const int fb = ring_.take_frame_buffer();
+    for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue_upload(li, si, n, fb);
+    if (s.in_flight) collect(si);
+    s.numbers.assign(frame_numbers.begin(), frame_numbers.end());
+    s.n_frames = n;
+    s.host_submit = t_submit;
+    for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue(li, si, n);
+    s.in_flight = true;
+    s.sequence = submitted_++;
+    frames_done_ += static_cast<uint64_t>(n);
+    ring_.advance();
+  }
+
+  void flush() override {
+    // Collect in submission order: the oldest in-flight slot first.
+    for (int i = 0; i < ring_.size(); ++i) {
+      const int si = ring_.oldest(i);
+      if (ring_[si].in_flight) collect(si);
+    }
+  }
+
+  void submit_dark(std::size_t n) override {
+    if (n == 0) return;
+    if (n > static_cast<std::size_t>(options_.batch_frames))
+      throw std::invalid_argument("GPU finder: submit_dark of " + std::to_string(n) +
+                                  " frames exceeds the batch of " +
+                                  std::to_string(options_.batch_frames));
+    const int si = ring_.next();
+    HostSlot& s = ring_[si];
+    if (s.in_flight) collect(si);  // the oldest batch in flight: results stay in order
+    // On each GPU's compute stream: in order with the finds around it, and the one dark-frame
+    // buffer is not overwritten before the accumulation that reads it has run.
+    const int par = static_cast<int>(frames_done_ & 1u);
+    for (auto& lane : lanes_) {
+      const LanePlan& plan = lane.plan;
+      DeviceGuard g(plan.device);
+      StreamView cs = lane.compute;
+      upload_rows(setup_.params, plan, lane.dark_frames.get(), s.staging.get(), n, cs);
+      lane.slots[si].in_done.record(cs);
+      launch_dark(lane.live.arrays(), par, lane.dark_frames.get(), static_cast<uint32_t>(n),
+                  setup_.params.shape.cols, plan.r0, plan.r1, plan.fr0, plan.frame_rows(),
+                  setup_.params.pedestal_window, cs);
+      ++stats_.direct_launches;
+    }
+    s.dark_upload = true;
+    ring_.advance();
+  }
+
+  void push_dark(std::span<const uint16_t> frames) override {
+    const std::size_t n_total = check_dark_frames(setup_.params, frames);
+    const std::size_t chunk = static_cast<std::size_t>(options_.batch_frames);
+    for (std::size_t f0 = 0; f0 < n_total; f0 += chunk) {
+      const std::size_t n = std::min(chunk, n_total - f0);
+      std::span<uint16_t> st = staging();
+      std::memcpy(st.data(), frames.data() + f0 * np_, n * np_ * sizeof(uint16_t));
+      submit_dark(n);
+    }
+    // Unlike submit_dark, the frames are accumulated when this returns.
+    for (auto& lane : lanes_) {
+      DeviceGuard g(lane.plan.device);
+      lane.compute.synchronize();
+    }
+  }
+
+  void find(std::span<const uint16_t> frames, std::span<const uint64_t> frame_numbers,
+            ClusterTable& out) override {
+    check_find_arguments(setup_.params, frames, frame_numbers, out);
+    flush();  // earlier streamed batches go to the streaming sink first
+    Sink saved = std::exchange(sink_, [&out](const GpuBatchView& v) { append_clusters(out, v); });
+    try {
+      const std::size_t b = static_cast<std::size_t>(options_.batch_frames);
+      for (std::size_t f0 = 0; f0 < frame_numbers.size(); f0 += b) {
+        const std::size_t n = std::min(b, frame_numbers.size() - f0);
+        std::span<uint16_t> st = staging();
+        std::memcpy(st.data(), frames.data() + f0 * np_, n * np_ * sizeof(uint16_t));
+        submit(frame_numbers.subspan(f0, n));
+      }
+      flush();
+    } catch (...) {
+      sink_ = std::move(saved);
+      throw;
+    }
+    sink_ = std::move(saved);
+  }
+
+  PedestalState pedestal() const override {
+    const FinderParams& params = setup_.params;
+    PedestalState st(params.shape, params.pedestal_window);
+    const int par = static_cast<int>(frames_done_ & 1u);
+    for (const auto& lane : lanes_) {
+      DeviceGuard g(lane.plan.device);
+      const std::size_t off = static_cast<std::size_t>(lane.plan.r0) * params.shape.cols;
+      const std::size_t n = static_cast<std::size_t>(lane.plan.r1 - lane.plan.r0) *
+                            params.shape.cols;
+      const cudaStream_t s = lane.compute.get();
+      // Ordered after every find already queued on this GPU; nothing is drained.
+      GLINT_CUDA_CHECK(cudaMemcpyAsync(st.sum.data() + off, lane.live.sum[par].get() + off,
+                                       n * sizeof(double), cudaMemcpyDeviceToHost, s));
+      GLINT_CUDA_CHECK(cudaMemcpyAsync(st.sum2.data() + off, lane.live.sum2[par].get() + off,
+                                       n * sizeof(double), cudaMemcpyDeviceToHost, s));
+      GLINT_CUDA_CHECK(cudaMemcpyAsync(st.count.data() + off, lane.live.count.get() + off,
+                                       n * sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
+    }
+    for (const auto& lane : lanes_) {
+      DeviceGuard g(lane.plan.device);
+      lane.compute.synchronize();
+    }
+    return st;
+  }
+
+  void load_pedestal(const PedestalState& state) override {
+    const FinderParams& params = setup_.params;
+    if (state.shape != params.shape || state.window != params.pedestal_window)
+      throw std::invalid_argument("load_pedestal: shape or window differs from the finder's");
+    if (state.sum.size() != np_ || state.sum2.size() != np_ || state.count.size() != np_)
+      throw std::invalid_argument("load_pedestal: state arrays do not match the frame shape");
+    flush();
+    const int par = static_cast<int>(frames_done_ & 1u);
+    for (auto& lane : lanes_) {
+      DeviceGuard g(lane.plan.device);
+      // Every row this GPU may read (band and halo) gets the state.
+      const std::size_t off = static_cast<std::size_t>(lane.plan.fr0) * params.shape.cols;
+      const std::size_t n = static_cast<std::size_t>(lane.plan.frame_rows()) * params.shape.cols;
+      const cudaStream_t s = lane.compute.get();
+      GLINT_CUDA_CHECK(cudaMemcpyAsync(lane.live.sum[par].get() + off, state.sum.data() + off,
+                                       n * sizeof(double), cudaMemcpyHostToDevice, s));
+      GLINT_CUDA_CHECK(cudaMemcpyAsync(lane.live.sum2[par].get() + off, state.sum2.data() + off,
+                                       n * sizeof(double), cudaMemcpyHostToDevice, s));
+      GLINT_CUDA_CHECK(cudaMemcpyAsync(lane.live.count.get() + off, state.count.data() + off,
+                                       n * sizeof(uint32_t), cudaMemcpyHostToDevice, s));
+      launch_derive(lane.live.arrays(), par, params.shape.cols, lane.plan.fr0, lane.plan.fr1, s);
+      lane.compute.synchronize();
+    }
+  }
+
+ private:
+  /// The staging of slot si is free of submit_dark's copy.
+  void wait_dark_upload(int si) {
+    if (!ring_[si].dark_upload) return;
+    for (auto& lane : lanes_) {
+      DeviceGuard g(lane.plan.device);
+      lane.slots[si].in_done.synchronize();
+    }
+    ring_[si].dark_upload = false;
+  }
+
+  double host_us() const {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                     host_origin_)
+        .count();
+  }
+
+  void build_lanes() {
+    const std::vector<LanePlan> plans =
+        plan_lanes(setup_.params, options_.devices, options_.tuning);
+    const std::size_t fb_count = static_cast<std::size_t>(options_.streams) + 1;
+    lanes_.reserve(plans.size());
+    for (std::size_t li = 0; li < plans.size(); ++li) {
+      // Streams and events belong to the device current when they are created.
+      DeviceGuard g(plans[li].device);
+      Lane& lane = lanes_.emplace_back();
+      lane.plan = plans[li];
+      lane.live = PedestalBuffers(np_, lane.plan.blocks, lane.compute);
+      lane.dark_frames = DeviceBuffer<uint16_t>(static_cast<std::size_t>(lane.plan.frame_rows()) *
+                                                setup_.params.shape.cols * options_.batch_frames);
+      lane.frame_bufs.resize(fb_count);
+      for (std::size_t i = 0; i < fb_count; ++i) {
+        lane.up0.emplace_back(true);
+        lane.up1.emplace_back(true);
+        lane.fb_free.emplace_back();
+      }
+      lane.slots.resize(options_.streams);
+      for (auto& ls : lane.slots) ls.graphs.resize(fb_count);
+      if (li == 0) diagnostics_.attach(lane.plan.blocks, lane.compute);
+    }
+    live_states_.clear();
+    for (const Lane& lane : lanes_) live_states_.push_back(&lane.live);
+    enable_peer_access(plans);
+  }
+
+  uint32_t region_capacity_for(const LanePlan& lane) const {
+    const uint64_t seg = lane.segment_max;
+    const uint64_t cap = (2 * capacity_per_frame_ * seg + np_ - 1) / np_;
+    return static_cast<uint32_t>(std::clamp<uint64_t>(cap, 1, seg));
+  }
+
+  /// The slot's snapshot, and result buffers of the current capacities (the captured find work
+  /// is dropped when they grow).
+  void ensure_slot_buffers(const Lane& lane, LaneSlot& ls) {
+    if (!ls.snapshot.sum.get()) ls.snapshot = PedestalSnapshot(np_);
+    const uint32_t want_region = std::max(region_capacity_for(lane.plan), min_region_capacity_);
+    const uint64_t want_out = capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames);
+    if (ls.results.reserve(options_.batch_frames, lane.plan.blocks, values_, want_region,
+                           want_out))
+      for (auto& g : ls.graphs) g = GraphExec();
+  }
+
+  /// Everything a batch needs, set up before the first frame arrives: the frame buffers, each
+  /// slot's output buffers (pinned host memory of ~100 MB per slot at 400x400: allocating it
+  /// while frames stream in stalls the run for tens of milliseconds, and pinning holds the
+  /// process's memory map, which the receiving threads need for their page faults) and the
+  /// captured find work of every slot and frame buffer.
+  void prepare_batches() {
+    for (std::size_t li = 0; li < lanes_.size(); ++li) {
+      Lane& lane = lanes_[li];
+      DeviceGuard g(lane.plan.device);
+      for (int fb = 0; fb <= options_.streams; ++fb) frame_buffer(lane, fb);
+      for (auto& ls : lane.slots) {
+        ensure_slot_buffers(lane, ls);
+        for (int fb = 0; fb <= options_.streams; ++fb) {
+          ls.fb = fb;
+          (void)graph_for(li, ls);
+        }
+        ls.fb = 0;
+      }
+      lane.compute.synchronize();
+    }
+  }
+
+  /// Frame buffer fb of a lane (batch_frames frames of the rows uploaded to it).
+  uint16_t* frame_buffer(Lane& lane, int fb) {
+    if (!lane.frame_bufs[fb].get())
+      lane.frame_bufs[fb] = DeviceBuffer<uint16_t>(
+          static_cast<std::size_t>(lane.plan.frame_rows()) * setup_.params.shape.cols *
+          static_cast<std::size_t>(options_.batch_frames));
+    return lane.frame_bufs[fb].get();
+  }
+
+  /// The host-to-device copy of slot si's staging into frame buffer fb.
+  void enqueue_upload(std::size_t li, int si, int n, int fb) {
+    Lane& lane = lanes_[li];
+    LaneSlot& ls = lane.slots[si];
+    DeviceGuard g(lane.plan.device);
+    ls.fb_next = fb;
+    StreamView copy = ls.copy;
+    // The find that last read this buffer has run (already so when batches alternate with slots
+    // in order; submit_dark takes slot turns without a frame buffer).
+    GLINT_CUDA_CHECK(cudaStreamWaitEvent(copy.get(), lane.fb_free[fb].get(), 0));
+    if (diagnostics_.timeline()) lane.up0[fb].record(copy);
+    upload_rows(setup_.params, lane.plan, frame_buffer(lane, fb), ring_[si].staging.get(),
+                static_cast<std::size_t>(n), copy);
+    if (diagnostics_.timeline()) lane.up1[fb].record(copy);
+    ls.in_done.record(copy);
+  }
+
+  /// The find work of one batch on one GPU: snapshot of the batch-start state, then the find
+  /// kernel. Captured once per slot and frame buffer for full batches.
+  void enqueue_find(std::size_t li, LaneSlot& ls, int n, StreamView s) {
+    Lane& lane = lanes_[li];
+    const RegionBuffers& regions = ls.results.regions();
+    GLINT_CUDA_CHECK(cudaMemsetAsync(regions.totals(), 0, sizeof(uint32_t) * n, s.get()));
+    launch_snapshot(lane.live.arrays(), lane.live.frames_done.get(),
+                    ls.snapshot.arrays(lane.live.count.get()), setup_.params.shape.cols,
+                    lane.plan.fr0, lane.plan.fr1, s);
+    FindLaunch p = make_find_launch(setup_, lanes_, li, live_states_,
+                                    lane.frame_bufs[ls.fb].get(), n, regions);
+    if (li == 0) diagnostics_.bind(p);
+    launch_find(p, s);
+  }
+
+  /// The captured find work of a full batch in slot `ls` on frame buffer ls.fb (captured on
+  /// first use, and again after an overflow grew the slot's buffers).
+  GraphExec& graph_for(std::size_t li, LaneSlot& ls) {
+    GraphExec& graph = ls.graphs[ls.fb];
+    if (graph) return graph;
+    const cudaStream_t cs = lanes_[li].compute.get();
+    cudaGraph_t captured = nullptr;
+    GLINT_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_find(li, ls, options_.batch_frames, cs);
+    } catch (...) {
+      (void)cudaStreamEndCapture(cs, &captured);
+      if (captured) (void)cudaGraphDestroy(captured);
+      throw;
+    }
+    GLINT_CUDA_CHECK(cudaStreamEndCapture(cs, &captured));
+    graph = GraphExec(captured);
+    return graph;
+  }
+
+  /// The find, pack and result copy of slot si's batch (its frames already being copied).
+  void enqueue(std::size_t li, int si, int n) {
+    Lane& lane = lanes_[li];
+    LaneSlot& ls = lane.slots[si];
+    DeviceGuard g(lane.plan.device);
+    ensure_slot_buffers(lane, ls);
+    ls.fb = ls.fb_next;
+    const bool tl = diagnostics_.timeline();
+    StreamView cs = lane.compute;
+    GLINT_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), ls.in_done.get(), 0));
+    ls.t0.record(cs);
+    if (n == options_.batch_frames) {
+      graph_for(li, ls).launch(cs);
+      ++stats_.graph_launches;
+    } else {
+      enqueue_find(li, ls, n, cs);
+      stats_.direct_launches += 2;
+    }
+    ls.t1.record(cs);
+    lane.fb_free[ls.fb].record(cs);
+    if (tl) ls.pk0.record(cs);
+    ls.results.enqueue_pack(n, lane.plan.blocks,
+                            static_cast<uint32_t>(options_.tuning.pack_regions), cs);
+    ++stats_.direct_launches;
+    if (tl) ls.pk1.record(cs);
+    ls.found.record(cs);
+    // The copy engine brings back what was found while the next batch is searched.
+    StreamView os = ls.out_stream;
+    GLINT_CUDA_CHECK(cudaStreamWaitEvent(os.get(), ls.found.get(), 0));
+    if (tl) ls.d0.record(os);
+    const uint64_t cap = ls.results.out_capacity();
+    ls.results.copied = std::min<uint64_t>(lane.copy_clusters == 0 ? cap : lane.copy_clusters,
+                                           cap);
+    ls.results.enqueue_copy(0, ls.results.copied, os);
+    if (tl) ls.d1.record(os);
+    ls.done.record(os);
+  }
+
+  /// Waits for slot si's batch, re-runs it exactly if its clusters did not fit, hands the
+  /// results to the sink.
+  void collect(int si) {
+    HostSlot& s = ring_[si];
+    const int n = s.n_frames;
+    bool overflow = false;
+    for (std::size_t li = 0; li < lanes_.size(); ++li) {
+      Lane& lane = lanes_[li];
+      DeviceGuard g(lane.plan.device);
+      LaneSlot& ls = lane.slots[si];
+      const double w0 = host_us();
+      ls.done.synchronize();
+      const double w1 = host_us();
+      ++stats_.host_syncs;
+      float ms = 0;
+      GLINT_CUDA_CHECK(cudaEventElapsedTime(&ms, ls.t0.get(), ls.t1.get()));
+      stats_.kernel_ms += ms;
+      const bool lane_overflow = ls.results.overflowed();
+      overflow = overflow || lane_overflow;
+      uint64_t total = 0;
+      if (!lane_overflow) {
+        total = ls.results.total(n);
+        // More than the copy brought back (the load rose): the rest now, then a larger copy.
+        if (total > ls.results.copied) {
+          ++stats_.result_recopies;
+          ls.results.enqueue_copy(ls.results.copied, total, ls.out_stream);
+          ls.out_stream.synchronize();
+        }
+        lane.copy_clusters = total + total / 4 + 16 * static_cast<uint64_t>(options_.batch_frames);
+      }
+      if (li == 0 && diagnostics_.timeline()) add_timeline_row(lane, si, s, total, w0, w1);
+    }
+    s.in_flight = false;
+    bands_.resize(lanes_.size());
+    if (overflow) {
+      ++stats_.overflow_reruns;
+      rerun_.run(setup_, lanes_, si, n, options_.batch_frames, bands_);
+      stats_.direct_launches += 2 * lanes_.size();
+      stats_.host_syncs += lanes_.size();
+      // Grow for the batches to come (slots reallocate when next used).
+      min_region_capacity_ = std::max(min_region_capacity_, rerun_.max_region());
+      capacity_per_frame_ = std::max<uint64_t>(capacity_per_frame_ * 2, rerun_.max_frame_total());
+    } else {
+      for (std::size_t li = 0; li < lanes_.size(); ++li)
+        bands_[li] = lanes_[li].slots[si].results.view(n);
+    }
+    deliver(s, n);
+  }
+
+  void add_timeline_row(const Lane& lane, int si, const HostSlot& s, uint64_t clusters,
+                        double w0, double w1) {
+    const LaneSlot& ls = lane.slots[si];
+    const auto at = [&](const Event& e) {
+      float t = 0;
+      GLINT_CUDA_CHECK(cudaEventElapsedTime(&t, lane.origin.get(), e.get()));
+      return t * 1000.0f;
+    };
+    TimelineRow r;
+    r.seq = s.sequence;
+    r.slot = si;
+    r.fb = ls.fb;
+    r.n = s.n_frames;
+    r.clusters = clusters;
+    r.up0 = at(lane.up0[ls.fb]);
+    r.up1 = at(lane.up1[ls.fb]);
+    r.f0 = at(ls.t0);
+    r.f1 = at(ls.t1);
+    r.pk0 = at(ls.pk0);
+    r.pk1 = at(ls.pk1);
+    r.d0 = at(ls.d0);
+    r.d1 = at(ls.d1);
+    r.h_submit = s.host_submit;
+    r.h_wait0 = w0;
+    r.h_wait1 = w1;
+    diagnostics_.add(r);
+  }
+
+  void deliver(const HostSlot& s, int n) {
+    GpuBatchView v;
+    v.frame_numbers = std::span<const uint64_t>(s.numbers.data(), n);
+    uint64_t total = 0;
+    for (const GpuBandView& b : bands_) total += b.x.size();
+    v.bands = bands_;
+    ++stats_.batches;
+    stats_.frames += static_cast<uint64_t>(n);
+    stats_.clusters += total;
+    if (sink_) sink_(v);
+  }
+
+  GpuFinderOptions options_;
+  FindSetup setup_;
+  FindDiagnostics diagnostics_;
+  std::chrono::steady_clock::time_point host_origin_;
+  std::size_t np_ = 0;
+  int values_ = 9;
+  uint64_t capacity_per_frame_ = 0;
+  uint32_t min_region_capacity_ = 0;
+  std::vector<Lane> lanes_;
+  std::vector<const PedestalBuffers*> live_states_;  // each lane's live state, for the launches
+  SlotRing ring_;
+  OverflowRerun rerun_;
+  uint64_t submitted_ = 0;
+  uint64_t frames_done_ = 0;  // data frames submitted: the parity of the state buffers
+  Sink sink_;
+  GpuFinderStats stats_;
+  std::string description_;
+  std::vector<GpuBandView> bands_;  // the delivered batch's view of each GPU's results
+};
+
+}  // namespace
+
+std::unique_ptr<GpuClusterFinder> make_gpu_finder(const FinderParams& params,
+                                                  const GpuFinderOptions& options) {
+  const std::string reason = unavailable_reason();
+  if (!reason.empty()) throw std::runtime_error("GPU cluster finder unavailable: " + reason);
+  return std::make_unique<GpuEngine>(params, options);
+}
+
+}  // namespace glint::gpu

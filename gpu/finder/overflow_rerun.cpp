@@ -1,0 +1,98 @@
+#include "overflow_rerun.hpp"
+
+#include <algorithm>
+
+#include "glint/log.hpp"
+
+namespace glint::gpu::detail {
+
+void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, int n, int batch,
+                        std::vector<GpuBandView>& bands) {
+  log::write(log::Level::warn, "GPU finder: a batch found more clusters than the output holds; "
+                               "re-running it exactly and growing the capacity");
+  const std::size_t n_lanes = lanes.size();
+  const std::size_t np = setup.params.shape.pixels();
+  const std::size_t cols = setup.params.shape.cols;
+  const int values = setup.params.cluster_size * setup.params.cluster_size;
+  state_.resize(n_lanes);
+  regions_.resize(n_lanes);
+  out_.resize(n_lanes);
+  capacity_.assign(n_lanes, 0);
+  max_region_ = 0;
+  max_frame_total_ = 0;
+  // Sizes from the true counts of the overflowed run.
+  for (std::size_t li = 0; li < n_lanes; ++li) {
+    Lane& lane = lanes[li];
+    DeviceGuard g(lane.plan.device);
+    const LaneSlot& ls = lane.slots[si];
+    const RegionBuffers& found = ls.results.regions();
+    std::vector<uint32_t> rc(static_cast<std::size_t>(n) * lane.plan.blocks);
+    std::vector<uint32_t> ft(n);
+    GLINT_CUDA_CHECK(cudaMemcpy(rc.data(), found.counts().get(), rc.size() * 4,
+                                cudaMemcpyDeviceToHost));
+    GLINT_CUDA_CHECK(cudaMemcpy(ft.data(), found.totals(), ft.size() * 4,
+                                cudaMemcpyDeviceToHost));
+    uint32_t mx = 1;
+    for (uint32_t c : rc) mx = std::max(mx, c);
+    uint64_t tot = 0;
+    for (uint32_t c : ft) {
+      tot += c;
+      max_frame_total_ = std::max<uint64_t>(max_frame_total_, c);
+    }
+    max_region_ = std::max(max_region_, mx);
+    regions_[li] = RegionBuffers(static_cast<std::size_t>(n), lane.plan.blocks, mx, values);
+    capacity_[li] = std::max<uint64_t>(tot, 1);
+    out_[li] = PinnedBuffer<unsigned char>(out_layout(batch, capacity_[li], values).bytes);
+    StreamView s = lane.compute;
+    if (!state_[li]) state_[li] = PedestalBuffers(np, lane.plan.blocks, s);
+    // Start state: the snapshot, as parity 0, frame counter 0.
+    const std::size_t off = static_cast<std::size_t>(lane.plan.fr0) * cols;
+    const std::size_t cnt = static_cast<std::size_t>(lane.plan.frame_rows()) * cols;
+    auto copy = [&](double* dst, const double* src) {
+      GLINT_CUDA_CHECK(cudaMemcpyAsync(dst + off, src + off, cnt * sizeof(double),
+                                       cudaMemcpyDeviceToDevice, s.get()));
+    };
+    PedestalBuffers& st = state_[li];
+    copy(st.sum[0].get(), ls.snapshot.sum.get());
+    copy(st.sum2[0].get(), ls.snapshot.sum2.get());
+    copy(st.mean[0].get(), ls.snapshot.mean.get());
+    copy(st.noise.get(), ls.snapshot.noise.get());
+    st.progress.zero(s);
+    st.frames_done.zero(s);
+    st.blocks_done.zero(s);
+    GLINT_CUDA_CHECK(cudaMemsetAsync(regions_[li].totals(), 0, sizeof(uint32_t) * n, s.get()));
+    s.synchronize();
+  }
+  // Every GPU's re-run state must be in place before any re-run kernel reads a neighbour's.
+  std::vector<const PedestalBuffers*> states(n_lanes);
+  for (std::size_t li = 0; li < n_lanes; ++li) states[li] = &state_[li];
+  for (std::size_t li = 0; li < n_lanes; ++li) {
+    Lane& lane = lanes[li];
+    DeviceGuard g(lane.plan.device);
+    const LaneSlot& ls = lane.slots[si];
+    StreamView s = lane.compute;
+    *reinterpret_cast<uint32_t*>(out_[li].get()) = 0;  // the overflow flag (never set here)
+    launch_find(make_find_launch(setup, lanes, li, states, lane.frame_bufs[ls.fb].get(), n,
+                                 regions_[li]),
+                s);
+    const OutLayout l = out_layout(batch, capacity_[li], values);
+    launch_pack(regions_[li].pack(n, lane.plan.blocks, values, l, out_[li].get(), capacity_[li]),
+                64, s);
+  }
+  bands.resize(n_lanes);
+  for (std::size_t li = 0; li < n_lanes; ++li) {
+    DeviceGuard g(lanes[li].plan.device);
+    lanes[li].compute.synchronize();
+    bands[li] = band_view(out_[li].get(), out_layout(batch, capacity_[li], values), n, values);
+  }
+}
+
+void OverflowRerun::release(std::span<const Lane> lanes) {
+  for (std::size_t li = 0; li < state_.size() && li < lanes.size(); ++li) {
+    DeviceGuard g(lanes[li].plan.device);
+    state_[li] = PedestalBuffers();
+    regions_[li] = RegionBuffers();
+  }
+}
+
+}  // namespace glint::gpu::detail

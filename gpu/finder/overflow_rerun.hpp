@@ -1,0 +1,38 @@
+#pragma once
+// The exact re-run of a batch whose clusters did not fit its result buffers: from each GPU's
+// start-of-batch snapshot, on separate state, into buffers sized from the true counts. The live
+// state is already right (capacity never changes a decision). Internal to the GPU finder.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cuda_owners.hpp"
+#include "glint/gpu/gpu_finder.hpp"
+#include "lane.hpp"
+
+namespace glint::gpu::detail {
+
+class OverflowRerun {
+ public:
+  /// Re-runs slot si's batch of n frames (already found once, with true counts in each lane's
+  /// regions) and waits for it. `bands` receives each lane's results, valid until the next run.
+  void run(const FindSetup& setup, std::span<Lane> lanes, int si, int n, int batch,
+           std::vector<GpuBandView>& bands);
+
+  /// Frees each lane's buffers with its device current.
+  void release(std::span<const Lane> lanes);
+
+  /// From the last run: the most clusters in a region, and in a frame.
+  uint32_t max_region() const { return max_region_; }
+  uint64_t max_frame_total() const { return max_frame_total_; }
+
+ private:
+  std::vector<PedestalBuffers> state_;  // per lane, allocated on first need
+  std::vector<RegionBuffers> regions_;
+  std::vector<PinnedBuffer<unsigned char>> out_;  // mapped host memory, packed into directly
+  std::vector<uint64_t> capacity_;
+  uint32_t max_region_ = 0;
+  uint64_t max_frame_total_ = 0;
+};
+
+}  // namespace glint::gpu::detail

@@ -1,0 +1,113 @@
+#include "result_buffers.hpp"
+
+namespace glint::gpu::detail {
+
+OutLayout out_layout(int batch, uint64_t capacity, int values) {
+  OutLayout l{};
+  auto align = [](std::size_t v) { return (v + 255) / 256 * 256; };
+  l.counts = 256;
+  l.x = align(l.counts + sizeof(uint32_t) * batch);
+  l.y = align(l.x + sizeof(uint16_t) * capacity);
+  l.data = align(l.y + sizeof(uint16_t) * capacity);
+  l.bytes = align(l.data + sizeof(int32_t) * capacity * values);
+  return l;
+}
+
+GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int values) {
+  const auto* counts = reinterpret_cast<const uint32_t*>(out + l.counts);
+  uint64_t here = 0;
+  for (int i = 0; i < n; ++i) here += counts[i];
+  GpuBandView b;
+  b.counts = std::span<const uint32_t>(counts, n);
+  b.x = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(out + l.x), here);
+  b.y = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(out + l.y), here);
+  b.data = std::span<const int32_t>(reinterpret_cast<const int32_t*>(out + l.data),
+                                    here * values);
+  return b;
+}
+
+RegionBuffers::RegionBuffers(std::size_t batch, uint32_t blocks, uint32_t capacity, int values)
+    : counts_(batch * blocks), xy_(batch * blocks * capacity), totals_(batch),
+      data_(batch * blocks * capacity * values), capacity_(capacity) {}
+
+void RegionBuffers::bind(FindLaunch& p) const {
+  p.region_counts = counts_.get();
+  p.region_xy = xy_.get();
+  p.region_data = data_.get();
+  p.region_capacity = capacity_;
+  p.frame_totals = totals_.get();
+}
+
+PackLaunch RegionBuffers::pack(int n, uint32_t blocks, int values, const OutLayout& l,
+                               unsigned char* out, uint64_t out_capacity) const {
+  PackLaunch p;
+  p.n_frames = static_cast<uint32_t>(n);
+  p.blocks = blocks;
+  p.region_capacity = capacity_;
+  p.values = values;
+  p.region_counts = counts_.get();
+  p.region_xy = xy_.get();
+  p.region_data = data_.get();
+  p.frame_totals = totals_.get();
+  p.out_counts = reinterpret_cast<uint32_t*>(out + l.counts);
+  p.out_x = reinterpret_cast<uint16_t*>(out + l.x);
+  p.out_y = reinterpret_cast<uint16_t*>(out + l.y);
+  p.out_data = reinterpret_cast<int32_t*>(out + l.data);
+  p.out_capacity = out_capacity;
+  p.out_overflow = reinterpret_cast<uint32_t*>(out);
+  return p;
+}
+
+bool ResultBuffers::reserve(int batch, uint32_t blocks, int values, uint32_t region_capacity,
+                            uint64_t out_capacity) {
+  batch_ = batch;
+  values_ = values;
+  bool changed = false;
+  if (regions_.capacity() < region_capacity) {
+    regions_ = RegionBuffers(static_cast<std::size_t>(batch), blocks, region_capacity, values);
+    changed = true;
+  }
+  if (out_capacity_ < out_capacity) {
+    out_capacity_ = out_capacity;
+    const std::size_t bytes = layout().bytes;
+    out_ = PinnedBuffer<unsigned char>(bytes);
+    dout_ = DeviceBuffer<unsigned char>(bytes);
+    changed = true;
+  }
+  return changed;
+}
+
+void ResultBuffers::enqueue_pack(int n, uint32_t blocks, uint32_t pack_regions,
+                                 StreamView s) const {
+  // Pack into device memory right after the find (a few tens of microseconds on the SMs, which
+  // the next find needs whole); the copy engine brings it back while the next batch is searched.
+  GLINT_CUDA_CHECK(cudaMemsetAsync(dout_.get(), 0, sizeof(uint32_t), s.get()));
+  PackLaunch pk = regions_.pack(n, blocks, values_, layout(), dout_.get(), out_capacity_);
+  pk.chunks = (blocks + pack_regions - 1) / pack_regions;
+  launch_pack(pk, 256, s);
+}
+
+void ResultBuffers::enqueue_copy(uint64_t c0, uint64_t c1, StreamView s) const {
+  const OutLayout l = layout();
+  const auto copy = [&](std::size_t from, std::size_t to) {
+    if (to > from)
+      GLINT_CUDA_CHECK(cudaMemcpyAsync(out_.get() + from, dout_.get() + from, to - from,
+                                       cudaMemcpyDeviceToHost, s.get()));
+  };
+  if (c0 == 0) {
+    copy(0, l.x + sizeof(uint16_t) * c1);  // flag, counts, x
+  } else {
+    copy(l.x + sizeof(uint16_t) * c0, l.x + sizeof(uint16_t) * c1);
+  }
+  copy(l.y + sizeof(uint16_t) * c0, l.y + sizeof(uint16_t) * c1);
+  copy(l.data + sizeof(int32_t) * values_ * c0, l.data + sizeof(int32_t) * values_ * c1);
+}
+
+uint64_t ResultBuffers::total(int n) const {
+  const auto* counts = reinterpret_cast<const uint32_t*>(out_.get() + layout().counts);
+  uint64_t t = 0;
+  for (int i = 0; i < n; ++i) t += counts[i];
+  return t;
+}
+
+}  // namespace glint::gpu::detail

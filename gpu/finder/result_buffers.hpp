@@ -1,0 +1,78 @@
+#pragma once
+// Where one batch's clusters go on one GPU: the find kernel writes each (frame, segment) region's
+// clusters into RegionBuffers; the pack kernel packs them in frame and raster order into one
+// output block (OutLayout) in device memory, which is copied to pinned host memory. Internal to
+// the GPU finder.
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda_owners.hpp"
+#include "find_kernels.hpp"
+#include "glint/gpu/gpu_finder.hpp"
+
+namespace glint::gpu::detail {
+
+/// Byte offsets of one output block: the overflow flag (first word), the per-frame counts of
+/// `batch` frames, then x, y and the S*S values of `capacity` clusters (each 256-byte aligned).
+struct OutLayout {
+  std::size_t counts, x, y, data, bytes;
+};
+OutLayout out_layout(int batch, uint64_t capacity, int values);
+
+/// A view of n frames' results in an output block on the host.
+GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int values);
+
+/// The find kernel's per-region output of up to `batch` frames and `blocks` segments.
+class RegionBuffers {
+ public:
+  RegionBuffers() = default;
+  RegionBuffers(std::size_t batch, uint32_t blocks, uint32_t capacity, int values);
+  uint32_t capacity() const { return capacity_; }
+  /// The region fields of a find launch (the totals must be zeroed before it runs).
+  void bind(FindLaunch& p) const;
+  /// The pack of n frames into the output block `out` of `out_capacity` clusters.
+  PackLaunch pack(int n, uint32_t blocks, int values, const OutLayout& l, unsigned char* out,
+                  uint64_t out_capacity) const;
+  uint32_t* totals() const { return totals_.get(); }
+  const DeviceBuffer<uint32_t>& counts() const { return counts_; }
+
+ private:
+  DeviceBuffer<uint32_t> counts_, xy_, totals_;
+  DeviceBuffer<int32_t> data_;
+  uint32_t capacity_ = 0;
+};
+
+/// One batch slot's results on one GPU: its regions, the packed block on the device and its copy
+/// in pinned host memory. The device-to-host copy brings back as many clusters as the previous
+/// batches suggest; the rest follows once the true count is known.
+class ResultBuffers {
+ public:
+  /// Grows to at least `region_capacity` clusters per region and `out_capacity` per batch (never
+  /// shrinks). Returns true when anything was reallocated: work captured with the old buffers is
+  /// stale.
+  bool reserve(int batch, uint32_t blocks, int values, uint32_t region_capacity,
+               uint64_t out_capacity);
+  const RegionBuffers& regions() const { return regions_; }
+  uint64_t out_capacity() const { return out_capacity_; }
+  /// On `s`, after the find: clears the flag, packs n frames, records nothing.
+  void enqueue_pack(int n, uint32_t blocks, uint32_t pack_regions, StreamView s) const;
+  /// On `s`: copies clusters [c0, c1) to the host (with c0 == 0 also the flag and the counts).
+  void enqueue_copy(uint64_t c0, uint64_t c1, StreamView s) const;
+  /// Once the copy is done: whether anything did not fit, and the clusters of n frames.
+  bool overflowed() const { return *reinterpret_cast<const uint32_t*>(out_.get()) != 0; }
+  uint64_t total(int n) const;
+  GpuBandView view(int n) const { return band_view(out_.get(), layout(), n, values_); }
+
+  uint64_t copied = 0;  ///< clusters the enqueued copy brings back
+
+ private:
+  OutLayout layout() const { return out_layout(batch_, out_capacity_, values_); }
+
+  RegionBuffers regions_;
+  PinnedBuffer<unsigned char> out_;   // the results on the host
+  DeviceBuffer<unsigned char> dout_;  // the results on the device (copied into out_)
+  uint64_t out_capacity_ = 0;
+  int batch_ = 0, values_ = 9;
+};
+
+}  // namespace glint::gpu::detail

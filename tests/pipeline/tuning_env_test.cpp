@@ -1,0 +1,104 @@
+// The GPU finder's tuning comes from the environment in one place, read as docs/tuning.md says:
+// a value that is not a whole number in range, or not an accepted word, leaves the default.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "glint/pipeline/tuning_env.hpp"
+
+namespace {
+
+using glint::gpu::FindTuning;
+using glint::pipeline::find_tuning_from_environment;
+
+constexpr const char* kNames[] = {"GLINT_FIND_THREADS",  "GLINT_PACK_REGIONS",
+                                  "GLINT_FIND_RESIDENT", "GLINT_FIND_SEGMENTS",
+                                  "GLINT_FIND_PROFILE",  "GLINT_FIND_TIMELINE"};
+
+/// Sets the given variables (and unsets the others) for its lifetime.
+class Environment {
+ public:
+  explicit Environment(std::vector<std::pair<const char*, const char*>> vars) {
+    clear();
+    for (const auto& [name, value] : vars) setenv(name, value, 1);
+  }
+  ~Environment() { clear(); }
+
+ private:
+  static void clear() {
+    for (const char* n : kNames) unsetenv(n);
+  }
+};
+
+TEST(FindTuningFromEnvironment, NothingSetGivesTheEngineDefaults) {
+  Environment env({});
+  const FindTuning t = find_tuning_from_environment();
+  const FindTuning d;
+  EXPECT_EQ(t.find_threads, 512);
+  EXPECT_EQ(t.find_threads, d.find_threads);
+  EXPECT_EQ(t.pack_regions, 8);
+  EXPECT_TRUE(t.resident);
+  EXPECT_EQ(t.max_segments, 0);
+  EXPECT_FALSE(t.profile);
+  EXPECT_EQ(t.timeline, "");
+  EXPECT_NO_THROW(glint::gpu::validate(t));
+}
+
+TEST(FindTuningFromEnvironment, EveryVariableReachesItsField) {
+  Environment env({{"GLINT_FIND_THREADS", "256"},
+                   {"GLINT_PACK_REGIONS", "1"},
+                   {"GLINT_FIND_RESIDENT", "0"},
+                   {"GLINT_FIND_SEGMENTS", "7"},
+                   {"GLINT_FIND_PROFILE", ""},
+                   {"GLINT_FIND_TIMELINE", "/tmp/timeline.csv"}});
+  const FindTuning t = find_tuning_from_environment();
+  EXPECT_EQ(t.find_threads, 256);
+  EXPECT_EQ(t.pack_regions, 1);
+  EXPECT_FALSE(t.resident);
+  EXPECT_EQ(t.max_segments, 7);
+  EXPECT_TRUE(t.profile);  // set to anything, also empty
+  EXPECT_EQ(t.timeline, "/tmp/timeline.csv");
+  EXPECT_NO_THROW(glint::gpu::validate(t));
+}
+
+TEST(FindTuningFromEnvironment, UnusableValuesLeaveTheDefaults) {
+  Environment env({{"GLINT_FIND_THREADS", "500"},  // not a multiple of 32
+                   {"GLINT_PACK_REGIONS", "1025"},
+                   {"GLINT_FIND_RESIDENT", "off"},  // only 0 turns it off
+                   {"GLINT_FIND_SEGMENTS", "0"}});
+  const FindTuning t = find_tuning_from_environment();
+  EXPECT_EQ(t.find_threads, 512);
+  EXPECT_EQ(t.pack_regions, 8);
+  EXPECT_TRUE(t.resident);
+  EXPECT_EQ(t.max_segments, 0);
+  Environment env2({{"GLINT_FIND_THREADS", "96"}, {"GLINT_PACK_REGIONS", "x"}});
+  const FindTuning u = find_tuning_from_environment();
+  EXPECT_EQ(u.find_threads, 512);
+  EXPECT_EQ(u.pack_regions, 8);
+}
+
+TEST(FindTuning, ValidateNamesTheFieldAndTheAllowedValues) {
+  FindTuning t;
+  t.find_threads = 100;
+  try {
+    glint::gpu::validate(t);
+    FAIL() << "find_threads 100 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("find_threads 100"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("multiple of 32"), std::string::npos) << e.what();
+  }
+  t = FindTuning{};
+  t.pack_regions = 0;
+  EXPECT_THROW(glint::gpu::validate(t), std::invalid_argument);
+  t = FindTuning{};
+  t.max_segments = -1;
+  EXPECT_THROW(glint::gpu::validate(t), std::invalid_argument);
+  t = FindTuning{};
+  t.find_threads = 1024;
+  EXPECT_NO_THROW(glint::gpu::validate(t));
+}
+
+}  // namespace
