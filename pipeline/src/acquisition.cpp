@@ -509,7 +509,7 @@ void Acquisition::run(std::stop_token) {
     if (!w.gpu) w.batch.resize(capacity * w.pixels);  // the GPU engine has its own staging
     if (w.gpu) {
       capacity = static_cast<std::size_t>(w.gpu->batch_frames());
-      w.gpu->set_sink([&](const gpu::GpuBatchView& v) {
+      w.gpu->set_view_sink([&](const gpu::GpuBatchView& v) {
         // Batches come back in submission order.
         const std::vector<uint64_t> timestamps = std::move(w.in_flight.front());
         w.in_flight.pop_front();
@@ -636,7 +636,7 @@ void Acquisition::run(std::stop_token) {
       w.numbers.clear();
       if (w.gpu) w.gpu->flush();  // batches already submitted are written
     }
-    if (w.gpu) w.gpu->set_sink({});
+    if (w.gpu) w.gpu->set_view_sink({});
     if (cfg.reconstruction.enabled) {
       // The worker's queue (full volumes, each appended to the file as it is solved) must reach
       // the writer before it closes; the partial volume is solved only when configured (not
@@ -663,7 +663,7 @@ void Acquisition::run(std::stop_token) {
     w.copier.wait();
     if (w.gpu) {
       try {
-        w.gpu->set_sink({});  // results of batches still in flight are dropped with the run
+        w.gpu->set_view_sink({});  // results of batches still in flight are dropped with the run
       } catch (...) {
       }
     }
