@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 #include "glint/pipeline/acquisition.hpp"
 #include "glint/pipeline/clust_file_consumer.hpp"
 #include "glint/pipeline/consumer_chain.hpp"
+#include "glint/pipeline/queued_consumer.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/run_state.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
@@ -143,6 +146,93 @@ TEST(ConsumerChain, BatchesInOrderEndInReverseAndEveryConsumerIsEnded) {
   EXPECT_THROW(chain.on_start(ctx), std::runtime_error);
   chain.on_end(RunEnd{nullptr, false, true});
   EXPECT_EQ(log, (std::vector<std::string>{"a start", "a end failed"}));
+}
+
+namespace {
+
+/// Blocks in its first batch until released; records the first frame number of every batch.
+class SlowConsumer final : public ResultConsumer {
+ public:
+  std::string_view name() const override { return "slow"; }
+  void on_start(const RunContext&) override {}
+  void on_batch(const FoundBatch& b) override {
+    std::unique_lock lock(mu_);
+    firsts_.push_back(b.clusters.frames()[0].frame_number);
+    in_first_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return released_; });
+  }
+  void on_rows(std::span<const FrameRow> rows) override {
+    std::lock_guard lock(mu_);
+    firsts_.push_back(rows[0].frame_number);
+  }
+  void on_end(const RunEnd&) override {
+    std::lock_guard lock(mu_);
+    ended_ = true;
+  }
+  ConsumerStats stats() const override { return {"slow", 0, 0, 0}; }
+
+  void wait_in_first() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return in_first_; });
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  std::vector<uint64_t> firsts() const {
+    std::lock_guard lock(mu_);
+    return firsts_;
+  }
+  bool ended() const {
+    std::lock_guard lock(mu_);
+    return ended_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint64_t> firsts_;
+  bool in_first_ = false, released_ = false, ended_ = false;
+};
+
+ClusterTable frames_from(uint64_t first, std::size_t n) {
+  ClusterTable t(3);
+  for (std::size_t i = 0; i < n; ++i) t.begin_frame(first + i);
+  return t;
+}
+
+}  // namespace
+
+TEST(QueuedConsumer, AConsumerThatFallsBehindDropsAndCountsButNeverDelaysTheRun) {
+  auto slow_owner = std::make_unique<SlowConsumer>();
+  SlowConsumer& slow = *slow_owner;
+  QueuedConsumer q(std::move(slow_owner), 2);
+  config::Config cfg;
+  q.on_start(RunContext{cfg, 1, "x.h5", FinderParams{}, "cpu"});
+  const std::vector<uint64_t> ts(4, 0);
+  const ClusterTable b0 = frames_from(0, 4);
+  q.on_batch(FoundBatch{b0, ts});
+  slow.wait_in_first();  // the worker holds batch 0; two more fit in the queue
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t k = 1; k <= 4; ++k) {
+    const ClusterTable b = frames_from(4 * k, 4);
+    q.on_batch(FoundBatch{b, ts});
+  }
+  const FrameRow row{20, 0, 0, 0, kFlagMissing};
+  q.on_rows(std::span(&row, 1));  // the queue is still full: dropped
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "the run was held up";
+  ConsumerStats s = q.stats();
+  EXPECT_EQ(s.name, "slow");
+  EXPECT_EQ(s.frames, 21u);
+  EXPECT_EQ(s.dropped, 9u) << "batches 3 and 4 and the row";
+  slow.release();
+  q.on_end(RunEnd{});
+  EXPECT_TRUE(slow.ended());
+  EXPECT_EQ(slow.firsts(), (std::vector<uint64_t>{0, 4, 8})) << "in frame order, gaps dropped";
+  EXPECT_EQ(q.stats().dropped, 9u);
+  EXPECT_THROW(QueuedConsumer(std::make_unique<SlowConsumer>(), 0), std::invalid_argument);
 }
 
 namespace {
