@@ -70,7 +70,7 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
   auto finder = gpu::make_gpu_finder(params, g);
   finder->push_dark(dark);
   uint64_t clusters = 0;
-  finder->set_sink([&](const gpu::GpuBatchView& v) { clusters += v.n_clusters(); });
+  finder->set_view_sink([&](const gpu::GpuBatchView& v) { clusters += v.n_clusters(); });
 
   std::vector<uint64_t> numbers(o.batch);
   uint64_t next_number = c.dark_frames;

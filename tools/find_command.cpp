@@ -202,7 +202,9 @@ void add_find_command(CLI::App& app) {
   cmd->add_option("--backend", a->backend, "cpu, gpu or auto (the GPU when usable)")
       ->capture_default_str();
   cmd->add_option("--threads", a->threads, "CPU threads, 0 = all cores")->capture_default_str();
-  cmd->add_option("--batch", a->batch, "GPU frames per batch")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "frames per finder batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("-o,--output", a->output, "write the run file (HDF5: frames, clusters, pedestal)");
   cmd->add_option("--clust", a->clust, "write the clusters in aare's .clust format");
   cmd->add_flag("--overwrite", a->overwrite, "replace existing output files");

@@ -265,6 +265,7 @@ void read_output(Section s, OutputConfig& c) {
     s.fail_key("run_name", fmt::format("'{}' must not contain '/' (it is a file name prefix)", c.run_name));
   s.read_integer("flush_interval_ms", c.flush_interval_ms, 10, 1000);
   s.read_bool("overwrite", c.overwrite);
+  s.read_bool("clust", c.clust);
   s.reject_unknown();
 }
 
@@ -418,6 +419,7 @@ std::string to_yaml(const Config& c) {
   kv("run_name", c.output.run_name);
   kv("flush_interval_ms", c.output.flush_interval_ms);
   kv("overwrite", c.output.overwrite);
+  kv("clust", c.output.clust);
   e << YAML::EndMap;
   begin("run");
   kv("auto_start", c.run.auto_start);

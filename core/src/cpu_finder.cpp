@@ -301,10 +301,11 @@ struct Band {
   std::vector<std::size_t> out_first;  // where frame k's clusters go in the output table
 };
 
-class CpuFinder final : public ClusterFinder {
+class CpuFinder final : public SynchronousFinder {
  public:
-  CpuFinder(const FinderParams& params, unsigned threads)
-      : params_(params), thresholds_(cm::make_thresholds(params.n_sigma, params.cluster_size)),
+  CpuFinder(const FinderParams& params, unsigned threads, int batch_frames)
+      : SynchronousFinder(batch_frames), params_(params),
+        thresholds_(cm::make_thresholds(params.n_sigma, params.cluster_size)),
         pool_(effective_threads(params, threads)) {
     validate(params_);
     const std::size_t np = params_.shape.pixels();
@@ -665,9 +666,10 @@ class CpuFinder final : public ClusterFinder {
 
 }  // namespace
 
-std::unique_ptr<ClusterFinder> make_cpu_finder(const FinderParams& params, unsigned threads) {
+std::unique_ptr<ClusterFinder> make_cpu_finder(const FinderParams& params, unsigned threads,
+                                               int batch_frames) {
   validate(params);
-  return std::make_unique<CpuFinder>(params, threads);
+  return std::make_unique<CpuFinder>(params, threads, batch_frames);
 }
 
 }  // namespace glint

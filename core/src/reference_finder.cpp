@@ -49,10 +49,11 @@ namespace {
 
 namespace cm = cluster_math;
 
-class ReferenceFinder final : public ClusterFinder {
+class ReferenceFinder final : public SynchronousFinder {
  public:
-  explicit ReferenceFinder(const FinderParams& params)
-      : params_(params), state_(params.shape, params.pedestal_window),
+  ReferenceFinder(const FinderParams& params, int batch_frames)
+      : SynchronousFinder(batch_frames), params_(params),
+        state_(params.shape, params.pedestal_window),
         mean_(params.shape.pixels(), 0.0),
         thresholds_(cm::make_thresholds(params.n_sigma, params.cluster_size)) {
     validate(params_);
@@ -139,8 +140,9 @@ class ReferenceFinder final : public ClusterFinder {
 
 }  // namespace
 
-std::unique_ptr<ClusterFinder> make_reference_finder(const FinderParams& params) {
-  return std::make_unique<ReferenceFinder>(params);
+std::unique_ptr<ClusterFinder> make_reference_finder(const FinderParams& params,
+                                                     int batch_frames) {
+  return std::make_unique<ReferenceFinder>(params, batch_frames);
 }
 
 }  // namespace glint

@@ -40,8 +40,9 @@ uint64_t next_run_index(const std::filesystem::path& dir, const std::string& run
   return best + 1;
 }
 
-Daemon::Daemon(config::Config cfg)
-    : cfg_(std::move(cfg)), started_(clock::now()), control_(std::make_unique<Control>()) {
+Daemon::Daemon(config::Config cfg, pipeline::FinderFactory make_finder)
+    : cfg_(std::move(cfg)), make_finder_(std::move(make_finder)), started_(clock::now()),
+      control_(std::make_unique<Control>()) {
   control_->rep.set(zmq::sockopt::linger, 0);
   control_->rep.set(zmq::sockopt::rcvtimeo, 100);
   try {
@@ -73,12 +74,13 @@ void Daemon::request_reload(config::Config cfg) {
 }
 
 bool Daemon::wait(std::chrono::milliseconds timeout) const {
-  const auto until = clock::now() + timeout;
-  while (!finished_.load()) {
-    if (clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
+  std::unique_lock lock(mu_);
+  return finished_cv_.wait_for(lock, timeout, [&] { return finished_.load(); });
+}
+
+std::optional<std::string> Daemon::fatal_error() const {
+  std::lock_guard lock(mu_);
+  return fatal_error_;
 }
 
 clock::time_point Daemon::heartbeat() const { return clock::time_point(clock::duration(heartbeat_ns_.load())); }
@@ -94,7 +96,7 @@ void Daemon::start_run(const config::Config& cfg) {
             cfg.pedestal.keep_previous && last_pedestal_ ? 0u : cfg.pedestal.dark_frames,
             fmt::join(cfg.ingest.endpoints, " "));
   samples_.clear();
-  run_ = std::make_unique<pipeline::Acquisition>(cfg, index, last_pedestal_);
+  run_ = std::make_unique<pipeline::Acquisition>(cfg, index, last_pedestal_, make_finder_);
 }
 
 void Daemon::end_finished_run() {
@@ -105,6 +107,15 @@ void Daemon::end_finished_run() {
   ++runs_completed_;
   last_run_end_ = clock::now();
   run_.reset();  // releases the run's buffers and sockets
+  if (last_run_->fatal && !fatal_at_) {
+    // The device is unusable for the rest of this process: no retry here, a fresh process.
+    fatal_at_ = last_run_end_;
+    log::critical("run {} failed fatally: {}; the run file {} is closed; glintd stops so that "
+                  "it can be restarted",
+                  last_run_->run_index, last_run_->error, last_run_->file);
+    std::lock_guard lock(mu_);
+    fatal_error_ = last_run_->error;
+  }
 }
 
 void Daemon::housekeeping() {
@@ -130,7 +141,7 @@ void Daemon::housekeeping() {
       if (abort_.load()) run_->abort();
       else if (run_->state() != RunState::finishing) run_->stop("shutdown");
     }
-  } else if (!run_ && cfg_.run.auto_start) {
+  } else if (!run_ && cfg_.run.auto_start && !fatal_at_) {
     // After a failed run, wait a little before the next attempt (no tight loop on a full disk).
     if (!last_run_failed_ || now - last_run_end_ >= std::chrono::seconds(2)) start_run(cfg_);
   }
@@ -159,6 +170,7 @@ void Daemon::serve(std::stop_token st) {
   while (!st.stop_requested()) {
     housekeeping();
     if (shutdown_.load() && !run_) break;
+    if (fatal_at_ && clock::now() - *fatal_at_ >= kFatalLinger) break;
     zmq::message_t req;
     bool got = false;
     try {
@@ -186,7 +198,11 @@ void Daemon::serve(std::stop_token st) {
   }
   end_finished_run();
   log::info("glintd: service stopped after {} run(s)", runs_completed_);
-  finished_.store(true);
+  {
+    std::lock_guard lock(mu_);
+    finished_.store(true);
+  }
+  finished_cv_.notify_all();
 }
 
 json Daemon::status_json() const {
@@ -210,6 +226,7 @@ json Daemon::status_json() const {
     j["state"] = last_run_failed_ ? "error" : "idle";
     j["error"] = last_run_failed_ && last_run_ ? last_run_->error : "";
   }
+  j["fatal"] = fatal_at_.has_value() || (run_ && run_->stats().fatal);
   if (last_run_) {
     j["last_run"] = {{"run_index", last_run_->run_index}, {"file", last_run_->file},
                      {"end_reason", last_run_->end_reason}, {"frames", last_run_->rows_written},
@@ -263,6 +280,11 @@ json Daemon::stats_json() const {
                          {"volumes_done", s.recon_volumes_done},
                          {"volumes_dropped", s.recon_volumes_dropped},
                          {"volumes_failed", s.recon_volumes_failed}};
+  json consumers = json::array();
+  for (const auto& c : s.consumers)
+    consumers.push_back(
+        {{"name", c.name}, {"frames", c.frames}, {"dropped", c.dropped}, {"failed", c.failed}});
+  j["consumers"] = consumers;
   return j;
 }
 
@@ -326,6 +348,7 @@ std::string Daemon::handle_request(const std::string& request) {
   if (cmd == "config") return ok(json{{"source", cfg_.source}, {"yaml", config::to_yaml(cfg_)}});
   if (cmd == "pedestal") return ok(pedestal_json());
   if (cmd == "start") {
+    if (fatal_at_) return err("the daemon is stopping after a fatal error: " + last_run_->error);
     if (shutdown_.load()) return err("the daemon is shutting down");
     if (run_) return err(fmt::format("run {} is in progress ({})", run_->stats().run_index, to_string(run_->state())));
     config::Config c = cfg_;

@@ -1,6 +1,10 @@
 // glintd: the streaming daemon. Runs in the foreground (systemd Type=notify).
 //   SIGTERM / SIGINT: finish the current run (drain, write, close) and exit 0; a second one aborts
 //   the run (its file is still closed). SIGHUP: reload the configuration for the next run.
+//   A fatal error in a run (a sticky CUDA error) closes its file and ends glintd with exit
+//   status 3; the systemd unit (Restart=on-failure) starts it again.
+#include "glint/daemon/glintd_main.hpp"
+
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -14,12 +18,9 @@
 #include "glint/log.hpp"
 #include "glint/pipeline/ingest.hpp"
 
-namespace {
-constexpr int kExitConfig = 2;
-constexpr int kExitFailure = 1;
-}  // namespace
+namespace glint::daemon {
 
-int main(int argc, char** argv) {
+int glintd_main(int argc, char** argv, pipeline::FinderFactory make_finder) {
   // Every run file is closed by its run. HDF5 1.10 keeps a file whose close failed (disk full)
   // in its tables and crashes closing it again in its exit handler: glintd ends without it.
   H5dont_atexit();
@@ -60,7 +61,7 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<glint::daemon::Daemon> daemon;
   try {
-    daemon = std::make_unique<glint::daemon::Daemon>(cfg);
+    daemon = std::make_unique<glint::daemon::Daemon>(cfg, std::move(make_finder));
   } catch (const std::exception& e) {
     glint::log::critical("{}", e.what());
     return kExitFailure;
@@ -112,7 +113,15 @@ int main(int argc, char** argv) {
       last_status = std::move(status);
     }
   }
+  const std::optional<std::string> fatal = daemon->fatal_error();
   daemon.reset();
+  if (fatal) {
+    glint::log::critical("glintd: exiting after a fatal error: {}", *fatal);
+    sd_notifyf(0, "STATUS=fatal error: %s", fatal->c_str());
+    return kExitFatal;
+  }
   glint::log::info("glintd: exiting");
   return 0;
 }
+
+}  // namespace glint::daemon

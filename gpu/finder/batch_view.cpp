@@ -1,4 +1,5 @@
-// Reading a GPU batch's results (built with and without CUDA: the pipeline's sink uses it).
+// Reading a GPU batch's results, and the GPU finder's ClusterFinder sink (built with and
+// without CUDA).
 #include <stdexcept>
 #include <string>
 
@@ -42,6 +43,19 @@ void append_clusters(ClusterTable& out, const GpuBatchView& v) {
     frames.push_back(FrameRecord{v.frame_numbers[i], first, count});
     first += count;
   }
+}
+
+void GpuClusterFinder::set_sink(ResultSink sink) {
+  if (!sink) {
+    set_view_sink({});
+    return;
+  }
+  results_ = ClusterTable(params().cluster_size);
+  set_view_sink([this, sink = std::move(sink)](const GpuBatchView& v) {
+    results_.clear();
+    append_clusters(results_, v);
+    sink(results_);
+  });
 }
 
 }  // namespace glint::gpu

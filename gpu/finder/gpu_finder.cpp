@@ -115,7 +115,7 @@ class GpuEngine final : public GpuClusterFinder {
   const FinderParams& params() const override { return setup_.params; }
   std::string description() const override { return description_; }
   int batch_frames() const override { return options_.batch_frames; }
-  void set_sink(Sink sink) override { sink_ = std::move(sink); }
+  void set_view_sink(Sink sink) override { sink_ = std::move(sink); }
   GpuFinderStats stats() const override { return stats_; }
 
   std::span<uint16_t> staging() override {

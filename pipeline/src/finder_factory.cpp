@@ -29,7 +29,7 @@ std::string_view to_string(Backend backend) {
 namespace {
 
 std::unique_ptr<ClusterFinder> make_cpu(const FinderParams& params, const FinderOptions& o) {
-  return make_cpu_finder(params, o.threads);
+  return make_cpu_finder(params, o.threads, o.batch_frames);
 }
 
 std::unique_ptr<ClusterFinder> make_gpu(const FinderParams& params, const FinderOptions& o) {

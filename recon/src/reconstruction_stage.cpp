@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "glint/gpu/error.hpp"
 #include "glint/log.hpp"
 #include "glint/recon/forward_model.hpp"
 
@@ -123,6 +124,11 @@ StageStats ReconstructionStage::stats() const {
   return stats_;
 }
 
+std::exception_ptr ReconstructionStage::fatal_error() const {
+  std::lock_guard lock(m_);
+  return fatal_;
+}
+
 void ReconstructionStage::run(std::stop_token st) {
   std::unique_ptr<tv::Reconstructor> solver;
   ForwardModel partial_model;  // for a partial last volume
@@ -137,6 +143,7 @@ void ReconstructionStage::run(std::stop_token st) {
       queue_.pop_front();
       busy_ = true;
     }
+    bool failed = false;
     try {
       const tv::Dims& d = r.input.dims;
       if (!solver || solver->dims() != d) {
@@ -159,9 +166,20 @@ void ReconstructionStage::run(std::stop_token st) {
       sink_(std::move(r));
       std::lock_guard lock(m_);
       ++stats_.volumes_done;
+    } catch (const gpu::CudaError& e) {
+      log::error("reconstruction: frames {}..{} failed: {}", r.first_frame, r.last_frame,
+                 e.what());
+      failed = true;
+      if (e.sticky()) {
+        std::lock_guard lock(m_);
+        if (!fatal_) fatal_ = std::current_exception();
+      }
     } catch (const std::exception& e) {
       log::error("reconstruction: frames {}..{} failed: {}", r.first_frame, r.last_frame,
                  e.what());
+      failed = true;
+    }
+    if (failed) {
       solver.reset();
       std::lock_guard lock(m_);
       ++stats_.volumes_failed;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <ostream>
 #include <span>
@@ -417,7 +418,7 @@ TEST(GpuFinder, StreamingAndPedestalReadBackMidRun) {
   auto f = glint::gpu::make_gpu_finder(d.params, o);
   f->push_dark(d.dark);
   ClusterTable out(3);
-  f->set_sink(appending_to(out));
+  f->set_view_sink(appending_to(out));
   const std::size_t np = d.params.shape.pixels();
   const std::size_t half = s.frames / 2;  // 150 frames: 6 batches of 25
   for (std::size_t f0 = 0; f0 < half; f0 += 25) {
@@ -460,7 +461,7 @@ TEST(GpuFinder, StreamedDarkFramesIdenticalToReference) {
   o.streams = 3;
   auto f = glint::gpu::make_gpu_finder(d.params, o);
   ClusterTable out(3);
-  f->set_sink(appending_to(out));
+  f->set_view_sink(appending_to(out));
   const auto stream_dark = [&](std::span<const uint16_t> dark, std::size_t chunk) {
     for (std::size_t f0 = 0; f0 * np < dark.size(); f0 += chunk) {
       const std::size_t n = std::min(chunk, dark.size() / np - f0);
@@ -486,6 +487,45 @@ TEST(GpuFinder, StreamedDarkFramesIdenticalToReference) {
   expect_same(out, want);
   expect_same_bits(f->pedestal(), ref->pedestal());
   EXPECT_THROW(f->submit_dark(26), std::invalid_argument);
+}
+
+TEST(GpuFinder, TheFinderInterfaceStreamsTheReferenceResults) {
+  GLINT_REQUIRE_GPU();
+  // Through glint::ClusterFinder only, as the pipeline uses it: dark and data batches in the
+  // input slots, one sink call per data batch with one record per frame, in order.
+  const Scenario s = kSmall;
+  const Data& d = data(s);
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 40;
+  o.streams = 2;
+  std::unique_ptr<glint::ClusterFinder> f = glint::gpu::make_gpu_finder(d.params, o);
+  ASSERT_EQ(f->batch_frames(), 40);
+  ClusterTable out(3);
+  std::vector<std::size_t> per_call;
+  f->set_sink([&](const ClusterTable& batch) {
+    per_call.push_back(batch.n_frames());
+    out.append(batch);
+  });
+  const std::size_t np = d.params.shape.pixels();
+  const std::size_t n_dark = d.dark.size() / np;
+  for (std::size_t f0 = 0; f0 < n_dark; f0 += 40) {
+    const std::size_t n = std::min<std::size_t>(40, n_dark - f0);
+    auto st = f->staging();
+    std::memcpy(st.data(), d.dark.data() + f0 * np, n * np * sizeof(uint16_t));
+    f->submit_dark(n);
+  }
+  std::vector<std::size_t> want_calls;
+  for (std::size_t f0 = 0; f0 < s.frames; f0 += 40) {
+    const std::size_t n = std::min<std::size_t>(40, s.frames - f0);
+    auto st = f->staging();
+    std::memcpy(st.data(), d.frames.data() + f0 * np, n * np * sizeof(uint16_t));
+    f->submit(std::span(d.numbers).subspan(f0, n));
+    want_calls.push_back(n);
+  }
+  f->flush();
+  expect_same(out, d.expected);
+  expect_same_bits(f->pedestal(), d.expected_pedestal);
+  EXPECT_EQ(per_call, want_calls);
 }
 
 TEST(GpuFinder, LoadPedestalContinuesExactly) {

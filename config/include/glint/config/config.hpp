@@ -71,6 +71,7 @@ struct OutputConfig {
   std::string run_name = "run";
   uint32_t flush_interval_ms = 1000;  ///< the run file is flushed at least this often
   bool overwrite = false;
+  bool clust = false;  ///< also write the clusters as <run file>.clust (aare's ClusterFile format)
 };
 
 struct RunConfig {

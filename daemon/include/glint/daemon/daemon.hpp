@@ -3,8 +3,14 @@
 // (idle -> pedestal -> acquiring -> finishing -> idle, plus error), automatic runs, statistics.
 // One service thread owns the control socket and the runs; other threads (signal handling,
 // systemd watchdog) talk to it through the thread-safe request_* functions.
+//
+// A run that fails with a fatal error (RunStats::fatal: a sticky CUDA error, the device context
+// is lost for the rest of the process) ends the service: no new run is started, the control
+// socket reports the error (state "error", "fatal": true) for kFatalLinger, then the service
+// stops and glintd exits non-zero, so that its service manager starts it afresh.
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -18,14 +24,19 @@
 #include "glint/config/config.hpp"
 #include "glint/pedestal.hpp"
 #include "glint/pipeline/acquisition.hpp"
+#include "glint/pipeline/finder_factory.hpp"
 
 namespace glint::daemon {
+
+/// How long the control socket keeps answering after a fatal error before the service stops.
+inline constexpr std::chrono::milliseconds kFatalLinger{2000};
 
 class Daemon {
  public:
   /// Binds the control socket (a "*" port picks a free one, see control_endpoint()) and starts
-  /// the service thread. Throws std::runtime_error when the endpoint cannot be bound.
-  explicit Daemon(config::Config cfg);
+  /// the service thread. Throws std::runtime_error when the endpoint cannot be bound. Runs build
+  /// their finder with `make_finder` (default pipeline::make_finder).
+  explicit Daemon(config::Config cfg, pipeline::FinderFactory make_finder = {});
   ~Daemon();  ///< aborts a run in progress (its file is closed) and stops
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
@@ -42,6 +53,8 @@ class Daemon {
   bool finished() const { return finished_.load(); }
   /// Waits for finished() up to `timeout`.
   bool wait(std::chrono::milliseconds timeout) const;
+  /// The fatal error that ended the service, if one did (thread-safe).
+  std::optional<std::string> fatal_error() const;
 
   /// Last time the service thread went round its loop (for the systemd watchdog).
   std::chrono::steady_clock::time_point heartbeat() const;
@@ -62,6 +75,7 @@ class Daemon {
   nlohmann::json pedestal_json() const;
 
   config::Config cfg_;                  ///< service thread only
+  pipeline::FinderFactory make_finder_;
   std::string endpoint_;
   std::chrono::steady_clock::time_point started_;
 
@@ -71,6 +85,7 @@ class Daemon {
   uint64_t runs_completed_ = 0;
   std::chrono::steady_clock::time_point last_run_end_{};
   bool last_run_failed_ = false;
+  std::optional<std::chrono::steady_clock::time_point> fatal_at_;  ///< a run failed fatally
 
   struct Sample {
     std::chrono::steady_clock::time_point t;
@@ -81,6 +96,8 @@ class Daemon {
   mutable std::mutex mu_;               ///< guards the fields below
   std::optional<config::Config> pending_reload_;
   std::string status_line_ = "starting";
+  std::optional<std::string> fatal_error_;
+  mutable std::condition_variable finished_cv_;
   std::atomic<bool> shutdown_{false}, abort_{false}, finished_{false};
   std::atomic<int64_t> heartbeat_ns_{0};
 

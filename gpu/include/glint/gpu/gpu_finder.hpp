@@ -62,27 +62,25 @@ struct GpuFinderStats {
   double kernel_ms = 0.0;        ///< device time of the find work (events), summed over batches
 };
 
+/// The GPU engine behind the streaming ClusterFinder interface (staging() is the engine's pinned
+/// staging of the next slot; batches complete asynchronously and reach the sink in submission
+/// order when their slot is reused or at flush()). Beyond the interface: the results as views of
+/// the engine's own buffers (no copy) and the engine's statistics, for benchmarks and tests.
 class GpuClusterFinder : public ClusterFinder {
  public:
+  /// Receives a batch's results as views of the engine's result buffers, valid during the call.
   using Sink = std::function<void(const GpuBatchView&)>;
 
-  virtual int batch_frames() const = 0;
-  /// Streaming use without a host copy: the engine's pinned staging for the next batch, room for
-  /// batch_frames() whole frames. May first wait for the batch that last used this slot; its
-  /// results go to the sink.
-  virtual std::span<uint16_t> staging() = 0;
-  /// Submits the first frame_numbers.size() frames written into staging() (at most
-  /// batch_frames()). Returns at once; results reach the sink in frame order.
-  virtual void submit(std::span<const uint64_t> frame_numbers) = 0;
-  /// Streaming dark frames: the first n frames written into staging() (at most batch_frames())
-  /// go into the pedestal, in order with the batches submitted before and after. Returns at once
-  /// (no results; the staging is reusable once the next staging() call returns).
-  virtual void submit_dark(std::size_t n) = 0;
-  /// Waits for every submitted batch and hands its results to the sink.
-  virtual void flush() = 0;
-  /// Where streamed batches' results go (find() uses its own table meanwhile).
-  virtual void set_sink(Sink sink) = 0;
+  /// The interface's sink: each batch's views are appended to a table the finder keeps (one copy,
+  /// as append_clusters does) and handed on. Replaces a view sink.
+  void set_sink(ResultSink sink) final;
+  /// Where streamed batches' results go as views (find() uses its own table meanwhile). Replaces
+  /// the interface's sink.
+  virtual void set_view_sink(Sink sink) = 0;
   virtual GpuFinderStats stats() const = 0;
+
+ private:
+  ClusterTable results_;  ///< set_sink's table, reused batch after batch
 };
 
 /// Throws glint::gpu::CudaError (or std::runtime_error where the engine is not built) when the

@@ -1,9 +1,14 @@
 #pragma once
-// One acquisition run: ingest threads -> frame assembler -> finder (dark frames, then data
-// frames in frame-number order) -> the run's HDF5 file. Everything is created at run start and
-// released at its end; the file is always closed, also after an error or an abort.
+// One acquisition run: a chain of stages, each in its own file (docs/architecture.md):
+//   source (FrameSource: ingest threads -> frame assembler)
+//   -> FrameSequencer (frame-number order: gaps, incomplete images, dark or data)
+//   -> pre-processing (FramePreprocessing, on the copy threads)
+//   -> finder (FinderStage: batches in the finder's input slots, any backend)
+//   -> result consumers (ConsumerChain: the run file, the .clust file, the reconstruction).
+// The Acquisition wires the chain, runs it on its thread and owns the run's state
+// (RunStateMachine). Everything is created at run start and released at its end; the file is
+// always closed, also after an error or an abort.
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -12,16 +17,26 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "glint/cluster_finder.hpp"
 #include "glint/config/config.hpp"
 #include "glint/pedestal.hpp"
+#include "glint/pipeline/consumer_chain.hpp"
+#include "glint/pipeline/finder_factory.hpp"
+#include "glint/pipeline/frame_copier.hpp"
+#include "glint/pipeline/frame_preprocessing.hpp"
+#include "glint/pipeline/frame_source.hpp"
+#include "glint/pipeline/run_counters.hpp"
+#include "glint/pipeline/run_state.hpp"
 #include "glint/pipeline/sls_stream.hpp"
 
 namespace glint::pipeline {
 
-enum class RunState { idle, pedestal, acquiring, finishing, error };
-std::string_view to_string(RunState s);
+class FinderStage;
+class FrameSequencer;
+class RunFileConsumer;
+class ReconstructionConsumer;
 
 /// A consistent-enough snapshot of a run's counters (each counter is exact, the set is not
 /// taken atomically).
@@ -31,6 +46,9 @@ struct RunStats {
   std::string file;
   std::string backend;
   std::string error;
+  /// The failure leaves this process unable to go on (a sticky CUDA error: the device context is
+  /// lost): the daemon reports it and exits non-zero so that its service manager restarts it.
+  bool fatal = false;
   double elapsed_s = 0;
   uint64_t messages = 0, bytes = 0, end_messages = 0;
   uint64_t parts = 0;
@@ -54,15 +72,17 @@ struct RunStats {
   uint64_t recon_volumes_done = 0;      ///< reconstructed (written to the file at its close)
   uint64_t recon_volumes_dropped = 0;   ///< dropped: the reconstruction worker was busy
   uint64_t recon_volumes_failed = 0;    ///< the solver or the hand-over failed (logged)
+  std::vector<ConsumerStats> consumers;  ///< each result consumer's own counters, in order
 };
 
 class Acquisition {
  public:
-  /// Starts a run: opens `<output.directory>/<run_name>_<run_index>.h5`, builds the finder,
-  /// connects the ingest. Never throws for run-time failures: they put the run in the error
-  /// state (see stats().error). `previous_pedestal` is used when pedestal.keep_previous is set.
+  /// Starts a run: opens `<output.directory>/<run_name>_<run_index>.h5`, builds the finder
+  /// (with `make_finder`, default pipeline::make_finder), connects the ingest. Never throws for
+  /// run-time failures: they put the run in the error state (see stats().error).
+  /// `previous_pedestal` is used when pedestal.keep_previous is set.
   Acquisition(const config::Config& cfg, uint64_t run_index,
-              std::optional<PedestalState> previous_pedestal);
+              std::optional<PedestalState> previous_pedestal, FinderFactory make_finder = {});
   ~Acquisition();  ///< aborts if still running; the file is closed
   Acquisition(const Acquisition&) = delete;
   Acquisition& operator=(const Acquisition&) = delete;
@@ -72,12 +92,12 @@ class Acquisition {
   /// Ends the run now (queued frames are not processed); the file is still closed.
   void abort();
   /// True once the file is closed (or the run failed).
-  bool done() const { return done_.load(); }
+  bool done() const { return states_.done(); }
   /// Waits until done() or the timeout; returns done().
-  bool wait(std::chrono::milliseconds timeout) const;
+  bool wait(std::chrono::milliseconds timeout) const { return states_.wait_done(timeout); }
 
   RunStats stats() const;
-  RunState state() const { return state_.load(); }
+  RunState state() const { return states_.state(); }
   std::filesystem::path file() const { return file_; }
   const config::Config& config() const { return cfg_; }
   /// The pedestal at the start of data taking / at the end of the run, once known.
@@ -85,31 +105,37 @@ class Acquisition {
   std::optional<PedestalState> end_pedestal() const;
 
  private:
-  struct Worker;
-  void run(std::stop_token st);
-  void fail(const std::string& why);
-  void start_reconstruction();
-  void finish_reconstruction();
+  void run();
+  void start();             ///< builds the finder, starts the consumers, connects the source
+  void begin_data();        ///< the pedestal is ready: data taking starts
+  void acquire();           ///< moves frames through the chain until the run ends
+  void flush();             ///< makes what was written durable (output.flush_interval_ms)
+  void finish();            ///< drains the chain and ends the consumers
+  void fail(const std::string& why, bool fatal);  ///< the error state, the file closed
 
   const config::Config cfg_;
   const uint64_t run_index_;
-  std::filesystem::path file_;
-  std::optional<PedestalState> previous_pedestal_;
-  std::chrono::steady_clock::time_point started_;
+  const std::filesystem::path file_;
+  const std::optional<PedestalState> previous_pedestal_;
+  const FinderFactory make_finder_;
+  const std::chrono::steady_clock::time_point started_;
 
-  std::atomic<RunState> state_{RunState::pedestal};
-  std::atomic<bool> done_{false};
-  std::atomic<bool> stop_requested_{false};
-  std::atomic<bool> abort_requested_{false};
-  mutable std::mutex mu_;  ///< guards the strings and pedestals below
-  std::string error_, end_reason_, backend_;
+  RunStateMachine states_;
+  RunCounters counters_;
+  mutable std::mutex mu_;  ///< guards the string and pedestals below
+  std::string backend_;
   std::optional<PedestalState> start_pedestal_, end_pedestal_;
 
-  std::atomic<uint64_t> recon_failed_at_start_{0};  ///< the stage could not be set up (logged)
-  std::atomic<uint64_t> frames_processed_{0}, dark_frames_{0}, data_frames_{0}, incomplete_{0},
-      missing_{0}, dropped_rows_{0}, clusters_{0}, rows_written_{0};
-  std::unique_ptr<Worker> w_;
-  std::jthread thread_;
+  // The chain, in the order a frame passes through it (destroyed in reverse).
+  FrameSource source_;
+  FramePreprocessing preprocessing_;
+  FrameCopier copier_;
+  ConsumerChain consumers_;
+  RunFileConsumer* run_file_ = nullptr;
+  ReconstructionConsumer* recon_ = nullptr;
+  std::unique_ptr<FinderStage> finder_;        ///< built on the run's thread
+  std::unique_ptr<FrameSequencer> sequencer_;
+  std::jthread thread_;  // last: joined first
 };
 
 }  // namespace glint::pipeline

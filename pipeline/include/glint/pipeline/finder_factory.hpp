@@ -1,5 +1,6 @@
 #pragma once
 // Chooses the cluster-finder backend once, at start-up. Every backend gives the same bits.
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,7 +20,7 @@ std::string_view to_string(Backend backend);
 struct FinderOptions {
   Backend backend = Backend::auto_select;
   unsigned threads = 0;            ///< CPU threads; 0 = all hardware threads
-  int batch_frames = 256;          ///< GPU frames per batch
+  int batch_frames = 256;          ///< frames per batch (the finder's input slot)
   int streams = 2;                 ///< GPU stream slots per device
   std::vector<int> gpu_ids{0};     ///< GPUs to use
   gpu::FindTuning tuning;          ///< GPU finder tuning (find_tuning_from_environment())
@@ -29,5 +30,9 @@ struct FinderOptions {
 /// gpu: throws std::runtime_error with the reason when no GPU backend can run.
 std::unique_ptr<ClusterFinder> make_finder(const FinderParams& params,
                                            const FinderOptions& options);
+
+/// How a run builds its finder: make_finder, or (tests) a wrapper around it.
+using FinderFactory =
+    std::function<std::unique_ptr<ClusterFinder>(const FinderParams&, const FinderOptions&)>;
 
 }  // namespace glint::pipeline

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -66,6 +67,10 @@ class ReconstructionStage {
   /// Blocks until the queue is empty and the worker idle (tests, end of run).
   void wait_idle();
   StageStats stats() const;
+  /// A sticky device error the worker met (the GPU context is lost: nothing on it can run any
+  /// more, in this stage or elsewhere in the process), or null. The volume is counted as failed
+  /// like any other; the caller rethrows the error to end the process (CudaError::sticky).
+  std::exception_ptr fatal_error() const;
 
  private:
   void close_slice();
@@ -87,6 +92,7 @@ class ReconstructionStage {
   std::deque<StageResult> queue_;
   bool busy_ = false;
   StageStats stats_;
+  std::exception_ptr fatal_;
   std::jthread worker_;
 };
 

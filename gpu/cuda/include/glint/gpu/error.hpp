@@ -5,8 +5,13 @@
 namespace glint::gpu {
 
 /// A failed CUDA runtime or cuFFT call: what was called, where, and the library's message.
-/// A sticky error (the context is unusable) is marked so that the daemon exits and systemd
-/// restarts it.
+///
+/// sticky(): the error left the CUDA context unusable (cudaErrorIllegalAddress,
+/// cudaErrorLaunchFailure, cudaErrorIllegalInstruction, cudaErrorMisalignedAddress, ...): every
+/// later call in this process fails too. It is fatal for the process: the run that meets it fails
+/// with RunStats::fatal, its file is closed, and glintd reports it and exits with status 3 so
+/// that systemd starts a fresh process. A non-sticky error (e.g. out of memory) fails only the
+/// run.
 class CudaError : public std::runtime_error {
  public:
   CudaError(const std::string& what, int code, bool sticky)

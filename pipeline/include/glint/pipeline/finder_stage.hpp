@@ -1,0 +1,66 @@
+#pragma once
+// The finder stage: gathers the run's images into batches in the finder's input slot (dark or
+// data, consecutive frames), submits them, and hands every result to the consumers in frame
+// order: data batches as they come back from the finder, dark frames and frames without a
+// search as rows, each only after everything handed to the finder before it. It works through
+// the ClusterFinder interface only: any backend, the same path.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "glint/cluster_finder.hpp"
+#include "glint/pipeline/consumer_chain.hpp"
+#include "glint/pipeline/frame_copier.hpp"
+#include "glint/pipeline/run_counters.hpp"
+
+namespace glint::pipeline {
+
+enum class FrameKind { dark, data };
+
+class FinderStage {
+ public:
+  /// Results go to `consumers`; the stage counts what it hands on in `counters`.
+  FinderStage(std::unique_ptr<ClusterFinder> finder, FrameCopier& copier,
+              ConsumerChain& consumers, RunCounters& counters);
+  ~FinderStage();  ///< detaches the sink (results still in flight are dropped with the run)
+  FinderStage(const FinderStage&) = delete;
+  FinderStage& operator=(const FinderStage&) = delete;
+
+  ClusterFinder& finder() { return *finder_; }
+
+  /// Adds one complete image to the open batch (copied into the input slot, possibly on another
+  /// thread; the image goes back to the pool). A change of kind submits the open batch first;
+  /// a full batch is submitted.
+  void add(FramePtr f, FrameKind kind);
+  /// Hands the open batch to the finder (a dark batch's rows go to the consumers at once).
+  void submit();
+  /// Everything added so far has reached the consumers.
+  void drain();
+  /// Rows of frames without a cluster search (incomplete, missing, dropped), after everything
+  /// added before them.
+  void write_rows(std::span<const FrameRow> rows);
+  /// An abort: the open batch is dropped; batches already submitted still reach the consumers.
+  void discard();
+  /// No more results reach the consumers (after a failure).
+  void detach();
+
+ private:
+  void deliver(const ClusterTable& batch);
+
+  std::unique_ptr<ClusterFinder> finder_;
+  FrameCopier& copier_;
+  ConsumerChain& consumers_;
+  RunCounters& counters_;
+  const std::size_t pixels_;
+  const std::size_t capacity_;  ///< frames per batch: the finder's input slot
+
+  FrameKind kind_ = FrameKind::data;
+  std::span<uint16_t> slot_;    ///< the open batch's input slot, taken at its first frame
+  std::vector<uint64_t> numbers_, timestamps_;
+  std::vector<FrameRow> rows_;
+  std::deque<std::vector<uint64_t>> in_flight_;  ///< timestamps of each submitted data batch
+};
+
+}  // namespace glint::pipeline

@@ -1,0 +1,55 @@
+#pragma once
+// Copies assembled images into the finder's input slot on a few threads, so that the run's
+// thread only orders frames and hands batches on; each copied image is pre-processed in place
+// (FramePreprocessing) and goes back to the assembler's pool at once. With no threads the copies
+// happen on the caller's thread.
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "glint/config/config.hpp"
+#include "glint/pipeline/frame_assembler.hpp"
+#include "glint/pipeline/frame_preprocessing.hpp"
+
+namespace glint::pipeline {
+
+/// Copy threads: as configured (ingest.copy_threads); "auto" (negative): none on small machines
+/// (the copy stays on the run's thread), up to 4.
+unsigned copy_threads(int configured);
+
+class FrameCopier {
+ public:
+  FrameCopier(unsigned threads, const config::DetectorConfig& det, FrameAssembler& assembler,
+              const FramePreprocessing& preprocessing);
+  ~FrameCopier();
+  FrameCopier(const FrameCopier&) = delete;
+  FrameCopier& operator=(const FrameCopier&) = delete;
+
+  /// Writes `f`'s image into `dst` (one image), pre-processes it and releases `f`.
+  void copy(FramePtr f, std::span<uint16_t> dst);
+  /// Returns once every copy handed in so far is done.
+  void wait();
+
+ private:
+  struct Task {
+    FramePtr frame;
+    std::span<uint16_t> dst;
+  };
+  void loop(std::stop_token st);
+  void write(FramePtr f, std::span<uint16_t> dst);
+
+  const config::DetectorConfig det_;
+  FrameAssembler& assembler_;
+  const FramePreprocessing& preprocessing_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<Task> tasks_;
+  std::size_t outstanding_ = 0;
+  std::vector<std::jthread> threads_;  // last: stopped and joined first
+};
+
+}  // namespace glint::pipeline

@@ -1,0 +1,79 @@
+#pragma once
+// What receives a run's results: the last stages of the chain (source -> pre-processing ->
+// finder -> consumers). Consumers are registered per run (ConsumerChain) and see every frame of
+// the run once, in frame order: data frames as batches of per-frame records and clusters
+// (on_batch), every other frame as a row without clusters (on_rows: dark, incomplete, missing,
+// dropped). Calls come from the run's thread, one at a time.
+//
+// A consumer that may fall behind (a live view, a product that takes longer than a batch) must
+// not delay the run: it keeps a bounded queue of its own, drops what does not fit and counts it
+// (ConsumerStats::dropped). The run file never drops: a failure there fails the run.
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+
+#include "glint/cluster_finder.hpp"
+#include "glint/cluster_table.hpp"
+#include "glint/config/config.hpp"
+#include "glint/pedestal.hpp"
+#include "glint/pipeline/run_file.hpp"
+
+namespace glint::pipeline {
+
+/// What a consumer learns at the start of a run.
+struct RunContext {
+  const config::Config& cfg;
+  uint64_t run_index = 0;
+  std::filesystem::path file;      ///< the run file
+  FinderParams finder;
+  std::string backend;             ///< the finder's description
+};
+
+/// Data frames searched for clusters, in frame order: one record per frame in `clusters` (its
+/// clusters in raster order), `timestamps` per frame. Valid during the call only.
+struct FoundBatch {
+  const ClusterTable& clusters;
+  std::span<const uint64_t> timestamps;
+};
+
+/// How the run ended, for on_end.
+struct RunEnd {
+  const PedestalState* end_pedestal = nullptr;  ///< null after an abort's failure or an error
+  bool aborted = false;   ///< queued frames were not processed
+  bool failed = false;    ///< the run is in the error state: close what is open, nothing more
+};
+
+/// Each consumer's own counters (exact; readable from any thread).
+struct ConsumerStats {
+  std::string name;
+  uint64_t frames = 0;   ///< rows handed to it (data frames and rows without clusters)
+  uint64_t dropped = 0;  ///< what it dropped for lack of room (its own unit, e.g. volumes)
+  uint64_t failed = 0;   ///< what it failed to produce (logged)
+};
+
+class ResultConsumer {
+ public:
+  virtual ~ResultConsumer() = default;
+  /// A short name for logs and statistics ("run file", "clust file", "reconstruction").
+  virtual std::string_view name() const = 0;
+
+  /// Before the first frame (the finder is built, nothing has been received). Throws to fail
+  /// the run.
+  virtual void on_start(const RunContext& run) = 0;
+  /// The pedestal data taking starts from, once the dark frames are in (or kept from before).
+  virtual void on_pedestal(const PedestalState& pedestal) { (void)pedestal; }
+  /// Data frames and their clusters, in frame order.
+  virtual void on_batch(const FoundBatch& batch) = 0;
+  /// Frames without a cluster search, in frame order with on_batch's frames.
+  virtual void on_rows(std::span<const FrameRow> rows) { (void)rows; }
+  /// Make what was received so far durable and visible to readers (every output.flush_interval_ms).
+  virtual void flush() {}
+  /// The run ended (also after an error): finish and close. Consumers end in the reverse order
+  /// of registration, so that one handing its results to an earlier one ends before it.
+  virtual void on_end(const RunEnd& end) = 0;
+
+  virtual ConsumerStats stats() const = 0;
+};
+
+}  // namespace glint::pipeline

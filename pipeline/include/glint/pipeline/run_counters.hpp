@@ -1,0 +1,20 @@
+#pragma once
+// The run's frame counters, shared by the stages that count (each counter has one writer, the
+// run's thread; any thread may read them).
+#include <atomic>
+#include <cstdint>
+
+namespace glint::pipeline {
+
+struct RunCounters {
+  std::atomic<uint64_t> frames_processed{0};  ///< rows for received images (dark, data, incomplete)
+  std::atomic<uint64_t> dark_frames{0};
+  std::atomic<uint64_t> data_frames{0};       ///< frames searched for clusters
+  std::atomic<uint64_t> incomplete{0};
+  std::atomic<uint64_t> missing{0};           ///< rows for frame numbers that never arrived
+  std::atomic<uint64_t> dropped_rows{0};      ///< rows for images dropped at the ingest
+  std::atomic<uint64_t> clusters{0};
+  std::atomic<uint64_t> rows_written{0};      ///< rows handed to the consumers
+};
+
+}  // namespace glint::pipeline

@@ -1,0 +1,85 @@
+#include "glint/pipeline/finder_stage.hpp"
+
+#include <stdexcept>
+
+namespace glint::pipeline {
+
+FinderStage::FinderStage(std::unique_ptr<ClusterFinder> finder, FrameCopier& copier,
+                         ConsumerChain& consumers, RunCounters& counters)
+    : finder_(std::move(finder)), copier_(copier), consumers_(consumers), counters_(counters),
+      pixels_(finder_->params().shape.pixels()),
+      capacity_(static_cast<std::size_t>(finder_->batch_frames())) {
+  numbers_.reserve(capacity_);
+  timestamps_.reserve(capacity_);
+  finder_->set_sink([this](const ClusterTable& batch) { deliver(batch); });
+}
+
+FinderStage::~FinderStage() { detach(); }
+
+void FinderStage::deliver(const ClusterTable& batch) {
+  // Batches come back in submission order.
+  if (in_flight_.empty()) throw std::logic_error("finder stage: a result nobody submitted");
+  const std::vector<uint64_t> timestamps = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  consumers_.on_batch(FoundBatch{batch, timestamps});
+  counters_.clusters.fetch_add(batch.n_clusters());
+  counters_.data_frames.fetch_add(batch.n_frames());
+  counters_.frames_processed.fetch_add(batch.n_frames());
+  counters_.rows_written.fetch_add(batch.n_frames());
+}
+
+void FinderStage::add(FramePtr f, FrameKind kind) {
+  if (!numbers_.empty() && kind_ != kind) submit();
+  kind_ = kind;
+  if (slot_.empty()) slot_ = finder_->staging();  // may wait for that slot's old batch
+  uint16_t* dst = slot_.data() + numbers_.size() * pixels_;
+  numbers_.push_back(f->frame_number);
+  timestamps_.push_back(f->timestamp);
+  copier_.copy(std::move(f), std::span<uint16_t>(dst, pixels_));  // and releases it
+  if (numbers_.size() == capacity_) submit();
+}
+
+void FinderStage::submit() {
+  copier_.wait();  // the batch's pixels are all in place
+  const std::size_t n = numbers_.size();
+  if (n == 0) return;
+  slot_ = {};
+  if (kind_ == FrameKind::dark) {
+    finder_->submit_dark(n);  // may be queued on the device; the run goes on at once
+    rows_.clear();
+    for (std::size_t i = 0; i < n; ++i)
+      rows_.push_back(FrameRow{numbers_[i], timestamps_[i], 0, 0, kFlagDark});
+    consumers_.on_rows(rows_);
+    counters_.dark_frames.fetch_add(n);
+    counters_.frames_processed.fetch_add(n);
+    counters_.rows_written.fetch_add(n);
+  } else {
+    in_flight_.push_back(timestamps_);
+    finder_->submit(numbers_);  // the results reach deliver() now or later, in order
+  }
+  numbers_.clear();
+  timestamps_.clear();
+}
+
+void FinderStage::drain() {
+  submit();
+  finder_->flush();
+}
+
+void FinderStage::write_rows(std::span<const FrameRow> rows) {
+  drain();
+  consumers_.on_rows(rows);
+  counters_.rows_written.fetch_add(rows.size());
+}
+
+void FinderStage::discard() {
+  copier_.wait();
+  numbers_.clear();
+  timestamps_.clear();
+  slot_ = {};
+  finder_->flush();  // batches already submitted are written
+}
+
+void FinderStage::detach() { finder_->set_sink({}); }
+
+}  // namespace glint::pipeline

@@ -1,0 +1,71 @@
+#include "glint/pipeline/frame_copier.hpp"
+
+#include <pthread.h>
+
+#include <fmt/format.h>
+
+namespace glint::pipeline {
+
+unsigned copy_threads(int configured) {
+  if (configured >= 0) return static_cast<unsigned>(configured);
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw >= 8 ? 4 : hw >= 4 ? 2 : 0;
+}
+
+FrameCopier::FrameCopier(unsigned threads, const config::DetectorConfig& det,
+                         FrameAssembler& assembler, const FramePreprocessing& preprocessing)
+    : det_(det), assembler_(assembler), preprocessing_(preprocessing) {
+  for (unsigned i = 0; i < threads; ++i)
+    threads_.emplace_back([this, i](std::stop_token st) {
+      pthread_setname_np(pthread_self(), fmt::format("glint-copy{}", i).substr(0, 15).c_str());
+      loop(st);
+    });
+}
+
+FrameCopier::~FrameCopier() {
+  for (auto& t : threads_) t.request_stop();
+  cv_.notify_all();
+}
+
+void FrameCopier::write(FramePtr f, std::span<uint16_t> dst) {
+  f->write_to(det_, dst);
+  if (preprocessing_.active()) preprocessing_.apply(f->frame_number, dst);
+  assembler_.release(std::move(f));
+}
+
+void FrameCopier::copy(FramePtr f, std::span<uint16_t> dst) {
+  if (threads_.empty()) {
+    write(std::move(f), dst);
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    tasks_.push_back(Task{std::move(f), dst});
+    ++outstanding_;
+  }
+  cv_.notify_one();
+}
+
+void FrameCopier::wait() {
+  if (threads_.empty()) return;
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return outstanding_ == 0; });
+}
+
+void FrameCopier::loop(std::stop_token st) {
+  while (true) {
+    Task t;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return st.stop_requested() || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      t = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    write(std::move(t.frame), t.dst);
+    std::lock_guard lock(mu_);
+    if (--outstanding_ == 0) done_cv_.notify_all();
+  }
+}
+
+}  // namespace glint::pipeline

@@ -1,0 +1,344 @@
+// The run's chain of stages: the state machine's transitions, the consumer chain's order and
+// end, the .clust consumer against the run file, and a fatal (sticky) device error that fails
+// the run, leaves its file readable and is reported as fatal.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../daemon/sticky_fault.hpp"
+#include "glint/clust_file.hpp"
+#include "glint/config/config.hpp"
+#include "glint/pipeline/acquisition.hpp"
+#include "glint/pipeline/clust_file_consumer.hpp"
+#include "glint/pipeline/consumer_chain.hpp"
+#include "glint/pipeline/queued_consumer.hpp"
+#include "glint/pipeline/run_file.hpp"
+#include "glint/pipeline/run_state.hpp"
+#include "glint/pipeline/stream_simulator.hpp"
+#include "stream_test_util.hpp"
+
+using namespace glint;
+using namespace glint::pipeline;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+TEST(RunStateMachine, OnlyTheRunsTransitionsAreAllowed) {
+  using S = RunState;
+  RunStateMachine m;
+  EXPECT_EQ(m.state(), S::pedestal);
+  EXPECT_FALSE(m.advance(S::acquiring, S::finishing)) << "not in acquiring";
+  EXPECT_TRUE(m.advance(S::pedestal, S::acquiring));
+  EXPECT_THROW(m.to(S::pedestal), std::logic_error);
+  m.to(S::finishing);
+  EXPECT_THROW(m.to(S::acquiring), std::logic_error);
+  m.end();
+  EXPECT_EQ(m.state(), S::idle);
+  EXPECT_THROW(m.to(S::acquiring), std::logic_error);
+  for (S from : {S::idle, S::error})
+    for (S to : {S::idle, S::pedestal, S::acquiring, S::finishing, S::error})
+      EXPECT_FALSE(allowed(from, to)) << to_string(from) << " -> " << to_string(to);
+
+  RunStateMachine f;
+  f.request_stop("time limit");
+  f.request_abort();
+  EXPECT_TRUE(f.stop_requested());
+  EXPECT_TRUE(f.abort_requested());
+  EXPECT_EQ(f.end_reason(), "time limit") << "the first reason given";
+  f.fail("disk full", false);
+  f.fail("later", true);
+  f.end();
+  EXPECT_EQ(f.state(), S::error) << "an error stays";
+  EXPECT_EQ(f.error(), "disk full");
+  EXPECT_FALSE(f.fatal()) << "the first failure decides";
+}
+
+TEST(RunStateMachine, WaitWakesWhenTheRunIsDone) {
+  RunStateMachine m;
+  EXPECT_FALSE(m.wait_done(10ms));
+  std::jthread t([&] {
+    std::this_thread::sleep_for(30ms);
+    m.set_done();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(m.wait_done(10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+}
+
+namespace {
+
+/// Records what reaches it, into a log shared by several.
+class Recorder final : public ResultConsumer {
+ public:
+  Recorder(std::string name, std::vector<std::string>& log, bool throw_at_end = false)
+      : name_(std::move(name)), log_(log), throw_at_end_(throw_at_end) {}
+  std::string_view name() const override { return name_; }
+  void on_start(const RunContext&) override { log_.push_back(name_ + " start"); }
+  void on_batch(const FoundBatch& b) override {
+    log_.push_back(name_ + " batch " + std::to_string(b.clusters.n_frames()));
+    frames_ += b.clusters.n_frames();
+  }
+  void on_rows(std::span<const FrameRow> rows) override {
+    log_.push_back(name_ + " rows " + std::to_string(rows.size()));
+    frames_ += rows.size();
+  }
+  void on_end(const RunEnd& e) override {
+    log_.push_back(name_ + (e.failed ? " end failed" : " end"));
+    if (throw_at_end_) throw std::runtime_error(name_ + " cannot close");
+  }
+  ConsumerStats stats() const override { return {name_, frames_, 0, 0}; }
+
+ private:
+  std::string name_;
+  std::vector<std::string>& log_;
+  bool throw_at_end_;
+  uint64_t frames_ = 0;
+};
+
+}  // namespace
+
+TEST(ConsumerChain, BatchesInOrderEndInReverseAndEveryConsumerIsEnded) {
+  std::vector<std::string> log;
+  config::Config cfg;
+  const RunContext ctx{cfg, 1, "x.h5", FinderParams{}, "cpu"};
+  {
+    ConsumerChain chain;
+    chain.add(std::make_unique<Recorder>("a", log));
+    chain.add(std::make_unique<Recorder>("b", log, /*throw_at_end=*/true));
+    chain.add(std::make_unique<Recorder>("c", log));
+    chain.on_start(ctx);
+    ClusterTable t(3);
+    t.begin_frame(5);
+    t.begin_frame(6);
+    const std::vector<uint64_t> ts{50, 60};
+    chain.on_batch(FoundBatch{t, ts});
+    const FrameRow row{7, 0, 0, 0, kFlagMissing};
+    chain.on_rows(std::span(&row, 1));
+    // b's failure propagates, after a and c have been ended too; a second end does nothing.
+    EXPECT_THROW(chain.on_end(RunEnd{}), std::runtime_error);
+    chain.on_end(RunEnd{});
+    const auto st = chain.stats();
+    ASSERT_EQ(st.size(), 3u);
+    EXPECT_EQ(st[2].name, "c");
+    EXPECT_EQ(st[2].frames, 3u);
+  }
+  EXPECT_EQ(log, (std::vector<std::string>{"a start", "b start", "c start", "a batch 2",
+                                           "b batch 2", "c batch 2", "a rows 1", "b rows 1",
+                                           "c rows 1", "c end", "b end", "a end"}));
+  // A consumer whose start failed is not ended; the ones started before are.
+  log.clear();
+  class FailsToStart final : public ResultConsumer {
+   public:
+    std::string_view name() const override { return "x"; }
+    void on_start(const RunContext&) override { throw std::runtime_error("no"); }
+    void on_batch(const FoundBatch&) override {}
+    void on_end(const RunEnd&) override { ADD_FAILURE() << "ended without a start"; }
+    ConsumerStats stats() const override { return {}; }
+  };
+  ConsumerChain chain;
+  chain.add(std::make_unique<Recorder>("a", log));
+  chain.add(std::make_unique<FailsToStart>());
+  EXPECT_THROW(chain.on_start(ctx), std::runtime_error);
+  chain.on_end(RunEnd{nullptr, false, true});
+  EXPECT_EQ(log, (std::vector<std::string>{"a start", "a end failed"}));
+}
+
+namespace {
+
+/// Blocks in its first batch until released; records the first frame number of every batch.
+class SlowConsumer final : public ResultConsumer {
+ public:
+  std::string_view name() const override { return "slow"; }
+  void on_start(const RunContext&) override {}
+  void on_batch(const FoundBatch& b) override {
+    std::unique_lock lock(mu_);
+    firsts_.push_back(b.clusters.frames()[0].frame_number);
+    in_first_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return released_; });
+  }
+  void on_rows(std::span<const FrameRow> rows) override {
+    std::lock_guard lock(mu_);
+    firsts_.push_back(rows[0].frame_number);
+  }
+  void on_end(const RunEnd&) override {
+    std::lock_guard lock(mu_);
+    ended_ = true;
+  }
+  ConsumerStats stats() const override { return {"slow", 0, 0, 0}; }
+
+  void wait_in_first() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return in_first_; });
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  std::vector<uint64_t> firsts() const {
+    std::lock_guard lock(mu_);
+    return firsts_;
+  }
+  bool ended() const {
+    std::lock_guard lock(mu_);
+    return ended_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint64_t> firsts_;
+  bool in_first_ = false, released_ = false, ended_ = false;
+};
+
+ClusterTable frames_from(uint64_t first, std::size_t n) {
+  ClusterTable t(3);
+  for (std::size_t i = 0; i < n; ++i) t.begin_frame(first + i);
+  return t;
+}
+
+}  // namespace
+
+TEST(QueuedConsumer, AConsumerThatFallsBehindDropsAndCountsButNeverDelaysTheRun) {
+  auto slow_owner = std::make_unique<SlowConsumer>();
+  SlowConsumer& slow = *slow_owner;
+  QueuedConsumer q(std::move(slow_owner), 2);
+  config::Config cfg;
+  q.on_start(RunContext{cfg, 1, "x.h5", FinderParams{}, "cpu"});
+  const std::vector<uint64_t> ts(4, 0);
+  const ClusterTable b0 = frames_from(0, 4);
+  q.on_batch(FoundBatch{b0, ts});
+  slow.wait_in_first();  // the worker holds batch 0; two more fit in the queue
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t k = 1; k <= 4; ++k) {
+    const ClusterTable b = frames_from(4 * k, 4);
+    q.on_batch(FoundBatch{b, ts});
+  }
+  const FrameRow row{20, 0, 0, 0, kFlagMissing};
+  q.on_rows(std::span(&row, 1));  // the queue is still full: dropped
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s) << "the run was held up";
+  ConsumerStats s = q.stats();
+  EXPECT_EQ(s.name, "slow");
+  EXPECT_EQ(s.frames, 21u);
+  EXPECT_EQ(s.dropped, 9u) << "batches 3 and 4 and the row";
+  slow.release();
+  q.on_end(RunEnd{});
+  EXPECT_TRUE(slow.ended());
+  EXPECT_EQ(slow.firsts(), (std::vector<uint64_t>{0, 4, 8})) << "in frame order, gaps dropped";
+  EXPECT_EQ(q.stats().dropped, 9u);
+  EXPECT_THROW(QueuedConsumer(std::make_unique<SlowConsumer>(), 0), std::invalid_argument);
+}
+
+namespace {
+
+struct Case {
+  config::Config cfg;
+  SimOptions sim;
+};
+
+Case make_case(const std::string& name) {
+  Case c;
+  c.cfg = config::load(fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml");
+  c.cfg.detector.rows = 32;
+  c.cfg.detector.cols = 40;
+  const auto ep = glint::testing::loopback(glint::testing::free_tcp_port());
+  c.cfg.ingest.endpoints = {ep};
+  c.sim.endpoints = {ep};
+  c.cfg.pedestal.dark_frames = 16;
+  c.cfg.pedestal.window = 16;
+  c.cfg.finder.backend = "cpu";
+  c.cfg.finder.batch_frames = 8;
+  c.cfg.output.directory = glint::testing::fresh_dir(name);
+  c.cfg.output.run_name = name;
+  c.sim.image.rows = 32;
+  c.sim.image.cols = 40;
+  c.sim.image.photons = 10;
+  c.sim.dark_frames = 16;
+  c.sim.frames = 100;
+  c.sim.first_frame_number = 1;
+  return c;
+}
+
+}  // namespace
+
+TEST(RunChain, ClustConsumerWritesTheRunFilesClustersForEveryDataFrame) {
+  Case c = make_case("chain_clust");
+  c.cfg.output.clust = true;
+  c.cfg.detector.ports_x = 2;  // a dropped part makes an incomplete image
+  c.sim.ports_x = 2;
+  c.sim.faults = {{SimFault::gap, 17}, {SimFault::drop_part, 23}};
+  c.cfg.ingest.reorder_frames = 4;
+  Acquisition run(c.cfg, 1, std::nullopt);
+  run_stream_simulator(c.sim);
+  ASSERT_TRUE(run.wait(20s));
+  const auto s = run.stats();
+  ASSERT_EQ(s.error, "");
+  const auto f = read_run_file(run.file());
+  ASSERT_GT(s.incomplete, 0u);
+  ASSERT_GT(s.missing, 0u);
+  // The .clust file holds exactly the data rows (flags 0) of the run file, with their clusters.
+  const ClusterTable clust = read_clust(clust_file_path(run.file()), 3);
+  ClusterTable want(3);
+  for (std::size_t i = 0; i < f.frames.size(); ++i) {
+    if (f.frames[i].flags != 0) continue;
+    const FrameRecord& r = f.clusters.frames()[i];
+    want.begin_frame(r.frame_number);
+    for (uint64_t k = r.first_cluster; k < r.first_cluster + r.n_clusters; ++k)
+      want.add_cluster(f.clusters.x()[k], f.clusters.y()[k], f.clusters.cluster_data(k));
+  }
+  EXPECT_EQ(clust.n_frames(), s.data_frames);
+  EXPECT_GT(clust.n_clusters(), 100u);
+  EXPECT_TRUE(clust == want) << "the .clust file differs from the run file's data frames";
+  ASSERT_EQ(s.consumers.size(), 2u);
+  EXPECT_EQ(s.consumers[0].name, "run file");
+  EXPECT_EQ(s.consumers[0].frames, f.frames.size());
+  EXPECT_EQ(s.consumers[1].name, "clust file");
+  EXPECT_EQ(s.consumers[1].frames, s.data_frames);
+
+  // A second run with the same name does not overwrite it.
+  Case d = c;
+  fs::remove(run.file());
+  Acquisition again(d.cfg, 1, std::nullopt);
+  ASSERT_TRUE(again.wait(10s));
+  EXPECT_EQ(again.state(), RunState::error);
+  EXPECT_NE(again.stats().error.find(".clust: exists"), std::string::npos) << again.stats().error;
+}
+
+TEST(RunChain, StickyDeviceErrorFailsTheRunAsFatalAndTheFileKeepsItsRows) {
+  Case c = make_case("chain_sticky");
+  std::atomic<uint64_t> ok{0};
+  Acquisition run(c.cfg, 1, std::nullopt, glint::testing::sticky_fault_factory(3, &ok));
+  std::atomic<bool> stop{false};
+  std::jthread sender([&] { run_stream_simulator(c.sim, &stop); });
+  ASSERT_TRUE(run.wait(20s));
+  stop = true;
+  const auto s = run.stats();
+  EXPECT_EQ(s.state, RunState::error);
+  EXPECT_TRUE(s.fatal);
+  EXPECT_NE(s.error.find("cudaErrorIllegalAddress"), std::string::npos) << s.error;
+  EXPECT_NE(s.error.find("(sticky: "), std::string::npos) << s.error;
+  EXPECT_FALSE(run.end_pedestal().has_value());
+  const auto f = read_run_file(run.file());
+  EXPECT_FALSE(f.end_time.empty()) << "the file is closed";
+  EXPECT_EQ(glint::testing::count_rows(f, kFlagDark), 16u);
+  EXPECT_EQ(glint::testing::count_rows(f, 0), ok.load());
+  EXPECT_GE(ok.load(), 2u);
+  EXPECT_EQ(s.data_frames, ok.load());
+
+  // A CUDA error that is not sticky fails the run without being fatal.
+  Case d = make_case("chain_not_sticky");
+  auto factory = [](const FinderParams&, const FinderOptions&) -> std::unique_ptr<ClusterFinder> {
+    throw gpu::CudaError("cudaMalloc failed: cudaErrorMemoryAllocation", 2, false);
+  };
+  Acquisition other(d.cfg, 1, std::nullopt, factory);
+  ASSERT_TRUE(other.wait(10s));
+  EXPECT_EQ(other.state(), RunState::error);
+  EXPECT_FALSE(other.stats().fatal);
+  EXPECT_EQ(other.stats().error, "cudaMalloc failed: cudaErrorMemoryAllocation");
+}
