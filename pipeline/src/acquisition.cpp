@@ -18,6 +18,7 @@
 #include "glint/pipeline/frame_assembler.hpp"
 #include "glint/pipeline/ingest.hpp"
 #include "glint/pipeline/run_file.hpp"
+#include "glint/pipeline/tuning_env.hpp"
 #include "glint/recon/reconstruction_stage.hpp"
 
 namespace glint::pipeline {
@@ -75,6 +76,7 @@ recon::StageOptions stage_options(const config::Config& c) {
   o.solver.variant = tv::parse_variant(r.variant);
   o.backend.backend = recon::parse_backend(r.backend);
   o.backend.variant = o.solver.variant;
+  o.backend.tv_tuning = tv_tuning_from_environment();
   if (!c.finder.gpu_ids.empty()) o.backend.device = c.finder.gpu_ids.front();
   return o;
 }
