@@ -62,26 +62,28 @@ using Kernel = glint::gpu::TvTuning::Kernel;
 std::string describe(const TvTuning& t) {
   const TvTuning def;
   std::string d;
-  auto add = [&](const char* name, long long value, long long def_value) {
-    if (value != def_value) d += (d.empty() ? "" : " ") + std::string(name) + "=" +
-                                 std::to_string(value);
+  auto add = [&](const char* name, const std::string& value) {
+    if (!d.empty()) d += ' ';
+    d.append(name).append("=").append(value);
+  };
+  auto add_number = [&](const char* name, long long value, long long def_value) {
+    if (value != def_value) add(name, std::to_string(value));
   };
   const char* kernels[] = {"planned", "march", "staged", "pair"};
-  if (t.kernel != def.kernel)
-    d += std::string("kernel=") + kernels[static_cast<int>(t.kernel)];
-  add("zrun", t.zrun, def.zrun);
-  add("pairs", t.pairs, def.pairs);
-  add("shuffle", t.shuffle, def.shuffle);
-  add("rows", t.rows, def.rows);
-  add("ahead", t.ahead, def.ahead);
-  add("warps", t.warps, def.warps);
-  add("blocks", t.blocks, def.blocks);
-  add("cols", t.cols, def.cols);
-  add("chunk", t.chunk, def.chunk);
-  add("group", t.group, def.group);
-  add("first", t.first, def.first);
-  add("ox", t.ox, def.ox);
-  add("pitch", t.pitch, def.pitch);
+  if (t.kernel != def.kernel) add("kernel", kernels[static_cast<int>(t.kernel)]);
+  add_number("zrun", t.zrun, def.zrun);
+  add_number("pairs", t.pairs, def.pairs);
+  add_number("shuffle", t.shuffle, def.shuffle);
+  add_number("rows", t.rows, def.rows);
+  add_number("ahead", t.ahead, def.ahead);
+  add_number("warps", t.warps, def.warps);
+  add_number("blocks", t.blocks, def.blocks);
+  add_number("cols", t.cols, def.cols);
+  add_number("chunk", t.chunk, def.chunk);
+  add_number("group", t.group, def.group);
+  add_number("first", t.first, def.first);
+  add_number("ox", t.ox, def.ox);
+  add_number("pitch", t.pitch, def.pitch);
   return d.empty() ? "default kernels" : d;
 }
 
@@ -149,8 +151,7 @@ TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
   for_each_cpu_case(1, {true, false}, {1, 7, 10}, [](const CpuCase& c) {
     for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v);
-    TvTuning t;
-    t.pitch = 2 * (c.d.nx / 2 + 1);
+    const TvTuning t{.pitch = 2 * (c.d.nx / 2 + 1)};
     for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, t);
   });
 }
@@ -161,30 +162,18 @@ TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
 // thread, and each pair kernel for both fused and two-state.
 TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
-  auto tuning = [](Kernel kernel, int rows, int ahead, int chunk, int zrun, bool pairs = true,
-                   int shuffle = -1) {
-    TvTuning t;
-    t.kernel = kernel;
-    t.rows = rows;
-    t.ahead = ahead;
-    t.chunk = chunk;
-    t.zrun = zrun;
-    t.pairs = pairs;
-    t.shuffle = shuffle;
-    return t;
-  };
-  const Kernel march = Kernel::march, planned = Kernel::planned;
-  const TvTuning settings[] = {tuning(march, 3, 2, 0, 4),
-                               tuning(march, 2, 1, 3, 4),
-                               tuning(march, 2, 2, 1, 4),
-                               tuning(march, 3, 1, 5, 1),
-                               tuning(planned, -1, -1, 0, 8),
-                               tuning(planned, -1, -1, 0, 2, false),
-                               tuning(planned, -1, -1, 0, 1, true, 1),
-                               tuning(planned, -1, -1, 0, 2, true, 1),
-                               tuning(planned, -1, -1, 0, 4, true, 1),
-                               tuning(planned, -1, -1, 0, 8, true, 1),
-                               tuning(planned, -1, -1, 0, 2, true, 0)};
+  const Kernel march = Kernel::march;
+  const TvTuning settings[] = {{.kernel = march, .rows = 3, .ahead = 2},
+                               {.kernel = march, .rows = 2, .ahead = 1, .chunk = 3},
+                               {.kernel = march, .rows = 2, .ahead = 2, .chunk = 1},
+                               {.kernel = march, .zrun = 1, .rows = 3, .ahead = 1, .chunk = 5},
+                               {.zrun = 8},
+                               {.zrun = 2, .pairs = false},
+                               {.zrun = 1, .shuffle = 1},
+                               {.zrun = 2, .shuffle = 1},
+                               {.zrun = 4, .shuffle = 1},
+                               {.zrun = 8, .shuffle = 1},
+                               {.zrun = 2, .shuffle = 0}};
   for_each_cpu_case(11, {true}, {2, 7}, [&](const CpuCase& c) {
     for (const TvTuning& t : settings)
       for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, t);
@@ -201,6 +190,10 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
     int rows, ahead, warps, blocks;
     int chunk;     // 0: planned
     int cols = 1;  // set always: the temporal default has two columns per lane
+    TvTuning tuning() const {
+      return {.kernel = Kernel::march, .rows = rows, .ahead = ahead, .warps = warps,
+              .blocks = blocks, .cols = cols, .chunk = chunk};
+    }
   };
   const Shape step_shapes[] = {{2, 1, 16, 1, 0}, {2, 2, 16, 1, 3}, {2, 2, 16, 2, 0},
                                {1, 1, 16, 2, 3}, {1, 2, 16, 2, 0}, {1, 1, 32, 1, 0},
@@ -211,17 +204,7 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
                                    {1, 1, 24, 1, 0, 2}, {1, 1, 24, 1, 3, 2}, {1, 2, 24, 1, 0, 2},
                                    {1, 2, 24, 1, 3, 2}};
   for_each_cpu_case(21, {true}, {2, 7}, [&](const CpuCase& c) {
-    auto check = [&](const Shape& sh, Variant v) {
-      TvTuning t;
-      t.kernel = Kernel::march;
-      t.rows = sh.rows;
-      t.ahead = sh.ahead;
-      t.warps = sh.warps;
-      t.blocks = sh.blocks;
-      t.chunk = sh.chunk;
-      t.cols = sh.cols;
-      expect_denoise_is_cpus(c, v, t);
-    };
+    auto check = [&](const Shape& sh, Variant v) { expect_denoise_is_cpus(c, v, sh.tuning()); };
     for (const Shape& sh : step_shapes)
       for (Variant v : {Variant::fused_march, Variant::two_state}) check(sh, v);
     for (const Shape& sh : temporal_shapes) check(sh, Variant::temporal);
@@ -230,11 +213,8 @@ TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
     for (int warps : {16, 24, 32})
       for (int ahead : {1, 2})
         for (int chunk : {0, 3}) {
-          TvTuning t;
-          t.kernel = Kernel::staged;
-          t.warps = warps;
-          t.ahead = ahead;
-          t.chunk = chunk;
+          const TvTuning t{.kernel = Kernel::staged, .ahead = ahead, .warps = warps,
+                           .chunk = chunk};
           for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
             expect_denoise_is_cpus(c, v, t);
         }
@@ -250,12 +230,8 @@ TEST(TvGpu, EveryRegionLayoutIsBitIdenticalToTheCpuReference) {
       31, {true, false}, {2, 5},
       [&](const CpuCase& c) {
         for (int ox : {0, 56, 60})
-          for (int chunk : {0, 3}) {
-            TvTuning t;
-            t.ox = ox;
-            t.chunk = chunk;
-            expect_pair_kernels_are_cpus(c, t);
-          }
+          for (int chunk : {0, 3})
+            expect_pair_kernels_are_cpus(c, TvTuning{.chunk = chunk, .ox = ox});
       },
       {kRegions, kChunked});
 }
@@ -274,11 +250,7 @@ TEST(TvGpu, EveryLaunchOrderIsBitIdenticalToTheCpuReference) {
       [&](const CpuCase& c) {
         for (const auto& [group, first] : {Knobs{1, -1}, Knobs{4, -1}, Knobs{-1, 2},
                                            Knobs{1, 5}, Knobs{-1, 100}}) {
-          TvTuning t;
-          t.group = group;
-          t.first = first;
-          t.chunk = 3;
-          expect_pair_kernels_are_cpus(c, t);
+          expect_pair_kernels_are_cpus(c, TvTuning{.chunk = 3, .group = group, .first = first});
         }
       },
       {kChunked, kRegions});
@@ -580,8 +552,7 @@ TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {
   // TvTuning::pitch sets the pitch if it is even and at least nx, else the default stays.
   for (const auto& [value, want] : {std::pair{130, 130u}, std::pair{65, 64u},
                                     std::pair{62, 64u}, std::pair{-1, 64u}}) {
-    TvTuning t;
-    t.pitch = value;
+    const TvTuning t{.pitch = value};
     glint::gpu::GpuReconstructor set(Dims{64, 32, 16}, Variant::fused, true, 0, false, t);
     EXPECT_EQ(set.memory_plan().row_floats, want) << describe(t);
   }
