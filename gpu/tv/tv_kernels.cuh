@@ -149,63 +149,6 @@ struct TwoStateR {
   }
 };
 
-/// Fused (13 volumes) and two-state (10 volumes) step: z recomputed at the voxel and its three
-/// upper neighbours. Fused: p in place, r_out = momentum(p', p); two-state: p' to p_out only.
-/// A thread walks ZR consecutive planes; the z and r it computed at (i + e_z) are the z and r of
-/// the next plane's voxel (the same values, so the same bits as ZR = 1).
-template <class R, bool kTwoState, int ZR>
-__global__ void __launch_bounds__(256) fused_kernel(Geom g, const float* __restrict__ b, R r,
-                                                    Dual p, Dual out, float w, bool nonneg,
-                                                    float cst, float mom) {
-  const int x = blockIdx.x * blockDim.x + threadIdx.x;
-  const int y = blockIdx.y * blockDim.y + threadIdx.y;
-  const int z0 = blockIdx.z * ZR;
-  if (x >= g.nx || y >= g.ny) return;
-  long long i = at(g, x, y, z0);
-  const bool lx = x == g.nx - 1, ly = y == g.ny - 1;
-  // The voxel's own loads first, before anything that waits on them.
-  Vec3 ri{r.x(i), r.y(i), r.z(i)};
-  float zc = m::primal(ld(b, i), ri, x > 0 ? r.x(i - 1) : 0.0f, y > 0 ? r.y(i - g.px) : 0.0f,
-                       z0 > 0 ? r.z(i - g.plane) : 0.0f, w, nonneg);
-#pragma unroll
-  for (int k = 0; k < ZR; ++k) {
-    const int z = z0 + k;
-    if (z >= g.nz) break;
-    const bool lz = z == g.nz - 1;
-    Vec3 po{0.f, 0.f, 0.f};
-    if constexpr (!kTwoState) po = Vec3{p.x[i], p.y[i], p.z[i]};
-    Vec3 rz{0.f, 0.f, 0.f};
-    float zx = 0.f, zy = 0.f, zz = 0.f;
-    if (!lz) {
-      const long long j = i + g.plane;
-      rz = Vec3{r.x(j), r.y(j), r.z(j)};
-      zz = m::primal(ld(b, j), rz, x > 0 ? r.x(j - 1) : 0.0f, y > 0 ? r.y(j - g.px) : 0.0f,
-                     ri.z, w, nonneg);
-    }
-    if (!lx) {
-      const long long j = i + 1;
-      zx = m::primal(ld(b, j), Vec3{r.x(j), r.y(j), r.z(j)}, ri.x,
-                     y > 0 ? r.y(j - g.px) : 0.0f, z > 0 ? r.z(j - g.plane) : 0.0f, w, nonneg);
-    }
-    if (!ly) {
-      const long long j = i + g.px;
-      zy = m::primal(ld(b, j), Vec3{r.x(j), r.y(j), r.z(j)}, x > 0 ? r.x(j - 1) : 0.0f, ri.y,
-                     z > 0 ? r.z(j - g.plane) : 0.0f, w, nonneg);
-    }
-    const Vec3 pn = m::project(ri, m::gradient(zc, zx, zy, zz, lx, ly, lz), cst);
-    if constexpr (kTwoState) {
-      store(out, i, pn);
-    } else {
-      const Vec3 rn = m::momentum(pn, po, mom);
-      store(p, i, pn);
-      store(out, i, rn);
-    }
-    zc = zz;
-    ri = rz;
-    i += g.plane;
-  }
-}
-
 /// Warp shuffles by one lane (every lane of the warp must call them).
 __device__ __forceinline__ float shfl_up1(float v) { return __shfl_up_sync(0xffffffffu, v, 1); }
 __device__ __forceinline__ float shfl_down1(float v) {
@@ -255,10 +198,13 @@ __device__ __forceinline__ void pair_update(const Vec3x2& r, float2 zc, float zx
   }
 }
 
-/// The same step with two x-neighbours per thread (8-byte loads and stores; rows are padded to an
-/// even length, so pairs are aligned). Within the pair, the left voxel's upper-x z is the right
-/// voxel's own z, and the right voxel's lower-x r is the left voxel's own r. Block (32, 8) covers
-/// 64 x 8 voxels; a thread walks ZR planes as above. Same values, so the same bits.
+/// Fused (13 volumes) and two-state (10 volumes) step: z recomputed at the voxel and its three
+/// upper neighbours. Fused: p in place, r_out = momentum(p', p); two-state: p' to p_out only.
+/// Two x-neighbours per thread (8-byte loads and stores; rows are padded to an even length, so
+/// pairs are aligned). Within the pair, the left voxel's upper-x z is the right voxel's own z,
+/// and the right voxel's lower-x r is the left voxel's own r. Block (32, 8) covers 64 x 8 voxels.
+/// A thread walks ZR consecutive planes; the z and r it computed at (i + e_z) are the z and r of
+/// the next plane's voxel (the same values, so the same bits as ZR = 1).
 template <class R, bool kTwoState, int ZR>
 __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __restrict__ b,
                                                          R r, Dual p, Dual out, float w,

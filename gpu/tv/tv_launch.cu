@@ -123,31 +123,23 @@ bool with_staged_step(int warps, int ahead, F&& f) {
 template <class R, bool kTwoState>
 void fused(const FusedShape& shape, const Geom& g, const float* b, R r, Dual p, Dual out, float w,
            bool nonneg, float cst, float mom, cudaStream_t s) {
-  const int xw = shape.pairs ? 2 * kTX : kTX;
   auto go = [&](auto kernel, int zr) {
-    const dim3 gr(ceil_div(g.nx, xw), ceil_div(g.ny, kTY), ceil_div(g.nz, zr));
+    const dim3 gr(ceil_div(g.nx, 2 * kTX), ceil_div(g.ny, kTY), ceil_div(g.nz, zr));
     kernel<<<gr, block(), 0, s>>>(g, b, r, p, out, w, nonneg, cst, mom);
   };
-  if (shape.pairs && shape.shuffle) {
+  if (shape.shuffle) {
     switch (shape.zrun) {
       case 1: go(fused_pair_shfl_kernel<R, kTwoState, 1>, 1); break;
       case 4: go(fused_pair_shfl_kernel<R, kTwoState, 4>, 4); break;
       case 8: go(fused_pair_shfl_kernel<R, kTwoState, 8>, 8); break;
       default: go(fused_pair_shfl_kernel<R, kTwoState, 2>, 2); break;
     }
-  } else if (shape.pairs) {
+  } else {
     switch (shape.zrun) {
       case 1: go(fused_pair_kernel<R, kTwoState, 1>, 1); break;
       case 4: go(fused_pair_kernel<R, kTwoState, 4>, 4); break;
       case 8: go(fused_pair_kernel<R, kTwoState, 8>, 8); break;
       default: go(fused_pair_kernel<R, kTwoState, 2>, 2); break;
-    }
-  } else {
-    switch (shape.zrun) {
-      case 1: go(fused_kernel<R, kTwoState, 1>, 1); break;
-      case 4: go(fused_kernel<R, kTwoState, 4>, 4); break;
-      case 8: go(fused_kernel<R, kTwoState, 8>, 8); break;
-      default: go(fused_kernel<R, kTwoState, 2>, 2); break;
     }
   }
   GLINT_CUDA_CHECK_LAUNCH();

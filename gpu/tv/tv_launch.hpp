@@ -78,11 +78,10 @@ struct MarchShape {
   }
 };
 
-/// The one-voxel kernels of fused and two-state: two x-neighbours per thread (pairs), then the
-/// neighbours across pairs from the neighbouring lanes (shuffle) or loaded; zrun planes per
-/// thread (1, 2, 4 or 8; another value runs 2).
+/// The one-voxel kernels of fused and two-state (two x-neighbours per thread): the neighbours
+/// across pairs from the neighbouring lanes (shuffle) or loaded; zrun planes per thread (1, 2, 4
+/// or 8; another value runs 2).
 struct FusedShape {
-  bool pairs = true;
   bool shuffle = true;
   int zrun = 4;
 };

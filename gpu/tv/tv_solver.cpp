@@ -123,8 +123,8 @@ struct GpuReconstructor::Impl {
   DeviceBuffer work, x, xprev, buf, yv, hy, h2n, spec, zb;
   std::vector<DeviceBuffer> sets;
   int cur = 0, prev = 0, rcur = 1;
-  // The one-voxel kernels of fused and two-state: two x-neighbours per thread, the neighbours
-  // across pairs from the neighbouring lanes, planes per thread.
+  // The one-voxel kernels of fused and two-state: the neighbours across pairs from the
+  // neighbouring lanes or loaded, planes per thread.
   tvk::FusedShape fused_shape;
   // Register-marching kernels for fused-march and temporal, and for two-state with
   // TvTuning::Kernel::march (its one-voxel pair kernel is faster on the H200). `rows` rows per
@@ -454,10 +454,8 @@ GpuReconstructor::GpuReconstructor(const Dims& dims, Variant variant, bool with_
                                   : std::string()));
   // Measured on the H200 (docs/performance.md): the lane-shuffle pair kernel is faster for fused,
   // the loading one for two-state. TvTuning::shuffle = 0 or 1 overrides.
-  m.fused_shape = tvk::FusedShape{tuning.pairs,
-                                  tuning.shuffle < 0 ? variant == Variant::fused
-                                                     : tuning.shuffle != 0,
-                                  zrun_of(tuning)};
+  m.fused_shape = tvk::FusedShape{
+      tuning.shuffle < 0 ? variant == Variant::fused : tuning.shuffle != 0, zrun_of(tuning)};
   m.stream = std::make_unique<Stream>(low_priority ? StreamPriority::low : StreamPriority::normal);
   m.e0 = std::make_unique<Event>(/*timing=*/true);
   m.e1 = std::make_unique<Event>(/*timing=*/true);

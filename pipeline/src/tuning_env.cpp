@@ -17,7 +17,6 @@ gpu::TvTuning tv_tuning_from_environment() {
   else if (env_is("GLINT_TV_KERNEL", "pair"))
     t.kernel = Kernel::pair;
   t.zrun = static_cast<int>(env_int("GLINT_TV_ZRUN", t.zrun, 1, 8));
-  t.pairs = env_int("GLINT_TV_PAIRS", 1, 0, 1) != 0;
   t.shuffle = static_cast<int>(env_int("GLINT_TV_SHUFFLE", -1, 0, 1));
   // Kernel shapes: 0 .. 1024 is passed on; the solver keeps its default for a shape it has not
   // built.

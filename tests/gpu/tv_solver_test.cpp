@@ -72,7 +72,6 @@ std::string describe(const TvTuning& t) {
   const char* kernels[] = {"planned", "march", "staged", "pair"};
   if (t.kernel != def.kernel) add("kernel", kernels[static_cast<int>(t.kernel)]);
   add_number("zrun", t.zrun, def.zrun);
-  add_number("pairs", t.pairs, def.pairs);
   add_number("shuffle", t.shuffle, def.shuffle);
   add_number("rows", t.rows, def.rows);
   add_number("ahead", t.ahead, def.ahead);
@@ -157,9 +156,9 @@ TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
 }
 
 // The kernel choices of TvTuning (kernel, rows per warp, loads ahead, planes per block, planes
-// and voxels per thread, the pair kernels' lane shuffles) compute the same bits as the CPU
-// reference too: two-state's register-marching kernel, chunks of 1 and 3 planes, one voxel per
-// thread, and each pair kernel for both fused and two-state.
+// per thread, the pair kernels' lane shuffles) compute the same bits as the CPU reference too:
+// two-state's register-marching kernel, chunks of 1 and 3 planes, and each pair kernel for both
+// fused and two-state.
 TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
   const Kernel march = Kernel::march;
@@ -168,7 +167,6 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
                                {.kernel = march, .rows = 2, .ahead = 2, .chunk = 1},
                                {.kernel = march, .zrun = 1, .rows = 3, .ahead = 1, .chunk = 5},
                                {.zrun = 8},
-                               {.zrun = 2, .pairs = false},
                                {.zrun = 1, .shuffle = 1},
                                {.zrun = 2, .shuffle = 1},
                                {.zrun = 4, .shuffle = 1},

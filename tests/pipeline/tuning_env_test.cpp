@@ -14,9 +14,9 @@ using glint::gpu::TvTuning;
 using glint::pipeline::tv_tuning_from_environment;
 
 constexpr const char* kTvVariables[] = {
-    "GLINT_TV_KERNEL", "GLINT_TV_ZRUN",  "GLINT_TV_PAIRS", "GLINT_TV_SHUFFLE", "GLINT_TV_ROWS",
-    "GLINT_TV_AHEAD",  "GLINT_TV_WARPS", "GLINT_TV_BLOCKS", "GLINT_TV_COLS",  "GLINT_TV_CHUNK",
-    "GLINT_TV_GROUP",  "GLINT_TV_FIRST", "GLINT_TV_OX",     "GLINT_TV_PITCH"};
+    "GLINT_TV_KERNEL", "GLINT_TV_ZRUN",   "GLINT_TV_SHUFFLE", "GLINT_TV_ROWS", "GLINT_TV_AHEAD",
+    "GLINT_TV_WARPS",  "GLINT_TV_BLOCKS", "GLINT_TV_COLS",    "GLINT_TV_CHUNK", "GLINT_TV_GROUP",
+    "GLINT_TV_FIRST",  "GLINT_TV_OX",     "GLINT_TV_PITCH"};
 
 /// Sets the given variables (every other GLINT_TV_* unset) for its lifetime.
 class Environment {
@@ -40,7 +40,6 @@ TEST(TvTuningEnvironment, UnsetLeavesTheSolversDefaults) {
   const TvTuning t = tv_tuning_from_environment(), def;
   EXPECT_EQ(t.kernel, def.kernel);
   EXPECT_EQ(t.zrun, 4);
-  EXPECT_TRUE(t.pairs);
   EXPECT_EQ(t.shuffle, -1);
   EXPECT_EQ(t.rows, -1);
   EXPECT_EQ(t.ahead, -1);
@@ -55,7 +54,7 @@ TEST(TvTuningEnvironment, UnsetLeavesTheSolversDefaults) {
 }
 
 TEST(TvTuningEnvironment, EveryVariableSetsItsField) {
-  Environment env({{"GLINT_TV_KERNEL", "staged"}, {"GLINT_TV_ZRUN", "8"}, {"GLINT_TV_PAIRS", "0"},
+  Environment env({{"GLINT_TV_KERNEL", "staged"}, {"GLINT_TV_ZRUN", "8"},
                    {"GLINT_TV_SHUFFLE", "1"}, {"GLINT_TV_ROWS", "2"}, {"GLINT_TV_AHEAD", "2"},
                    {"GLINT_TV_WARPS", "16"}, {"GLINT_TV_BLOCKS", "3"}, {"GLINT_TV_COLS", "1"},
                    {"GLINT_TV_CHUNK", "5"}, {"GLINT_TV_GROUP", "0"}, {"GLINT_TV_FIRST", "132"},
@@ -63,7 +62,6 @@ TEST(TvTuningEnvironment, EveryVariableSetsItsField) {
   const TvTuning t = tv_tuning_from_environment();
   EXPECT_EQ(t.kernel, TvTuning::Kernel::staged);
   EXPECT_EQ(t.zrun, 8);
-  EXPECT_FALSE(t.pairs);
   EXPECT_EQ(t.shuffle, 1);
   EXPECT_EQ(t.rows, 2);
   EXPECT_EQ(t.ahead, 2);
@@ -89,12 +87,11 @@ TEST(TvTuningEnvironment, KernelWords) {
 TEST(TvTuningEnvironment, ValuesOutsideTheRangeLeaveTheDefault) {
   // Words not listed (classic: the removed shared-memory kernels) and numbers out of range.
   Environment env({{"GLINT_TV_KERNEL", "classic"}, {"GLINT_TV_ZRUN", "9"},
-                   {"GLINT_TV_PAIRS", "2"}, {"GLINT_TV_SHUFFLE", "yes"}, {"GLINT_TV_ROWS", "-1"},
+                   {"GLINT_TV_SHUFFLE", "yes"}, {"GLINT_TV_ROWS", "-1"},
                    {"GLINT_TV_CHUNK", "0"}, {"GLINT_TV_GROUP", "x"}, {"GLINT_TV_FIRST", "-3"}});
   const TvTuning t = tv_tuning_from_environment();
   EXPECT_EQ(t.kernel, TvTuning::Kernel::planned);
   EXPECT_EQ(t.zrun, 4);
-  EXPECT_TRUE(t.pairs);
   EXPECT_EQ(t.shuffle, -1);
   EXPECT_EQ(t.rows, -1);
   EXPECT_EQ(t.chunk, 0);

@@ -175,9 +175,8 @@ struct TvTuning {
   /// step run the staged one-step kernel. pair: two-state runs the pair kernel.
   enum class Kernel { planned, march, staged, pair };
   Kernel kernel = Kernel::planned;
-  int zrun = 4;         ///< planes per thread of the one-voxel kernels: 1, 2, 4 or 8
-  bool pairs = true;    ///< the one-voxel kernels take two x-neighbours per thread
-  int shuffle = -1;     ///< pair kernel: 1 lane shuffles, 0 loads; -1: fused 1, two-state 0
+  int zrun = 4;      ///< planes per thread of the one-voxel kernels: 1, 2, 4 or 8
+  int shuffle = -1;  ///< pair kernel: 1 lane shuffles, 0 loads; -1: fused 1, two-state 0
   /// The register-marching kernels' shape (MarchShape: rows per warp, planes loaded ahead, warps
   /// per block, blocks per SM, columns per lane); -1: the variant's default. A shape that is not
   /// built keeps the default. warps and ahead also pick the staged one-step kernel's (16, 24 or

@@ -6,7 +6,7 @@
 
 namespace glint::pipeline {
 
-/// The GPU TV solver's tuning from GLINT_TV_KERNEL, _ZRUN, _PAIRS, _SHUFFLE, _ROWS, _AHEAD,
+/// The GPU TV solver's tuning from GLINT_TV_KERNEL, _ZRUN, _SHUFFLE, _ROWS, _AHEAD,
 /// _WARPS, _BLOCKS, _COLS, _CHUNK, _GROUP, _FIRST, _OX and _PITCH (docs/tuning.md). An unset
 /// variable, a number that is not a whole number in the variable's range or a word other than
 /// those listed leaves the default; GLINT_TV_OX and GLINT_TV_PITCH set to something else than a
