@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "glint/log.hpp"
+#include "glint/pipeline/tuning_env.hpp"
 
 namespace glint::pipeline {
 
@@ -25,6 +26,7 @@ recon::StageOptions stage_options(const config::Config& c) {
   o.solver.variant = tv::parse_variant(r.variant);
   o.backend.backend = recon::parse_backend(r.backend);
   o.backend.variant = o.solver.variant;
+  o.backend.tv_tuning = tv_tuning_from_environment();
   if (!c.finder.gpu_ids.empty()) o.backend.device = c.finder.gpu_ids.front();
   return o;
 }

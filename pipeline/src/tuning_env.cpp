@@ -20,4 +20,35 @@ gpu::FindTuning find_tuning_from_environment() {
   return t;
 }
 
+gpu::TvTuning tv_tuning_from_environment() {
+  using glint::detail::env_int;
+  using glint::detail::env_is;
+  using glint::detail::env_set;
+  using Kernel = gpu::TvTuning::Kernel;
+  gpu::TvTuning t;
+  if (env_is("GLINT_TV_KERNEL", "march"))
+    t.kernel = Kernel::march;
+  else if (env_is("GLINT_TV_KERNEL", "staged"))
+    t.kernel = Kernel::staged;
+  else if (env_is("GLINT_TV_KERNEL", "pair"))
+    t.kernel = Kernel::pair;
+  t.zrun = static_cast<int>(env_int("GLINT_TV_ZRUN", t.zrun, 1, 8));
+  t.shuffle = static_cast<int>(env_int("GLINT_TV_SHUFFLE", -1, 0, 1));
+  // Kernel shapes: 0 .. 1024 is passed on; the solver keeps its default for a shape it has not
+  // built.
+  auto shape = [&](const char* name) { return static_cast<int>(env_int(name, -1, 0, 1024)); };
+  t.rows = shape("GLINT_TV_ROWS");
+  t.ahead = shape("GLINT_TV_AHEAD");
+  t.warps = shape("GLINT_TV_WARPS");
+  t.blocks = shape("GLINT_TV_BLOCKS");
+  t.cols = shape("GLINT_TV_COLS");
+  t.chunk = static_cast<int>(env_int("GLINT_TV_CHUNK", 0, 1, 1 << 20));
+  t.group = env_int("GLINT_TV_GROUP", -1, 0, 1 << 20);
+  t.first = static_cast<int>(env_int("GLINT_TV_FIRST", -1, 0, 1 << 20));
+  // Set but not a number in range: -1, which the solver refuses with a warning.
+  if (env_set("GLINT_TV_OX")) t.ox = static_cast<int>(env_int("GLINT_TV_OX", -1, 0, 1024));
+  if (env_set("GLINT_TV_PITCH")) t.pitch = env_int("GLINT_TV_PITCH", -1, 0, 1 << 20);
+  return t;
+}
+
 }  // namespace glint::pipeline

@@ -54,38 +54,37 @@ const Dims kChunked{70, 41, 35};
 // (tv_pair_regions).
 const Dims kRegions{230, 45, 9};
 
-/// Tuning variables for one GPU solver construction: set() sets names (or, for nullptr, unsets
-/// them); every name set is unset again when this goes out of scope. describe() names the
-/// setting in a failure: the variables set now, "NAME=value ...".
-class TuningEnv {
- public:
-  using Var = std::pair<const char*, const char*>;
-  ~TuningEnv() {
-    for (const auto& [name, value] : vars_) unsetenv(name.c_str());
-  }
-  void set(const char* name, const char* value) { set({{name, value}}); }
-  void set(std::initializer_list<Var> vars) {
-    for (const auto& [name, value] : vars) {
-      auto it = std::find_if(vars_.begin(), vars_.end(),
-                             [&](const auto& v) { return v.first == name; });
-      if (it == vars_.end()) it = vars_.insert(vars_.end(), {name, {}});
-      it->second = value ? value : "";
-      if (value)
-        setenv(name, value, 1);
-      else
-        unsetenv(name);
-    }
-  }
-  std::string describe() const {
-    std::string d;
-    for (const auto& [name, value] : vars_)
-      if (!value.empty()) d += (d.empty() ? "" : " ") + name + "=" + value;
-    return d.empty() ? "default kernels" : d;
-  }
+using glint::gpu::TvTuning;
+using Kernel = glint::gpu::TvTuning::Kernel;
 
- private:
-  std::vector<std::pair<std::string, std::string>> vars_;  // value "" once unset
-};
+/// The settings of `t` that differ from the defaults, "name=value ...", to name the setting in a
+/// failure.
+std::string describe(const TvTuning& t) {
+  const TvTuning def;
+  std::string d;
+  auto add = [&](const char* name, const std::string& value) {
+    if (!d.empty()) d += ' ';
+    d.append(name).append("=").append(value);
+  };
+  auto add_number = [&](const char* name, long long value, long long def_value) {
+    if (value != def_value) add(name, std::to_string(value));
+  };
+  const char* kernels[] = {"planned", "march", "staged", "pair"};
+  if (t.kernel != def.kernel) add("kernel", kernels[static_cast<int>(t.kernel)]);
+  add_number("zrun", t.zrun, def.zrun);
+  add_number("shuffle", t.shuffle, def.shuffle);
+  add_number("rows", t.rows, def.rows);
+  add_number("ahead", t.ahead, def.ahead);
+  add_number("warps", t.warps, def.warps);
+  add_number("blocks", t.blocks, def.blocks);
+  add_number("cols", t.cols, def.cols);
+  add_number("chunk", t.chunk, def.chunk);
+  add_number("group", t.group, def.group);
+  add_number("first", t.first, def.first);
+  add_number("ox", t.ox, def.ox);
+  add_number("pitch", t.pitch, def.pitch);
+  return d.empty() ? "default kernels" : d;
+}
 
 /// A CPU reference denoise: random b and p0 on volume d, `steps` FGP steps with or without
 /// x >= 0, and the CPU's result (pc, xc).
@@ -119,10 +118,11 @@ void for_each_cpu_case(unsigned seed, std::initializer_list<bool> nonnegs,
   }
 }
 
-/// The GPU denoise of the case's (b, p0) by variant v, with the tuning variables now set, against
-/// the CPU's result, bit for bit (p and x); `what` names the setting in a failure.
-void expect_denoise_is_cpus(const CpuCase& c, Variant v, const std::string& what) {
-  glint::gpu::GpuReconstructor gpu(c.d, v, false);
+/// The GPU denoise of the case's (b, p0) by variant v with tuning t against the CPU's result, bit
+/// for bit (p and x).
+void expect_denoise_is_cpus(const CpuCase& c, Variant v, const TvTuning& t = {}) {
+  const std::string what = describe(t);
+  glint::gpu::GpuReconstructor gpu(c.d, v, false, 0, false, t);
   std::vector<float> pg(c.p0), xg(c.d.voxels(), std::numeric_limits<float>::quiet_NaN());
   gpu.denoise(c.b, 0.08f, c.steps, c.nonneg, pg, xg);
   EXPECT_EQ(bit_mismatches(pg, c.pc), 0u) << glint::tv::variant_name(v) << " " << what
@@ -131,71 +131,50 @@ void expect_denoise_is_cpus(const CpuCase& c, Variant v, const std::string& what
                                            << " steps " << c.steps << " nonneg " << c.nonneg;
 }
 
-/// The two-column marching kernels under the tuning `env` the caller has set, bit for bit against
-/// the CPU: the two-step kernel (temporal), then the staged one-step kernel (fused, two-state and
-/// temporal's odd last step).
-void expect_pair_kernels_are_cpus(const CpuCase& c, TuningEnv& env) {
-  expect_denoise_is_cpus(c, Variant::temporal, env.describe());
-  env.set("GLINT_TV_KERNEL", "staged");
+/// The two-column marching kernels with tuning t, bit for bit against the CPU: the two-step
+/// kernel (temporal), then the staged one-step kernel (fused, two-state and temporal's odd last
+/// step).
+void expect_pair_kernels_are_cpus(const CpuCase& c, TvTuning t) {
+  expect_denoise_is_cpus(c, Variant::temporal, t);
+  t.kernel = Kernel::staged;
   for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
-    expect_denoise_is_cpus(c, v, env.describe());
+    expect_denoise_is_cpus(c, v, t);
 }
 
 }  // namespace
 
 // The FGP step: every variant and the CPU reference, same input, bit for bit (p and x), for one
 // step, an odd number (temporal blocking's two-state tail) and ten, with and without x >= 0;
-// with the default row pitch (128-byte aligned rows) and with rows of 2 (nx/2 + 1) floats; and
-// temporal with GLINT_TV_KEEP1=1.
+// with the default row pitch (128-byte aligned rows) and with rows of 2 (nx/2 + 1) floats.
 TEST(TvGpu, FgpStepsAreBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
   for_each_cpu_case(1, {true, false}, {1, 7, 10}, [](const CpuCase& c) {
-    TuningEnv env;
-    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, env.describe());
-    const std::string pitch = std::to_string(2 * (c.d.nx / 2 + 1));
-    env.set("GLINT_TV_PITCH", pitch.c_str());
-    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, env.describe());
-    // Temporal's last pass writing p_{k+1} all the same (the comparison knob).
-    env.set({{"GLINT_TV_PITCH", nullptr}, {"GLINT_TV_KEEP1", "1"}});
-    expect_denoise_is_cpus(c, Variant::temporal, env.describe());
+    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v);
+    const TvTuning t{.pitch = 2 * (c.d.nx / 2 + 1)};
+    for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, t);
   });
 }
 
-// The kernel choices kept for comparisons (GLINT_TV_KERNEL, rows per warp, loads ahead, planes
-// per block, planes and voxels per thread, the pair kernels' lane shuffles) compute the same bits
-// as the CPU reference too: two-state's register-marching kernel, the earlier shared-memory
-// kernels, chunks of 1 and 3 planes, and each pair kernel for both fused and two-state.
+// The kernel choices of TvTuning (kernel, rows per warp, loads ahead, planes per block, planes
+// per thread, the pair kernels' lane shuffles) compute the same bits as the CPU reference too:
+// two-state's register-marching kernel, chunks of 1 and 3 planes, and each pair kernel for both
+// fused and two-state.
 TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
-  struct Setting {
-    const char* kernel;
-    const char* rows;
-    const char* ahead;
-    const char* chunk;
-    const char* zrun;
-    const char* pairs;
-    const char* shuffle = nullptr;
-  };
-  const Setting settings[] = {{"march", "3", "2", nullptr, nullptr, nullptr},
-                              {"march", "2", "1", "3", nullptr, nullptr},
-                              {"march", "2", "2", "1", nullptr, nullptr},
-                              {"march", "3", "1", "5", "1", nullptr},
-                              {"classic", nullptr, nullptr, nullptr, "8", nullptr},
-                              {"classic", nullptr, nullptr, nullptr, "2", "0"},
-                              {nullptr, nullptr, nullptr, nullptr, "1", nullptr, "1"},
-                              {nullptr, nullptr, nullptr, nullptr, "2", nullptr, "1"},
-                              {nullptr, nullptr, nullptr, nullptr, "4", nullptr, "1"},
-                              {nullptr, nullptr, nullptr, nullptr, "8", nullptr, "1"},
-                              {nullptr, nullptr, nullptr, nullptr, "2", nullptr, "0"}};
+  const Kernel march = Kernel::march;
+  const TvTuning settings[] = {{.kernel = march, .rows = 3, .ahead = 2},
+                               {.kernel = march, .rows = 2, .ahead = 1, .chunk = 3},
+                               {.kernel = march, .rows = 2, .ahead = 2, .chunk = 1},
+                               {.kernel = march, .zrun = 1, .rows = 3, .ahead = 1, .chunk = 5},
+                               {.zrun = 8},
+                               {.zrun = 1, .shuffle = 1},
+                               {.zrun = 2, .shuffle = 1},
+                               {.zrun = 4, .shuffle = 1},
+                               {.zrun = 8, .shuffle = 1},
+                               {.zrun = 2, .shuffle = 0}};
   for_each_cpu_case(11, {true}, {2, 7}, [&](const CpuCase& c) {
-    for (const Setting& st : settings) {
-      TuningEnv env;
-      env.set({{"GLINT_TV_KERNEL", st.kernel}, {"GLINT_TV_ROWS", st.rows},
-               {"GLINT_TV_AHEAD", st.ahead}, {"GLINT_TV_CHUNK", st.chunk},
-               {"GLINT_TV_ZRUN", st.zrun}, {"GLINT_TV_PAIRS", st.pairs},
-               {"GLINT_TV_SHUFFLE", st.shuffle}});
-      for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, env.describe());
-    }
+    for (const TvTuning& t : settings)
+      for (Variant v : glint::tv::kAllVariants) expect_denoise_is_cpus(c, v, t);
   });
 }
 
@@ -206,48 +185,36 @@ TEST(TvGpu, EveryKernelChoiceIsBitIdenticalToTheCpuReference) {
 TEST(TvGpu, EveryMarchingShapeIsBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
   struct Shape {
-    const char* rows;
-    const char* ahead;
-    const char* warps;
-    const char* blocks;
-    const char* chunk;
-    const char* cols = "1";  // set always: the temporal default has two columns per lane
+    int rows, ahead, warps, blocks;
+    int chunk;     // 0: planned
+    int cols = 1;  // set always: the temporal default has two columns per lane
+    TvTuning tuning() const {
+      return {.kernel = Kernel::march, .rows = rows, .ahead = ahead, .warps = warps,
+              .blocks = blocks, .cols = cols, .chunk = chunk};
+    }
   };
-  const Shape step_shapes[] = {{"2", "1", "16", "1", nullptr}, {"2", "2", "16", "1", "3"},
-                               {"2", "2", "16", "2", nullptr}, {"1", "1", "16", "2", "3"},
-                               {"1", "2", "16", "2", nullptr}, {"1", "1", "32", "1", nullptr},
-                               {"1", "2", "32", "1", "3"}};
-  const Shape temporal_shapes[] = {{"2", "1", "8", "3", nullptr}, {"2", "1", "8", "4", "3"},
-                                   {"2", "1", "12", "2", nullptr}, {"2", "1", "16", "2", "3"},
-                                   {"1", "1", "16", "2", nullptr}, {"1", "1", "16", "3", "3"},
-                                   {"1", "1", "24", "2", nullptr}, {"1", "1", "32", "1", "3"},
-                                   {"1", "1", "16", "1", "3", "2"},
-                                   {"1", "1", "24", "1", nullptr, "2"},
-                                   {"1", "1", "24", "1", "3", "2"},
-                                   {"1", "2", "24", "1", nullptr, "2"},
-                                   {"1", "2", "24", "1", "3", "2"}};
+  const Shape step_shapes[] = {{2, 1, 16, 1, 0}, {2, 2, 16, 1, 3}, {2, 2, 16, 2, 0},
+                               {1, 1, 16, 2, 3}, {1, 2, 16, 2, 0}, {1, 1, 32, 1, 0},
+                               {1, 2, 32, 1, 3}};
+  const Shape temporal_shapes[] = {{2, 1, 8, 3, 0},     {2, 1, 8, 4, 3},     {2, 1, 12, 2, 0},
+                                   {2, 1, 16, 2, 3},    {1, 1, 16, 2, 0},    {1, 1, 16, 3, 3},
+                                   {1, 1, 24, 2, 0},    {1, 1, 32, 1, 3},    {1, 1, 16, 1, 3, 2},
+                                   {1, 1, 24, 1, 0, 2}, {1, 1, 24, 1, 3, 2}, {1, 2, 24, 1, 0, 2},
+                                   {1, 2, 24, 1, 3, 2}};
   for_each_cpu_case(21, {true}, {2, 7}, [&](const CpuCase& c) {
-    auto check = [&](const Shape& sh, Variant v) {
-      TuningEnv env;
-      env.set({{"GLINT_TV_KERNEL", "march"}, {"GLINT_TV_ROWS", sh.rows},
-               {"GLINT_TV_AHEAD", sh.ahead}, {"GLINT_TV_WARPS", sh.warps},
-               {"GLINT_TV_BLOCKS", sh.blocks}, {"GLINT_TV_CHUNK", sh.chunk},
-               {"GLINT_TV_COLS", sh.cols}});
-      expect_denoise_is_cpus(c, v, env.describe());
-    };
+    auto check = [&](const Shape& sh, Variant v) { expect_denoise_is_cpus(c, v, sh.tuning()); };
     for (const Shape& sh : step_shapes)
       for (Variant v : {Variant::fused_march, Variant::two_state}) check(sh, v);
     for (const Shape& sh : temporal_shapes) check(sh, Variant::temporal);
-    // The staged one-step kernel (GLINT_TV_KERNEL=staged) of fused, two-state and temporal's
-    // last odd step, at each built block size and staging depth, whole and 3-plane chunks.
-    for (const char* warps : {"16", "24", "32"})
-      for (const char* ahead : {"1", "2"})
-        for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
-          TuningEnv env;
-          env.set({{"GLINT_TV_KERNEL", "staged"}, {"GLINT_TV_WARPS", warps},
-                   {"GLINT_TV_AHEAD", ahead}, {"GLINT_TV_CHUNK", chunk}});
+    // The staged one-step kernel (Kernel::staged) of fused, two-state and temporal's last odd
+    // step, at each built block size and staging depth, whole and 3-plane chunks.
+    for (int warps : {16, 24, 32})
+      for (int ahead : {1, 2})
+        for (int chunk : {0, 3}) {
+          const TvTuning t{.kernel = Kernel::staged, .ahead = ahead, .warps = warps,
+                           .chunk = chunk};
           for (Variant v : {Variant::fused, Variant::two_state, Variant::temporal})
-            expect_denoise_is_cpus(c, v, env.describe());
+            expect_denoise_is_cpus(c, v, t);
         }
   });
 }
@@ -260,34 +227,28 @@ TEST(TvGpu, EveryRegionLayoutIsBitIdenticalToTheCpuReference) {
   for_each_cpu_case(
       31, {true, false}, {2, 5},
       [&](const CpuCase& c) {
-        for (const char* ox : {static_cast<const char*>(nullptr), "56", "60"})
-          for (const char* chunk : {static_cast<const char*>(nullptr), "3"}) {
-            TuningEnv env;
-            env.set({{"GLINT_TV_OX", ox}, {"GLINT_TV_CHUNK", chunk}});
-            expect_pair_kernels_are_cpus(c, env);
-          }
+        for (int ox : {0, 56, 60})
+          for (int chunk : {0, 3})
+            expect_pair_kernels_are_cpus(c, TvTuning{.chunk = chunk, .ox = ox});
       },
       {kRegions, kChunked});
 }
 
 // The two-column kernels' launch order (TvPairOrder) changes which block computes what, never
-// the result. GLINT_TV_GROUP: groups of one region and of four (6 regions per plane at 70 x 41
-// and 12 at 230 x 45 for the two-step kernel, so a smaller last group at 70 x 41); GLINT_TV_FIRST:
+// the result. TvTuning::group: groups of one region and of four (6 regions per plane at 70 x 41
+// and 12 at 230 x 45 for the two-step kernel, so a smaller last group at 70 x 41); ::first:
 // the first 2 or 5 regions with all planes in one block each, then the others in chunks (and in
 // groups of one), or every region with all planes (100, clamped). 3-plane chunks, the two-step
 // kernel and the staged one-step kernel, bit for bit.
 TEST(TvGpu, EveryLaunchOrderIsBitIdenticalToTheCpuReference) {
   GLINT_REQUIRE_GPU();
-  using Knobs = std::pair<const char*, const char*>;  // group, first
+  using Knobs = std::pair<int, int>;  // group, first (-1: planned)
   for_each_cpu_case(
       41, {true}, {2, 5},
       [&](const CpuCase& c) {
-        for (const auto& [group, first] : {Knobs{"1", nullptr}, Knobs{"4", nullptr},
-                                           Knobs{nullptr, "2"}, Knobs{"1", "5"},
-                                           Knobs{nullptr, "100"}}) {
-          TuningEnv env;
-          env.set({{"GLINT_TV_GROUP", group}, {"GLINT_TV_FIRST", first}, {"GLINT_TV_CHUNK", "3"}});
-          expect_pair_kernels_are_cpus(c, env);
+        for (const auto& [group, first] : {Knobs{1, -1}, Knobs{4, -1}, Knobs{-1, 2},
+                                           Knobs{1, 5}, Knobs{-1, 100}}) {
+          expect_pair_kernels_are_cpus(c, TvTuning{.chunk = 3, .group = group, .first = first});
         }
       },
       {kChunked, kRegions});
@@ -454,7 +415,7 @@ TEST(TvGpu, MarchChunkFinishesTheGridFirst) {
   // Two-state at 400 x 400 x 64 (7 x 19 regions, one more than the resident blocks): 18 planes
   // (4 chunks, the last of 10) end at 84, 16 planes at 90.
   EXPECT_EQ(tv_march_chunk(64, 133, 1, 132, 1, 16, 32), 18);
-  // Launched in groups of regions (GLINT_TV_GROUP): temporal at 400 x 400 x 64 (7 x 20 regions)
+  // Launched in groups of regions (TvTuning::group): temporal at 400 x 400 x 64 (7 x 20 regions)
   // in two groups of 70 keeps 19 planes (ending at 92, as in the grid's order); in groups of
   // 132 the last group of 8 regions runs alone at the end, and 16 planes end first, at 100.
   // Two-state there (7 x 19) in groups of 67: 18 planes, ending at 80.
@@ -465,7 +426,7 @@ TEST(TvGpu, MarchChunkFinishesTheGridFirst) {
   // Temporal at 512^3 in two groups of 117: 46 planes as before.
   EXPECT_EQ(tv_march_chunk(512, 234, 1, 132, 2, 16, 48, 117), 46);
   // 100 planes of 60 regions: 47-plane chunks end at 49, before one wave of 50-plane chunks
-  // (52). With 2 regions first (GLINT_TV_FIRST), their 100 planes end the order at 102 whatever
+  // (52). With 2 regions first (TvTuning::first), their 100 planes end the order at 102 whatever
   // the chunk, the one wave included (it is simulated like the other candidates), so the
   // shortest of equals stays.
   EXPECT_EQ(tv_march_chunk(100, 60, 1, 132, 1, 16, 48), 47);
@@ -541,7 +502,7 @@ TEST(TvGpu, PairOrderTakesAllPlanesFirstOnlyForShortMarches) {
   EXPECT_EQ(tv_pair_order(64, 7, 133, 1, 132, 1, 32).first, 0);
   // Several blocks per SM: never regions first.
   EXPECT_EQ(tv_pair_order(64, 7, 140, 2, 132, 2, 48).first, 0);
-  // GLINT_TV_GROUP and GLINT_TV_FIRST: as set, first clamped to the regions of a plane.
+  // TvTuning::group and ::first: as set, first clamped to the regions of a plane.
   const auto set = tv_pair_order(512, 9, 234, 1, 132, 2, 48, 5, 7);
   EXPECT_EQ(set.group, 5);
   EXPECT_EQ(set.first, 7);
@@ -586,13 +547,12 @@ TEST(TvGpu, MemoryPlanCountsTheVariantsVolumes) {
   EXPECT_EQ(plan.volume_bytes, 64u * 32 * 16 * 4);
   glint::gpu::GpuReconstructor odd(Dims{70, 32, 16}, Variant::fused, true);
   EXPECT_EQ(odd.memory_plan().row_floats, 96u);  // 70 floats rounded up to 128 bytes
-  // GLINT_TV_PITCH sets the pitch if it is even and at least nx, else the default stays.
-  for (const auto& [value, want] : {std::pair{"130", 130u}, std::pair{"65", 64u},
-                                    std::pair{"62", 64u}}) {
-    TuningEnv env;
-    env.set("GLINT_TV_PITCH", value);
-    glint::gpu::GpuReconstructor set(Dims{64, 32, 16}, Variant::fused, true);
-    EXPECT_EQ(set.memory_plan().row_floats, want) << env.describe();
+  // TvTuning::pitch sets the pitch if it is even and at least nx, else the default stays.
+  for (const auto& [value, want] : {std::pair{130, 130u}, std::pair{65, 64u},
+                                    std::pair{62, 64u}, std::pair{-1, 64u}}) {
+    const TvTuning t{.pitch = value};
+    glint::gpu::GpuReconstructor set(Dims{64, 32, 16}, Variant::fused, true, 0, false, t);
+    EXPECT_EQ(set.memory_plan().row_floats, want) << describe(t);
   }
   EXPECT_EQ(plan.spectra_bytes, 5u * 33 * 32 * 16 * 4);
   EXPECT_GE(plan.total_bytes,

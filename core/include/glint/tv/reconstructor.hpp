@@ -75,8 +75,7 @@ inline Variant parse_variant(std::string_view s) {
 /// Volumes of device memory traffic per FGP step by the variant's model (docs/tv-solver.md's
 /// table), averaged over the `tv_inner` steps of a proximal step: temporal moves 13 volumes per
 /// pass of two steps, 10 in the last one (which does not write p_{k+1}) and 10 in the one-step
-/// pass that ends an odd count (whose pass before it writes both); GLINT_TV_KEEP1=1 writes
-/// p_{k+1} in the last pass too.
+/// pass that ends an odd count (whose pass before it writes both).
 inline double traffic_volumes_per_step(Variant v, int tv_inner) {
   switch (v) {
     case Variant::separate: return 18;

@@ -142,8 +142,8 @@ inline constexpr int kTvLongestFirstMarch = 128;
 ///   the first plane to the last, with no halo planes between chunks; the others fill the rest
 ///   of the time in chunks.
 /// - group: tv_launch_group of the regions after the first.
-/// group >= 0 or first >= 0 (the tuning knobs GLINT_TV_GROUP and GLINT_TV_FIRST) set them
-/// instead; first is clamped to `tiles`.
+/// group >= 0 or first >= 0 (TvTuning::group and TvTuning::first) set them instead; first is
+/// clamped to `tiles`.
 TvPairOrder tv_pair_order(int nz, int nreg, int tiles, int per_sm, int sms, int halo,
                           int max_chunk, long long group = -1, int first = -1);
 
@@ -163,6 +163,32 @@ TvPairRegions tv_pair_regions(int nx);
 /// Regions of `ox` (56 or 60) output columns each across nx columns.
 TvPairRegions tv_pair_regions_uniform(int nx, int ox);
 
+/// The GPU TV solver's kernel choices and launch shapes beyond the variant. The defaults are the
+/// settings measured fastest on the H200 (docs/performance.md), planned per volume and GPU where
+/// they depend on them; every setting computes the same bits. The solver never reads the
+/// environment: the tools and the daemon fill this from the GLINT_TV_* variables
+/// (docs/tuning.md). A value that is not allowed keeps the default, with a warning in the log.
+struct TvTuning {
+  /// planned: two-state takes the staged one-step kernel where its grid fills at least three
+  /// waves of resident blocks, the pair kernel elsewhere; fused its pair kernel. march: two-state
+  /// runs the one-step register-marching kernel. staged: fused, two-state and temporal's odd last
+  /// step run the staged one-step kernel. pair: two-state runs the pair kernel.
+  enum class Kernel { planned, march, staged, pair };
+  Kernel kernel = Kernel::planned;
+  int zrun = 4;      ///< planes per thread of the one-voxel kernels: 1, 2, 4 or 8
+  int shuffle = -1;  ///< pair kernel: 1 lane shuffles, 0 loads; -1: fused 1, two-state 0
+  /// The register-marching kernels' shape (MarchShape: rows per warp, planes loaded ahead, warps
+  /// per block, blocks per SM, columns per lane); -1: the variant's default. A shape that is not
+  /// built keeps the default. warps and ahead also pick the staged one-step kernel's (16, 24 or
+  /// 32 warps; 1 or 2 planes ahead; default 24 and 1).
+  int rows = -1, ahead = -1, warps = -1, blocks = -1, cols = -1;
+  int chunk = 0;         ///< planes per block of every marching kernel; 0: planned
+  long long group = -1;  ///< regions per launch group (tv_pair_order); -1: planned
+  int first = -1;        ///< regions that take all planes first (tv_pair_order); -1: planned
+  int ox = 0;            ///< output columns of every two-column region, 56 or 60; 0: planned
+  long long pitch = 0;   ///< floats per row, even and at least nx; 0: tv_row_pitch
+};
+
 class GpuReconstructor final : public tv::Reconstructor {
  public:
   /// Plans and allocates everything for `dims`; throws std::runtime_error naming the sizes when
@@ -170,7 +196,7 @@ class GpuReconstructor final : public tv::Reconstructor {
   /// failures. with_fft = false serves only the identity forward model. low_priority: all work
   /// goes to a stream of the device's lowest priority (reconstruction beside cluster finding).
   GpuReconstructor(const tv::Dims& dims, tv::Variant variant, bool with_fft, int device = 0,
-                   bool low_priority = false);
+                   bool low_priority = false, const TvTuning& tuning = {});
   ~GpuReconstructor() override;
   GpuReconstructor(const GpuReconstructor&) = delete;
   GpuReconstructor& operator=(const GpuReconstructor&) = delete;

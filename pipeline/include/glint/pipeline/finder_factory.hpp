@@ -6,16 +6,14 @@
 #include <string_view>
 #include <vector>
 
+#include "glint/backend.hpp"
 #include "glint/cluster_finder.hpp"
 #include "glint/gpu/find_tuning.hpp"
 
 namespace glint::pipeline {
 
-enum class Backend { cpu, gpu, auto_select };
-
-/// "cpu" | "gpu" | "auto"; throws std::invalid_argument naming the allowed values.
-Backend parse_backend(std::string_view name);
-std::string_view to_string(Backend backend);
+using glint::Backend;
+using glint::parse_backend;
 
 struct FinderOptions {
   Backend backend = Backend::auto_select;

@@ -3,11 +3,19 @@
 // (docs/tuning.md); the engines take the structs filled here at construction. A value that is not
 // a whole number in range, or not one of the accepted words, leaves the default.
 #include "glint/gpu/find_tuning.hpp"
+#include "glint/gpu/tv_solver.hpp"
 
 namespace glint::pipeline {
 
 /// GLINT_FIND_THREADS, GLINT_PACK_REGIONS, GLINT_FIND_RESIDENT, GLINT_FIND_SEGMENTS,
 /// GLINT_FIND_PROFILE and GLINT_FIND_TIMELINE over the GPU finder's defaults.
 gpu::FindTuning find_tuning_from_environment();
+
+/// The GPU TV solver's tuning from GLINT_TV_KERNEL, _ZRUN, _SHUFFLE, _ROWS, _AHEAD,
+/// _WARPS, _BLOCKS, _COLS, _CHUNK, _GROUP, _FIRST, _OX and _PITCH (docs/tuning.md). An unset
+/// variable, a number that is not a whole number in the variable's range or a word other than
+/// those listed leaves the default; GLINT_TV_OX and GLINT_TV_PITCH set to something else than a
+/// number give a value the solver refuses with a warning.
+gpu::TvTuning tv_tuning_from_environment();
 
 }  // namespace glint::pipeline

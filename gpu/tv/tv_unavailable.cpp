@@ -7,7 +7,8 @@ namespace glint::gpu {
 
 struct GpuReconstructor::Impl {};
 
-GpuReconstructor::GpuReconstructor(const tv::Dims&, tv::Variant, bool, int, bool) {
+GpuReconstructor::GpuReconstructor(const tv::Dims&, tv::Variant, bool, int, bool,
+                                   const TvTuning&) {
   throw std::runtime_error("the GPU TV solver is not built into this glint (built without CUDA)");
 }
 GpuReconstructor::~GpuReconstructor() = default;

@@ -12,29 +12,12 @@
 
 #include "glint/gpu/tv_solver.hpp"
 #include "glint/tv/fgp_math.hpp"
+#include "tv_launch.hpp"
 
 namespace glint::gpu::tvk {
 
 namespace m = glint::tv::math;
 using m::Vec3;
-
-struct Geom {
-  int nx, ny, nz;
-  long long px;     // padded row length
-  long long plane;  // px * ny
-};
-
-struct Dual {
-  float* x;
-  float* y;
-  float* z;
-};
-struct CDual {
-  const float* __restrict__ x;
-  const float* __restrict__ y;
-  const float* __restrict__ z;
-};
-inline CDual c(const Dual& d) { return {d.x, d.y, d.z}; }
 
 /// Stores one voxel's three dual components.
 __device__ __forceinline__ void store(const Dual& d, long long i, const Vec3& v) {
@@ -166,63 +149,6 @@ struct TwoStateR {
   }
 };
 
-/// Fused (13 volumes) and two-state (10 volumes) step: z recomputed at the voxel and its three
-/// upper neighbours. Fused: p in place, r_out = momentum(p', p); two-state: p' to p_out only.
-/// A thread walks ZR consecutive planes; the z and r it computed at (i + e_z) are the z and r of
-/// the next plane's voxel (the same values, so the same bits as ZR = 1).
-template <class R, bool kTwoState, int ZR>
-__global__ void __launch_bounds__(256) fused_kernel(Geom g, const float* __restrict__ b, R r,
-                                                    Dual p, Dual out, float w, bool nonneg,
-                                                    float cst, float mom) {
-  const int x = blockIdx.x * blockDim.x + threadIdx.x;
-  const int y = blockIdx.y * blockDim.y + threadIdx.y;
-  const int z0 = blockIdx.z * ZR;
-  if (x >= g.nx || y >= g.ny) return;
-  long long i = at(g, x, y, z0);
-  const bool lx = x == g.nx - 1, ly = y == g.ny - 1;
-  // The voxel's own loads first, before anything that waits on them.
-  Vec3 ri{r.x(i), r.y(i), r.z(i)};
-  float zc = m::primal(ld(b, i), ri, x > 0 ? r.x(i - 1) : 0.0f, y > 0 ? r.y(i - g.px) : 0.0f,
-                       z0 > 0 ? r.z(i - g.plane) : 0.0f, w, nonneg);
-#pragma unroll
-  for (int k = 0; k < ZR; ++k) {
-    const int z = z0 + k;
-    if (z >= g.nz) break;
-    const bool lz = z == g.nz - 1;
-    Vec3 po{0.f, 0.f, 0.f};
-    if constexpr (!kTwoState) po = Vec3{p.x[i], p.y[i], p.z[i]};
-    Vec3 rz{0.f, 0.f, 0.f};
-    float zx = 0.f, zy = 0.f, zz = 0.f;
-    if (!lz) {
-      const long long j = i + g.plane;
-      rz = Vec3{r.x(j), r.y(j), r.z(j)};
-      zz = m::primal(ld(b, j), rz, x > 0 ? r.x(j - 1) : 0.0f, y > 0 ? r.y(j - g.px) : 0.0f,
-                     ri.z, w, nonneg);
-    }
-    if (!lx) {
-      const long long j = i + 1;
-      zx = m::primal(ld(b, j), Vec3{r.x(j), r.y(j), r.z(j)}, ri.x,
-                     y > 0 ? r.y(j - g.px) : 0.0f, z > 0 ? r.z(j - g.plane) : 0.0f, w, nonneg);
-    }
-    if (!ly) {
-      const long long j = i + g.px;
-      zy = m::primal(ld(b, j), Vec3{r.x(j), r.y(j), r.z(j)}, x > 0 ? r.x(j - 1) : 0.0f, ri.y,
-                     z > 0 ? r.z(j - g.plane) : 0.0f, w, nonneg);
-    }
-    const Vec3 pn = m::project(ri, m::gradient(zc, zx, zy, zz, lx, ly, lz), cst);
-    if constexpr (kTwoState) {
-      store(out, i, pn);
-    } else {
-      const Vec3 rn = m::momentum(pn, po, mom);
-      store(p, i, pn);
-      store(out, i, rn);
-    }
-    zc = zz;
-    ri = rz;
-    i += g.plane;
-  }
-}
-
 /// Warp shuffles by one lane (every lane of the warp must call them).
 __device__ __forceinline__ float shfl_up1(float v) { return __shfl_up_sync(0xffffffffu, v, 1); }
 __device__ __forceinline__ float shfl_down1(float v) {
@@ -272,10 +198,13 @@ __device__ __forceinline__ void pair_update(const Vec3x2& r, float2 zc, float zx
   }
 }
 
-/// The same step with two x-neighbours per thread (8-byte loads and stores; rows are padded to an
-/// even length, so pairs are aligned). Within the pair, the left voxel's upper-x z is the right
-/// voxel's own z, and the right voxel's lower-x r is the left voxel's own r. Block (32, 8) covers
-/// 64 x 8 voxels; a thread walks ZR planes as above. Same values, so the same bits.
+/// Fused (13 volumes) and two-state (10 volumes) step: z recomputed at the voxel and its three
+/// upper neighbours. Fused: p in place, r_out = momentum(p', p); two-state: p' to p_out only.
+/// Two x-neighbours per thread (8-byte loads and stores; rows are padded to an even length, so
+/// pairs are aligned). Within the pair, the left voxel's upper-x z is the right voxel's own z,
+/// and the right voxel's lower-x r is the left voxel's own r. Block (32, 8) covers 64 x 8 voxels.
+/// A thread walks ZR consecutive planes; the z and r it computed at (i + e_z) are the z and r of
+/// the next plane's voxel (the same values, so the same bits as ZR = 1).
 template <class R, bool kTwoState, int ZR>
 __global__ void __launch_bounds__(256) fused_pair_kernel(Geom g, const float* __restrict__ b,
                                                          R r, Dual p, Dual out, float w,
@@ -457,8 +386,6 @@ __global__ void __launch_bounds__(256)
 // ---------------------------------------------------------------------------------------------
 // Fused with 16x8x4 shared-memory cube tiles: r over the tile plus one voxel below and above on
 // every axis, z over the tile plus one above; 512 threads, one per voxel of the tile.
-constexpr int kCX = 16, kCY = 8, kCZ = 4;
-
 __global__ void __launch_bounds__(kCX* kCY* kCZ)
     fused_cube_kernel(Geom g, const float* __restrict__ b, CDual r, Dual p, Dual rout, float w,
                       bool nonneg, float cst, float mom) {
@@ -512,272 +439,6 @@ __global__ void __launch_bounds__(kCX* kCY* kCZ)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Marching kernels: a block owns a 32x8 x-y tile and marches along z over a chunk of planes,
-// keeping the planes it needs in shared-memory rings. Every plane array uses one layout: the tile
-// plus a margin of two voxels on each side, so that local (lx, ly) = (x - x0 + 2, y - y0 + 2).
-constexpr int kTX = 32, kTY = 8;
-constexpr int kMW = kTX + 4, kMH = kTY + 4, kMP = kMW * kMH;  // 36 x 12 plane
-
-struct PlaneRegion {
-  int lx0, ly0, w, h;  // local origin and size
-};
-
-/// Calls f(lx, ly, s) for every point of the region, spread over the block's 256 threads.
-template <class F>
-__device__ __forceinline__ void for_region(PlaneRegion r, F&& f) {
-  const int tid = threadIdx.x + kTX * threadIdx.y;
-  const int n = r.w * r.h;
-  for (int k = tid; k < n; k += kTX * kTY) {
-    const int lx = r.lx0 + k % r.w, ly = r.ly0 + k / r.w;
-    f(lx, ly, ly * kMW + lx);
-  }
-}
-
-/// Fused step, 32x8 tiles marching along z (13 volumes): r of plane q over the tile +-1 in x,y,
-/// z of plane q over the tile and its upper margin; the update of plane q-1 follows.
-__global__ void __launch_bounds__(kTX* kTY)
-    fused_march_kernel(Geom g, const float* __restrict__ b, CDual r, Dual p, Dual rout, float w,
-                       bool nonneg, float cst, float mom, int chunk) {
-  __shared__ float rs[2][3][kMP];
-  __shared__ float zs[2][kMP];
-  const int x0 = blockIdx.x * kTX, y0 = blockIdx.y * kTY, z0 = blockIdx.z * chunk;
-  const int zend = min(z0 + chunk, g.nz);
-  const PlaneRegion R1{1, 1, kTX + 2, kTY + 2}, U1{2, 2, kTX + 1, kTY + 1};
-  for (int q = z0 - 1; q <= zend; ++q) {
-    const int cq = q & 1, pq = (q - 1) & 1;
-    if (q >= 0 && q < g.nz) {
-      for_region(R1, [&](int lx, int ly, int s) {
-        const int x = x0 - 2 + lx, y = y0 - 2 + ly;
-        float vx = 0.f, vy = 0.f, vz = 0.f;
-        if (x >= 0 && x < g.nx && y >= 0 && y < g.ny) {
-          const long long i = at(g, x, y, q);
-          vx = ld(r.x, i);
-          vy = ld(r.y, i);
-          vz = ld(r.z, i);
-        }
-        rs[cq][0][s] = vx;
-        rs[cq][1][s] = vy;
-        rs[cq][2][s] = vz;
-      });
-    }
-    __syncthreads();
-    if (q >= z0 && q < g.nz) {
-      for_region(U1, [&](int lx, int ly, int s) {
-        const int x = x0 - 2 + lx, y = y0 - 2 + ly;
-        float v = 0.f;
-        if (x < g.nx && y < g.ny) {
-          v = m::primal(ld(b, at(g, x, y, q)), Vec3{rs[cq][0][s], rs[cq][1][s], rs[cq][2][s]},
-                        rs[cq][0][s - 1], rs[cq][1][s - kMW], q > 0 ? rs[pq][2][s] : 0.0f, w,
-                        nonneg);
-        }
-        zs[cq][s] = v;
-      });
-    }
-    __syncthreads();
-    const int u = q - 1;  // the plane updated now
-    if (u >= z0 && u < zend) {
-      const int x = x0 + threadIdx.x, y = y0 + threadIdx.y;
-      if (x < g.nx && y < g.ny) {
-        const long long i = at(g, x, y, u);
-        const int s = (threadIdx.y + 2) * kMW + threadIdx.x + 2;
-        const int cu = u & 1;
-        const Vec3 po{p.x[i], p.y[i], p.z[i]};
-        const bool lx = x == g.nx - 1, ly = y == g.ny - 1, lz = u == g.nz - 1;
-        const Vec3 gr = m::gradient(zs[cu][s], zs[cu][s + 1], zs[cu][s + kMW],
-                                    lz ? 0.0f : zs[cq][s], lx, ly, lz);
-        const Vec3 pn = m::project(Vec3{rs[cu][0][s], rs[cu][1][s], rs[cu][2][s]}, gr, cst);
-        const Vec3 rn = m::momentum(pn, po, mom);
-        store(p, i, pn);
-        store(rout, i, rn);
-      }
-    }
-    __syncthreads();
-  }
-}
-
-/// Temporally blocked two-state: two FGP steps per pass. Reads p_k (cur) and p_{k-1} (prev),
-/// writes p_{k+1} (n1, unless keep1 is false) and p_{k+2} (n2); r_{k+1} = cur + ma (cur - prev), r_{k+2} = n1 + mb
-/// (n1 - cur). Per plane q: (1) r_{k+1} at q over the tile +-2; (2) z_{k+1} at q over tile -1..+2;
-/// (3) p_{k+1} at q-1 over tile +-1 (written for the tile), r_{k+2} kept; (4) z_{k+2} at q-1 over
-/// the tile and its upper margin; (5) p_{k+2} at q-2 on the tile. b and p_k are loaded once per
-/// plane and kept in shared memory for their second use. Addresses are a per-plane base plus a
-/// 32-bit in-plane offset.
-__global__ void __launch_bounds__(kTX* kTY, 4)
-    temporal_kernel(Geom g, const float* __restrict__ b, CDual cur, CDual prev, Dual n1, Dual n2,
-                    float w, bool nonneg, float cst, float ma, float mb, bool keep1,
-                    int chunk) {
-  __shared__ float ra[2][3][kMP];  // r_{k+1}
-  __shared__ float za[2][kMP];     // z_{k+1}
-  __shared__ float rb[2][3][kMP];  // r_{k+2}
-  __shared__ float zb[2][kMP];     // z_{k+2}
-  __shared__ float bs[2][kMP];     // b, loaded by (2), used again by (4)
-  __shared__ float cs[2][3][kMP];  // p_k, loaded by (1), used again by (3)
-  const int x0 = blockIdx.x * kTX, y0 = blockIdx.y * kTY, z0 = blockIdx.z * chunk;
-  const int zend = min(z0 + chunk, g.nz);
-  const int px = static_cast<int>(g.px);
-  const int tid = threadIdx.x + kTX * threadIdx.y;
-  const PlaneRegion R2{0, 0, kMW, kMH}, U2{1, 1, kTX + 3, kTY + 3}, R1{1, 1, kTX + 2, kTY + 2},
-      U1{2, 2, kTX + 1, kTY + 1};
-  // In-plane offset of local (lx, ly), or -1 outside the volume.
-  auto offset = [&](int lx, int ly) {
-    const int x = x0 - 2 + lx, y = y0 - 2 + ly;
-    return (x >= 0 && x < g.nx && y >= 0 && y < g.ny) ? y * px + x : -1;
-  };
-  // The (at most two) points of stages (1) and (2) of this thread: fixed for every plane, and
-  // their global loads for the next plane are issued early (prefetched into registers) so that
-  // their latency hides behind the rest of the plane's work.
-  int s1[2], o1[2], s2[2], o2[2];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int k = tid + j * kTX * kTY;
-    s1[j] = -1;
-    o1[j] = -1;
-    s2[j] = -1;
-    o2[j] = -1;
-    if (k < R2.w * R2.h) {
-      const int lx = R2.lx0 + k % R2.w, ly = R2.ly0 + k / R2.w;
-      s1[j] = ly * kMW + lx;
-      o1[j] = offset(lx, ly);
-    }
-    if (k < U2.w * U2.h) {
-      const int lx = U2.lx0 + k % U2.w, ly = U2.ly0 + k / U2.w;
-      s2[j] = ly * kMW + lx;
-      o2[j] = offset(lx, ly);
-    }
-  }
-  float fc[2][3], fp[2][3], fb[2];
-  auto load1 = [&](int q) {
-    const bool ok = q >= 0 && q < g.nz;
-    const long long qb = static_cast<long long>(q) * g.plane;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      fc[j][0] = fc[j][1] = fc[j][2] = fp[j][0] = fp[j][1] = fp[j][2] = 0.f;
-      if (ok && o1[j] >= 0) {
-        const long long i = qb + o1[j];
-        fc[j][0] = __ldg(cur.x + i);
-        fc[j][1] = __ldg(cur.y + i);
-        fc[j][2] = __ldg(cur.z + i);
-        fp[j][0] = __ldg(prev.x + i);
-        fp[j][1] = __ldg(prev.y + i);
-        fp[j][2] = __ldg(prev.z + i);
-      }
-    }
-  };
-  auto load2 = [&](int q) {
-    const bool ok = q >= 0 && q < g.nz;
-    const long long qb = static_cast<long long>(q) * g.plane;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) fb[j] = (ok && o2[j] >= 0) ? __ldg(b + qb + o2[j]) : 0.f;
-  };
-  // (1) r_{k+1} at plane q, from the prefetched p_k and p_{k-1}; then the next plane's loads.
-  auto stage1 = [&](int q) {
-    const int cq = q & 1;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int s = s1[j];
-      if (s < 0) continue;
-      cs[cq][0][s] = fc[j][0];
-      cs[cq][1][s] = fc[j][1];
-      cs[cq][2][s] = fc[j][2];
-      ra[cq][0][s] = m::momentum(fc[j][0], fp[j][0], ma);
-      ra[cq][1][s] = m::momentum(fc[j][1], fp[j][1], ma);
-      ra[cq][2][s] = m::momentum(fc[j][2], fp[j][2], ma);
-    }
-    if (q + 1 < g.nz) load1(q + 1);
-  };
-  load1(z0 - 2);
-  load2(z0 - 1);
-  stage1(z0 - 2);
-  __syncthreads();
-  // Four barriers per plane: (1) of the next plane shares the interval of (5), which touches
-  // neither its inputs nor its outputs.
-  for (int q = z0 - 2; q <= zend + 1; ++q) {
-    const long long qb = static_cast<long long>(q) * g.plane;
-    // (2) z_{k+1} at plane q.
-    if (q >= z0 - 1 && q < g.nz) {
-      const int cq = q & 1, pq = (q - 1) & 1;
-      const bool valid = q >= 0, below = q > 0;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int s = s2[j];
-        if (s < 0) continue;
-        float v = 0.f;
-        if (valid && o2[j] >= 0)
-          v = m::primal(fb[j], Vec3{ra[cq][0][s], ra[cq][1][s], ra[cq][2][s]}, ra[cq][0][s - 1],
-                        ra[cq][1][s - kMW], below ? ra[pq][2][s] : 0.0f, w, nonneg);
-        bs[cq][s] = fb[j];
-        za[cq][s] = v;
-      }
-      if (q + 1 < g.nz) load2(q + 1);
-    }
-    __syncthreads();
-    // (3) p_{k+1} and r_{k+2} at plane u = q - 1.
-    const int u = q - 1;
-    if (u >= z0 - 1 && u < g.nz) {
-      const int cu = u & 1, cq = q & 1;
-      const bool valid = u >= 0, lzf = u == g.nz - 1, store = keep1 && u >= z0 && u < zend;
-      const long long ub = qb - g.plane;
-      float *ox = n1.x + ub, *oy = n1.y + ub, *oz = n1.z + ub;
-      for_region(R1, [&](int lx, int ly, int s) {
-        const int o = offset(lx, ly);
-        float vx = 0.f, vy = 0.f, vz = 0.f;
-        if (valid && o >= 0) {
-          const bool lxf = x0 - 2 + lx == g.nx - 1, lyf = y0 - 2 + ly == g.ny - 1;
-          const Vec3 gr = m::gradient(za[cu][s], za[cu][s + 1], za[cu][s + kMW],
-                                      lzf ? 0.0f : za[cq][s], lxf, lyf, lzf);
-          const Vec3 pn =
-              m::project(Vec3{ra[cu][0][s], ra[cu][1][s], ra[cu][2][s]}, gr, cst);
-          if (store && lx >= 2 && lx < kTX + 2 && ly >= 2 && ly < kTY + 2) {
-            ox[o] = pn.x;
-            oy[o] = pn.y;
-            oz[o] = pn.z;
-          }
-          vx = m::momentum(pn.x, cs[cu][0][s], mb);
-          vy = m::momentum(pn.y, cs[cu][1][s], mb);
-          vz = m::momentum(pn.z, cs[cu][2][s], mb);
-        }
-        rb[cu][0][s] = vx;
-        rb[cu][1][s] = vy;
-        rb[cu][2][s] = vz;
-      });
-    }
-    __syncthreads();
-    // (4) z_{k+2} at plane u.
-    if (u >= z0 && u < g.nz) {
-      const int cu = u & 1, pu = (u - 1) & 1;
-      const bool below = u > 0;
-      for_region(U1, [&](int lx, int ly, int s) {
-        float v = 0.f;
-        if (offset(lx, ly) >= 0) {
-          v = m::primal(bs[cu][s], Vec3{rb[cu][0][s], rb[cu][1][s], rb[cu][2][s]},
-                        rb[cu][0][s - 1], rb[cu][1][s - kMW], below ? rb[pu][2][s] : 0.0f, w,
-                        nonneg);
-        }
-        zb[cu][s] = v;
-      });
-    }
-    __syncthreads();
-    // (5) p_{k+2} at plane v = q - 2.
-    const int v = q - 2;
-    if (v >= z0 && v < zend) {
-      const int x = x0 + threadIdx.x, y = y0 + threadIdx.y;
-      if (x < g.nx && y < g.ny) {
-        const int cv = v & 1, cu = (v + 1) & 1;
-        const int s = (threadIdx.y + 2) * kMW + threadIdx.x + 2;
-        const bool lxf = x == g.nx - 1, lyf = y == g.ny - 1, lzf = v == g.nz - 1;
-        const Vec3 gr = m::gradient(zb[cv][s], zb[cv][s + 1], zb[cv][s + kMW],
-                                    lzf ? 0.0f : zb[cu][s], lxf, lyf, lzf);
-        const Vec3 pn = m::project(Vec3{rb[cv][0][s], rb[cv][1][s], rb[cv][2][s]}, gr, cst);
-        const long long i = qb - 2 * g.plane + y * px + x;
-        store(n2, i, pn);
-      }
-    }
-    if (q + 1 <= zend + 1 && q + 1 < g.nz) stage1(q + 1);
-    __syncthreads();
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Register-marching kernels. A block of 8 warps owns a 32-column x-y region (lane = column) of
 // which warp w holds K consecutive rows, and walks a chunk of planes along z. Every value of a
 // point (r, z, p, and for two steps per pass the second r and z) is computed once per point of
@@ -788,7 +449,6 @@ __global__ void __launch_bounds__(kTX* kTY, 4)
 // per-plane base pointer plus the point's 32-bit in-plane offset. The outputs are the region less
 // a halo of H columns and rows on each side (H = number of steps per pass): 32 - 2H columns and
 // 8K - 2H rows.
-constexpr int kWarps = 8;
 
 template <int K, int H, int W = kWarps>
 struct MarchPoints {
@@ -1071,9 +731,9 @@ __global__ void __launch_bounds__(32 * W, MinBlocks)
 }
 
 /// Temporally blocked two-state, register marching, halo 2: two FGP steps per pass. Reads p_k
-/// (cur) and p_{k-1} (prev), writes p_{k+1} (n1, unless keep1 is false) and p_{k+2} (n2). Per plane q: r_{k+1} and
-/// z_{k+1} at q; p_{k+1} and r_{k+2} at u = q - 1; z_{k+2} at u; p_{k+2} at v = q - 2. Two
-/// barriers per plane. W warps per block (K W rows), at least MinBlocks blocks resident per SM
+/// (cur) and p_{k-1} (prev), writes p_{k+1} (n1, unless keep1 is false) and p_{k+2} (n2). Per
+/// plane q: r_{k+1} and z_{k+1} at q; p_{k+1} and r_{k+2} at u = q - 1; z_{k+2} at u; p_{k+2}
+/// at v = q - 2. Two barriers per plane. W warps per block (K W rows), at least MinBlocks blocks resident per SM
 /// (the register limit per thread follows: 65536 / (32 W MinBlocks)).
 template <int K, int D, int W = kWarps, int MinBlocks = 2>
 __global__ void __launch_bounds__(32 * W, MinBlocks)
