@@ -195,6 +195,25 @@ TEST(GlintdSecurity, CurveAllowsListedKeysOnlyAndAdminsAlone) {
   fs::copy_file(keys / "admin.pub", keys / "clients" / "admin.pub");
   fs::copy_file(keys / "operator.pub", keys / "clients" / "operator.pub");
 
+  // `glintd --check` reads the key files: a missing one, or a client list holding a secret key.
+  auto check = [&](const std::string& control_keys, const std::string& tag) {
+    Rig bad("curve_" + tag, control_keys);
+    auto p = std::make_unique<Process>(
+        std::vector<std::string>{bin("glintd").string(), "--check", "--config", bad.config.string()},
+        bad.dir / "check.log");
+    EXPECT_EQ(p->wait_exit(10s), 2) << p->log();
+    return p->log();
+  };
+  std::string log = check(", require_curve: true, curve_server_key: /nonexistent/server.key, curve_clients: \"" +
+                              (keys / "clients").string() + "\"", "missing");
+  EXPECT_NE(log.find("control.curve_server_key: /nonexistent/server.key: cannot be opened"), std::string::npos)
+      << log;
+  log = check(", require_curve: true, curve_server_key: \"" + (keys / "server").string() +
+                  "\", curve_clients: \"" + (keys / "admin").string() + "\"", "secret");
+  EXPECT_NE(log.find("control.curve_clients: " + (keys / "admin").string() + ": holds a secret key"),
+            std::string::npos)
+      << log;
+
   Rig rig("curve", ", require_curve: true, curve_server_key: \"" + (keys / "server").string() +
                        "\", curve_clients: \"" + (keys / "clients").string() + "\", curve_admins: \"" +
                        (keys / "admin.pub").string() + "\"");
