@@ -40,9 +40,9 @@ json request(zmq::context_t& ctx, const std::string& endpoint, const json& req, 
   s.send(zmq::buffer(req.dump()), zmq::send_flags::none);
   zmq::message_t rep;
   if (!s.recv(rep))
-    throw std::runtime_error(fmt::format("no answer from glintd at {} within {} ms{}", endpoint, timeout_ms,
-                                         keys.enabled() ? " (is this key in its control.curve_clients?)"
-                                                        : ""));
+    throw std::runtime_error(
+        fmt::format("no answer from glintd at {} within {} ms{}", endpoint, timeout_ms,
+                    keys.enabled() ? " (is this key in its control.curve_clients?)" : ""));
   json j = json::parse(rep.to_string(), nullptr, false);
   if (j.is_discarded()) throw std::runtime_error("glintd sent a reply that is not JSON");
   return j;
@@ -148,19 +148,20 @@ void add_ctl_command(CLI::App& app) {
   cmd->add_option("--server-key", a->server_key,
                   "CURVE: glintd's public key (Z85) or a file holding it (its key pair's .pub)");
   cmd->add_option("--output", a->output, "keygen: the key pair file to write (and FILE.pub)");
-  cmd->add_option("command", a->command,
-                  "status | stats | start | stop | abort | config | pedestal | shutdown | watch | keygen")
+  cmd->add_option(
+         "command", a->command,
+         "status | stats | start | stop | abort | config | pedestal | shutdown | watch | keygen")
       ->required()
-      ->check(CLI::IsMember({"status", "stats", "start", "stop", "abort", "config", "pedestal", "shutdown",
-                             "watch", "keygen"}));
+      ->check(CLI::IsMember({"status", "stats", "start", "stop", "abort", "config", "pedestal",
+                             "shutdown", "watch", "keygen"}));
   cmd->callback([a] {
     try {
       if (a->command == "keygen") {
         if (a->output.empty()) fail("glint ctl keygen", "--output FILE is required", kExitUsage);
         const auto keys = daemon::generate_key_pair();
         daemon::write_key_pair(a->output, keys);
-        std::cout << fmt::format("wrote {} (key pair, keep it secret) and {}.pub\npublic: {}\n", a->output,
-                                 a->output, keys.public_key);
+        std::cout << fmt::format("wrote {} (key pair, keep it secret) and {}.pub\npublic: {}\n",
+                                 a->output, a->output, keys.public_key);
         return;
       }
       ClientKeys keys;

@@ -32,8 +32,8 @@ std::optional<std::string> memory_budget_problem(const Config& c);
 std::string printable(std::string_view text, std::size_t max = 120);
 
 bool is_run_name_char(char ch) {
-  return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-         ch == '_' || ch == '-';
+  return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+         ch == '.' || ch == '_' || ch == '-';
 }
 
 int line_of(const YAML::Node& n) {
@@ -271,8 +271,10 @@ std::string printable(std::string_view text, std::size_t max) {
   std::string out;
   for (std::size_t i = 0; i < text.size() && i < max; ++i) {
     const auto ch = static_cast<unsigned char>(text[i]);
-    if (ch >= 0x20 && ch < 0x7f && ch != '\\') out += static_cast<char>(ch);
-    else out += fmt::format("\\x{:02x}", ch);
+    if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+      out += static_cast<char>(ch);
+    else
+      out += fmt::format("\\x{:02x}", ch);
   }
   if (text.size() > max) out += fmt::format("... ({} bytes)", text.size());
   return out;
@@ -288,8 +290,8 @@ void read_output(Section s, OutputConfig& c) {
   std::string dir = c.directory.string();
   s.read_nonempty_string("directory", dir);
   if (has_control_characters(dir))
-    s.fail_key("directory", fmt::format("'{}' contains control characters (NUL, newline, ...)",
-                                        printable(dir)));
+    s.fail_key("directory",
+               fmt::format("'{}' contains control characters (NUL, newline, ...)", printable(dir)));
   c.directory = dir;
   if (auto n = s.sequence("allowed_roots"); n.IsDefined()) {
     c.allowed_roots.clear();
@@ -299,7 +301,8 @@ void read_output(Section s, OutputConfig& c) {
       if (root.empty() || root.front() != '/' || has_control_characters(root))
         s.fail(s.key_path("allowed_roots"), line_of(e),
                fmt::format("'{}' is not an absolute directory (allowed: /PATH, no control "
-                           "characters)", printable(root)));
+                           "characters)",
+                           printable(root)));
       c.allowed_roots.emplace_back(root);
     }
   }
@@ -307,9 +310,12 @@ void read_output(Section s, OutputConfig& c) {
   if (!is_safe_run_name(c.run_name)) {
     // Say what is wrong with it, then what is allowed.
     std::string why;
-    if (c.run_name.size() > kMaxRunNameLength) why = fmt::format("it is {} characters long", c.run_name.size());
-    else if (c.run_name.front() == '.') why = "it starts with '.'";
-    else if (c.run_name.find("..") != std::string::npos) why = "it contains '..'";
+    if (c.run_name.size() > kMaxRunNameLength)
+      why = fmt::format("it is {} characters long", c.run_name.size());
+    else if (c.run_name.front() == '.')
+      why = "it starts with '.'";
+    else if (c.run_name.find("..") != std::string::npos)
+      why = "it contains '..'";
     for (char ch : c.run_name) {
       if (!why.empty()) break;
       if (!is_run_name_char(ch))
@@ -334,8 +340,9 @@ void read_run(Section s, RunConfig& c) {
 void read_control(Section s, ControlConfig& c) {
   s.read_nonempty_string("endpoint", c.endpoint);
   if (c.endpoint.rfind("tcp://", 0) != 0 && c.endpoint.rfind("ipc://", 0) != 0)
-    s.fail_key("endpoint", fmt::format("'{}' is not a ZeroMQ endpoint (allowed: tcp://HOST:PORT, ipc://PATH)",
-                                       printable(c.endpoint)));
+    s.fail_key("endpoint",
+               fmt::format("'{}' is not a ZeroMQ endpoint (allowed: tcp://HOST:PORT, ipc://PATH)",
+                           printable(c.endpoint)));
   s.read_integer("max_request_bytes", c.max_request_bytes, 1024, 16 << 20);
   s.read_bool("require_curve", c.require_curve);
   s.read_string("curve_server_key", c.curve_server_key);
@@ -344,12 +351,15 @@ void read_control(Section s, ControlConfig& c) {
   if (c.curve() && (c.curve_server_key.empty() || c.curve_clients.empty())) {
     const std::string why = c.require_curve
                                 ? std::string("control.require_curve is set")
-                                : fmt::format("'{}' is not a loopback endpoint (127.0.0.0/8, [::1], "
-                                              "localhost, ipc://)", c.endpoint);
+                                : fmt::format(
+                                      "'{}' is not a loopback endpoint (127.0.0.0/8, [::1], "
+                                      "localhost, ipc://)",
+                                      c.endpoint);
     s.fail_key(c.curve_server_key.empty() ? "curve_server_key" : "curve_clients",
                fmt::format("{}: CURVE is required; set control.curve_server_key (a key pair "
                            "file from `glint ctl keygen`) and control.curve_clients (a file or "
-                           "directory of allowed client public keys)", why));
+                           "directory of allowed client public keys)",
+                           why));
   }
   if (!c.curve() && !c.curve_admins.empty())
     s.fail_key("curve_admins", "needs CURVE (control.require_curve or a non-loopback endpoint)");
@@ -394,10 +404,11 @@ std::optional<std::string> memory_budget_problem(const Config& c) {
   const RunMemory m = run_memory(c);
   const uint64_t budget = c.run.memory_budget_mb * 1000000ULL;
   if (m.total() <= budget) return std::nullopt;
-  return fmt::format("the run needs {} but the budget is {} MB (raise run.memory_budget_mb, or "
-                     "lower ingest.queue_frames, ingest.reorder_frames, finder.batch_frames, "
-                     "finder.streams or reconstruction.slices)",
-                     m.describe(), c.run.memory_budget_mb);
+  return fmt::format(
+      "the run needs {} but the budget is {} MB (raise run.memory_budget_mb, or "
+      "lower ingest.queue_frames, ingest.reorder_frames, finder.batch_frames, "
+      "finder.streams or reconstruction.slices)",
+      m.describe(), c.run.memory_budget_mb);
 }
 
 Config from_node(const YAML::Node& root, const std::string& source, std::string text) {
@@ -464,7 +475,8 @@ bool is_loopback_endpoint(std::string_view ep) {
   if (!ep.starts_with("tcp://")) return false;
   std::string_view host = ep.substr(6);
   // tcp://SOURCE;HOST:PORT binds or connects from SOURCE; the host is what counts.
-  if (const auto semi = host.rfind(';'); semi != std::string_view::npos) host = host.substr(semi + 1);
+  if (const auto semi = host.rfind(';'); semi != std::string_view::npos)
+    host = host.substr(semi + 1);
   if (host.starts_with("[")) {
     const auto close = host.find(']');
     return close != std::string_view::npos && host.substr(1, close - 1) == "::1";
@@ -490,7 +502,8 @@ bool is_loopback_endpoint(std::string_view ep) {
   return dots == 3 && digits > 0;
 }
 
-bool directory_within(const std::filesystem::path& dir, const std::vector<std::filesystem::path>& roots) {
+bool directory_within(const std::filesystem::path& dir,
+                      const std::vector<std::filesystem::path>& roots) {
   std::error_code ec;
   const auto d = std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec);
   if (ec) return false;
@@ -514,9 +527,11 @@ bool directory_within(const std::filesystem::path& dir, const std::vector<std::f
 
 std::string RunMemory::describe() const {
   auto mb = [](uint64_t b) { return (b + 999999) / 1000000; };
-  return fmt::format("{} MB (assembler {} MB, batch {} MB, pinned staging {} MB, device {} MB, "
-                     "pedestal {} MB, reconstruction {} MB)", mb(total()), mb(assembler), mb(batch),
-                     mb(pinned), mb(device), mb(pedestal), mb(reconstruction));
+  return fmt::format(
+      "{} MB (assembler {} MB, batch {} MB, pinned staging {} MB, device {} MB, "
+      "pedestal {} MB, reconstruction {} MB)",
+      mb(total()), mb(assembler), mb(batch), mb(pinned), mb(device), mb(pedestal),
+      mb(reconstruction));
 }
 
 RunMemory run_memory(const Config& c) {
@@ -543,7 +558,8 @@ RunMemory run_memory(const Config& c) {
 }
 
 void check_memory_budget(const Config& c) {
-  if (auto why = memory_budget_problem(c)) throw ConfigError(c.source, "run.memory_budget_mb", 0, *why);
+  if (auto why = memory_budget_problem(c))
+    throw ConfigError(c.source, "run.memory_budget_mb", 0, *why);
 }
 
 Config parse(std::string_view yaml_text, std::string source) {
@@ -656,10 +672,10 @@ namespace {
 // arithmetic, the reconstruction (its volume is within the memory budget). Not the detector,
 // the ingest endpoints and sizes, the GPU batch sizes, the control socket or logging.
 constexpr std::array<std::string_view, 14> kOverrideKeys = {
-    "output.run_name", "output.directory", "output.overwrite", "output.flush_interval_ms",
-    "run.max_frames", "run.max_seconds", "pedestal.dark_frames", "pedestal.keep_previous",
-    "pedestal.window", "finder.n_sigma", "finder.cluster_size", "finder.backend",
-    "finder.threads", "reconstruction.*"};
+    "output.run_name", "output.directory", "output.overwrite",     "output.flush_interval_ms",
+    "run.max_frames",  "run.max_seconds",  "pedestal.dark_frames", "pedestal.keep_previous",
+    "pedestal.window", "finder.n_sigma",   "finder.cluster_size",  "finder.backend",
+    "finder.threads",  "reconstruction.*"};
 
 bool override_allowed(const std::string& section, const std::string& key) {
   for (auto k : kOverrideKeys)
@@ -704,15 +720,18 @@ Config with_overrides(const Config& base, std::string_view overrides_text) {
   emitter << m;
   Config c = from_node(m, base.source + " + overrides", std::string(emitter.c_str()) + "\n");
   // A directory from an override is confined to the roots (the configured one is trusted).
-  if (over["output"] && over["output"]["directory"] && c.output.directory != base.output.directory &&
+  if (over["output"] && over["output"]["directory"] &&
+      c.output.directory != base.output.directory &&
       !directory_within(c.output.directory, base.output.allowed_roots)) {
     std::vector<std::string> roots;
     for (const auto& r : base.output.allowed_roots) roots.push_back(r.string());
-    throw ConfigError(src, "output.directory", line_of(over["output"]["directory"]),
-                      fmt::format("'{}' is not within output.allowed_roots (allowed: {} or below, "
-                                  "symlinks resolved; or {})", printable(c.output.directory.string()),
-                                  roots.empty() ? std::string("none") : fmt::format("{}", fmt::join(roots, ", ")),
-                                  base.output.directory.string()));
+    throw ConfigError(
+        src, "output.directory", line_of(over["output"]["directory"]),
+        fmt::format("'{}' is not within output.allowed_roots (allowed: {} or below, "
+                    "symlinks resolved; or {})",
+                    printable(c.output.directory.string()),
+                    roots.empty() ? std::string("none") : fmt::format("{}", fmt::join(roots, ", ")),
+                    base.output.directory.string()));
   }
   return c;
 }

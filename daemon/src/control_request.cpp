@@ -11,9 +11,12 @@ std::size_t json_nesting_depth(std::string_view text, std::size_t limit) {
   bool in_string = false, escaped = false;
   for (char ch : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        in_string = false;
       continue;
     }
     if (ch == '"') {
@@ -47,18 +50,20 @@ ControlRequest refused(std::string what) {
 
 ControlRequest parse_control_request(std::string_view text, std::size_t max_bytes) {
   if (text.size() > max_bytes)
-    return refused(fmt::format("request of {} bytes refused: larger than control.max_request_bytes "
-                               "({} bytes)", text.size(), max_bytes));
+    return refused(
+        fmt::format("request of {} bytes refused: larger than control.max_request_bytes "
+                    "({} bytes)",
+                    text.size(), max_bytes));
   if (json_nesting_depth(text, kMaxRequestDepth) > kMaxRequestDepth)
-    return refused(fmt::format("request refused: JSON nested deeper than {} levels",
-                               kMaxRequestDepth));
+    return refused(
+        fmt::format("request refused: JSON nested deeper than {} levels", kMaxRequestDepth));
   ControlRequest r;
   json req = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (req.is_discarded()) {
     std::string_view t = text;
-    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.remove_suffix(1);
-    if (!is_bare_name(t))
-      return refused("request is not JSON (expected {\"command\": NAME, ...})");
+    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' '))
+      t.remove_suffix(1);
+    if (!is_bare_name(t)) return refused("request is not JSON (expected {\"command\": NAME, ...})");
     r.command = std::string(t);
     r.body = json::object();
   } else if (req.is_object() && req.contains("command") && req["command"].is_string()) {

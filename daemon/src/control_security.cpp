@@ -55,9 +55,10 @@ std::vector<std::pair<std::string, std::string>> key_lines(const fs::path& file)
       }
     }
     if (kind.empty() && !is_z85_key(key))
-      throw std::runtime_error(fmt::format("{}:{}: not a key line (allowed: 'public: KEY', 'secret: KEY', "
-                                           "a bare KEY of {} Z85 characters, '# comment')",
-                                           file.string(), n, kZ85KeyLength));
+      throw std::runtime_error(
+          fmt::format("{}:{}: not a key line (allowed: 'public: KEY', 'secret: KEY', "
+                      "a bare KEY of {} Z85 characters, '# comment')",
+                      file.string(), n, kZ85KeyLength));
     if (!is_z85_key(key))
       throw std::runtime_error(fmt::format("{}:{}: not a CURVE key (expected {} Z85 characters)",
                                            file.string(), n, kZ85KeyLength));
@@ -74,7 +75,8 @@ CurveKeyPair generate_key_pair() {
   if (!curve_available()) throw std::runtime_error("this libzmq has no CURVE support (libsodium)");
   std::array<char, 41> pub{}, sec{};
   if (zmq_curve_keypair(pub.data(), sec.data()) != 0)
-    throw std::runtime_error(fmt::format("zmq_curve_keypair failed: {}", zmq_strerror(zmq_errno())));
+    throw std::runtime_error(
+        fmt::format("zmq_curve_keypair failed: {}", zmq_strerror(zmq_errno())));
   return CurveKeyPair{pub.data(), sec.data()};
 }
 
@@ -82,22 +84,27 @@ void write_key_pair(const fs::path& file, const CurveKeyPair& keys) {
   auto write = [](const fs::path& path, const std::string& text, mode_t mode) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
     if (fd < 0)
-      throw std::runtime_error(fmt::format("{}: cannot be created: {}", path.string(), std::strerror(errno)));
+      throw std::runtime_error(
+          fmt::format("{}: cannot be created: {}", path.string(), std::strerror(errno)));
     const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
     ::close(fd);
     if (!ok) throw std::runtime_error(fmt::format("{}: write failed", path.string()));
   };
   const fs::path pub = fs::path(file.string() + ".pub");
-  write(file, fmt::format("# glint CURVE key pair: keep secret\npublic: {}\nsecret: {}\n",
-                          keys.public_key, keys.secret_key), 0600);
+  write(file,
+        fmt::format("# glint CURVE key pair: keep secret\npublic: {}\nsecret: {}\n",
+                    keys.public_key, keys.secret_key),
+        0600);
   write(pub, fmt::format("public: {}\n", keys.public_key), 0644);
 }
 
 CurveKeyPair read_key_pair(const fs::path& file, bool need_secret) {
   CurveKeyPair k;
   for (const auto& [kind, key] : key_lines(file)) {
-    if (kind == "secret") k.secret_key = key;
-    else k.public_key = key;
+    if (kind == "secret")
+      k.secret_key = key;
+    else
+      k.public_key = key;
   }
   if (k.public_key.empty() && !k.secret_key.empty()) {
     std::array<char, 41> pub{};
@@ -106,8 +113,10 @@ CurveKeyPair read_key_pair(const fs::path& file, bool need_secret) {
   if (k.public_key.empty())
     throw std::runtime_error(fmt::format("{}: no 'public: KEY' line", file.string()));
   if (need_secret && k.secret_key.empty())
-    throw std::runtime_error(fmt::format("{}: no 'secret: KEY' line (a key pair file from "
-                                         "`glint ctl keygen` is needed)", file.string()));
+    throw std::runtime_error(
+        fmt::format("{}: no 'secret: KEY' line (a key pair file from "
+                    "`glint ctl keygen` is needed)",
+                    file.string()));
   return k;
 }
 
@@ -116,8 +125,10 @@ std::set<std::string> read_public_keys(const fs::path& where) {
   auto read = [&](const fs::path& file) {
     for (const auto& [kind, key] : key_lines(file)) {
       if (kind == "secret")
-        throw std::runtime_error(fmt::format("{}: holds a secret key; list public keys only (the "
-                                             ".pub file of `glint ctl keygen`)", file.string()));
+        throw std::runtime_error(
+            fmt::format("{}: holds a secret key; list public keys only (the "
+                        ".pub file of `glint ctl keygen`)",
+                        file.string()));
       keys.insert(key);
     }
   };
@@ -127,7 +138,9 @@ std::set<std::string> read_public_keys(const fs::path& where) {
     for (const auto& e : fs::directory_iterator(where, ec))
       if (e.is_regular_file() && !e.path().filename().string().starts_with("."))
         files.push_back(e.path());
-    if (ec) throw std::runtime_error(fmt::format("{}: cannot be listed: {}", where.string(), ec.message()));
+    if (ec)
+      throw std::runtime_error(
+          fmt::format("{}: cannot be listed: {}", where.string(), ec.message()));
     for (const auto& f : files) read(f);
   } else {
     read(where);
@@ -148,8 +161,10 @@ struct ControlSecurity::Zap {
 ControlSecurity::ControlSecurity(const config::ControlConfig& c) : enabled_(c.curve()) {
   if (!enabled_) return;
   if (!curve_available())
-    throw std::runtime_error(fmt::format("control.endpoint {}: CURVE is required but this libzmq "
-                                         "has no CURVE support", c.endpoint));
+    throw std::runtime_error(
+        fmt::format("control.endpoint {}: CURVE is required but this libzmq "
+                    "has no CURVE support",
+                    c.endpoint));
   auto load = [](const char* key, auto fn) {
     try {
       return fn();
@@ -163,7 +178,8 @@ ControlSecurity::ControlSecurity(const config::ControlConfig& c) : enabled_(c.cu
     admins_listed_ = true;
     admins_ = load("curve_admins", [&] { return read_public_keys(c.curve_admins); });
   }
-  if (clients_.empty()) log::warn("control.curve_clients {} lists no keys: no client can connect", c.curve_clients);
+  if (clients_.empty())
+    log::warn("control.curve_clients {} lists no keys: no client can connect", c.curve_clients);
 }
 
 ControlSecurity::~ControlSecurity() {
@@ -207,12 +223,14 @@ void ControlSecurity::apply(zmq::context_t& ctx, zmq::socket_t& server) {
         }
         const bool ok = !key.empty() && clients_.contains(key);
         if (!ok)
-          log::warn("control socket: refused a client from {} (key {} not in control.curve_clients)",
-                    parts[3].to_string(), key.empty() ? std::string("none") : key);
+          log::warn(
+              "control socket: refused a client from {} (key {} not in control.curve_clients)",
+              parts[3].to_string(), key.empty() ? std::string("none") : key);
         sock.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
         sock.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
         sock.send(ok ? zmq::str_buffer("200") : zmq::str_buffer("400"), zmq::send_flags::sndmore);
-        sock.send(ok ? zmq::str_buffer("OK") : zmq::str_buffer("key not allowed"), zmq::send_flags::sndmore);
+        sock.send(ok ? zmq::str_buffer("OK") : zmq::str_buffer("key not allowed"),
+                  zmq::send_flags::sndmore);
         sock.send(zmq::buffer(ok ? key : std::string()), zmq::send_flags::sndmore);
         sock.send(zmq::str_buffer(""), zmq::send_flags::none);
       } catch (const zmq::error_t& e) {
@@ -226,7 +244,8 @@ void ControlSecurity::apply(zmq::context_t& ctx, zmq::socket_t& server) {
 bool ControlSecurity::allows(const std::string& client_key, const std::string& command) const {
   if (!enabled_) return true;
   if (!clients_.contains(client_key)) return false;
-  if ((command == "shutdown" || command == "abort") && admins_listed_) return admins_.contains(client_key);
+  if ((command == "shutdown" || command == "abort") && admins_listed_)
+    return admins_.contains(client_key);
   return true;
 }
 

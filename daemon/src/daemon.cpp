@@ -60,12 +60,15 @@ uint64_t next_run_index(const std::filesystem::path& dir, const std::string& run
 }
 
 Daemon::Daemon(config::Config cfg)
-    : cfg_(std::move(cfg)), started_(clock::now()), control_(std::make_unique<Control>(cfg_.control)) {
+    : cfg_(std::move(cfg)),
+      started_(clock::now()),
+      control_(std::make_unique<Control>(cfg_.control)) {
   control_->rep.set(zmq::sockopt::linger, 0);
   control_->rep.set(zmq::sockopt::rcvtimeo, 100);
   // Requests up to this size get an answer (an error past control.max_request_bytes); ZeroMQ
   // drops a connection that sends a larger one before allocating it.
-  control_->rep.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(control_max_message_bytes(cfg_.control)));
+  control_->rep.set(zmq::sockopt::maxmsgsize,
+                    static_cast<int64_t>(control_max_message_bytes(cfg_.control)));
   control_->security.apply(control_->ctx, control_->rep);
   try {
     control_->rep.bind(cfg_.control.endpoint);
@@ -329,7 +332,9 @@ json Daemon::pedestal_json() const {
               {"noise_adu", n_noise ? noise_sum / static_cast<double>(n_noise) : 0.0}};
 }
 
-std::string Daemon::handle_request(const std::string& request) { return handle_request(request, {}); }
+std::string Daemon::handle_request(const std::string& request) {
+  return handle_request(request, {});
+}
 
 std::string Daemon::handle_request(const std::string& request, const std::string& client_key) {
   ControlRequest parsed = parse_control_request(request, cfg_.control.max_request_bytes);
@@ -337,9 +342,11 @@ std::string Daemon::handle_request(const std::string& request, const std::string
   const std::string cmd = std::move(parsed.command);
   json req = std::move(parsed.body);
   if (!control_->security.allows(client_key, cmd))
-    return json{{"ok", false},
-                {"error", fmt::format("'{}' is not allowed for this client key (control.curve_admins)",
-                                      printable_command(cmd))}}.dump();
+    return json{
+        {"ok", false},
+        {"error", fmt::format("'{}' is not allowed for this client key (control.curve_admins)",
+                              printable_command(cmd))}}
+        .dump();
   auto ok = [](json j) {
     j["ok"] = true;
     return j.dump();
@@ -384,8 +391,10 @@ std::string Daemon::handle_request(const std::string& request, const std::string
     request_shutdown(req.value("abort", false));
     return ok(json{{"state", run_ ? "finishing" : "stopping"}});
   }
-  return err(fmt::format("unknown command '{}' (allowed: status, stats, start, stop, abort, config, "
-                         "pedestal, shutdown)", printable_command(cmd)));
+  return err(
+      fmt::format("unknown command '{}' (allowed: status, stats, start, stop, abort, config, "
+                  "pedestal, shutdown)",
+                  printable_command(cmd)));
 }
 
 }  // namespace glint::daemon

@@ -115,7 +115,8 @@ void Ingest::run(std::stop_token st, std::size_t index) {
     if (cfg_.ingest.receive_buffer_bytes > 0) sock.set(zmq::sockopt::rcvbuf, cfg_.ingest.receive_buffer_bytes);
     sock.set(zmq::sockopt::rcvtimeo, 100);
     sock.set(zmq::sockopt::linger, 0);
-    sock.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(ingest_max_message_bytes(cfg_.detector)));
+    sock.set(zmq::sockopt::maxmsgsize,
+             static_cast<int64_t>(ingest_max_message_bytes(cfg_.detector)));
     sock.set(zmq::sockopt::subscribe, "");
     sock.connect(ep);
   } catch (const zmq::error_t& e) {
@@ -127,8 +128,8 @@ void Ingest::run(std::stop_token st, std::size_t index) {
   // afresh (also after a sender restart, where it does no harm).
   zmq::socket_t monitor;
   try {
-    const std::string monitor_ep = fmt::format("inproc://glint-ingest-monitor-{}-{}",
-                                               static_cast<const void*>(this), index);
+    const std::string monitor_ep =
+        fmt::format("inproc://glint-ingest-monitor-{}-{}", static_cast<const void*>(this), index);
     if (zmq_socket_monitor(sock.handle(), monitor_ep.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
       monitor = zmq::socket_t(*ctx_, zmq::socket_type::pair);
       monitor.set(zmq::sockopt::linger, 0);
@@ -147,8 +148,10 @@ void Ingest::run(std::stop_token st, std::size_t index) {
       dropped = true;
     }
     if (!dropped) return;
-    log::warn("ingest {}: connection lost (the sender went away, or sent a part over {} bytes); "
-              "connecting again", ep, ingest_max_message_bytes(cfg_.detector));
+    log::warn(
+        "ingest {}: connection lost (the sender went away, or sent a part over {} bytes); "
+        "connecting again",
+        ep, ingest_max_message_bytes(cfg_.detector));
     try {
       sock.disconnect(ep);
     } catch (const zmq::error_t&) {

@@ -133,7 +133,8 @@ ParsedHeader parse_sls_header(std::string_view text) {
   ParsedHeader r;
   if (text.size() > kMaxSlsHeaderBytes) {
     r.reason = BadInput::oversize;
-    r.detail = fmt::format("a {}-byte header (allowed: up to {} bytes)", text.size(), kMaxSlsHeaderBytes);
+    r.detail =
+        fmt::format("a {}-byte header (allowed: up to {} bytes)", text.size(), kMaxSlsHeaderBytes);
     return r;
   }
   // One parser per thread: its buffers are reused, so a header costs no allocation; its capacity

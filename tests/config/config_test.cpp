@@ -299,8 +299,11 @@ TEST(Config, RunNamesAreSafeFileNamePrefixes) {
     EXPECT_EQ(e.key(), "output.run_name") << yaml;
     EXPECT_EQ(e.line(), 3) << yaml;
     const std::string what = e.what();
-    EXPECT_NE(what.find("'" + shown + "' is not allowed: " + why + " (allowed: "), std::string::npos) << what;
-    EXPECT_NE(what.find("A-Z a-z 0-9 . _ -, not starting with '.', no '..'"), std::string::npos) << what;
+    EXPECT_NE(what.find("'" + shown + "' is not allowed: " + why + " (allowed: "),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("A-Z a-z 0-9 . _ -, not starting with '.', no '..'"), std::string::npos)
+        << what;
     EXPECT_EQ(what.find('\0'), std::string::npos);
     EXPECT_EQ(what.find('\n'), std::string::npos);
   }
@@ -313,11 +316,13 @@ TEST(Config, OverridesRefuseAnUnsafeRunName) {
   const auto base = gc::parse("output: {run_name: a}\n", "base.yaml");
   // The request from the issue: JSON's \u0000 is a NUL too.
   try {
-    gc::with_overrides(base, R"({"output": {"run_name": "run_000001.h5\u0000", "overwrite": true}})");
+    gc::with_overrides(base,
+                       R"({"output": {"run_name": "run_000001.h5\u0000", "overwrite": true}})");
     FAIL() << "a NUL in run_name accepted";
   } catch (const gc::ConfigError& e) {
     EXPECT_EQ(e.key(), "output.run_name");
-    EXPECT_NE(std::string(e.what()).find("'run_000001.h5\\x00' is not allowed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'run_000001.h5\\x00' is not allowed"), std::string::npos)
+        << e.what();
   }
   try {
     gc::with_overrides(base, R"({"output": {"run_name": "x\ny"}})");
@@ -352,9 +357,9 @@ TEST(Config, OverrideDirectoriesStayWithinTheRoots) {
   EXPECT_EQ(dir_override(top / "root" / "sub").output.directory, top / "root" / "sub");
   // The configured directory itself is trusted, though it is not under a root.
   EXPECT_EQ(dir_override(top / "configured").output.directory, top / "configured");
-  for (const fs::path& escape : {top / "root" / ".." / "outside", top / "root" / "link",
-                                 top / "root" / "link" / "deeper", fs::path("/etc/glint-attack-test"),
-                                 top / "configured" / "below"}) {
+  for (const fs::path& escape :
+       {top / "root" / ".." / "outside", top / "root" / "link", top / "root" / "link" / "deeper",
+        fs::path("/etc/glint-attack-test"), top / "configured" / "below"}) {
     try {
       dir_override(escape);
       ADD_FAILURE() << escape << " accepted";
@@ -372,11 +377,12 @@ TEST(Config, OverrideDirectoriesStayWithinTheRoots) {
 TEST(Config, OverridesAreAnAllowList) {
   const auto base = gc::parse("detector: {rows: 100, cols: 200}\n", "base.yaml");
   for (const char* text :
-       {R"({"ingest": {"endpoints": ["tcp://10.0.0.1:1"]}})", R"({"control": {"endpoint": "tcp://*:1"}})",
-        R"({"detector": {"rows": 4096}})", R"({"ingest": {"queue_frames": 1048576}})",
-        R"({"finder": {"batch_frames": 65536}})", R"({"finder": {"gpu_ids": [1]}})",
-        R"({"output": {"allowed_roots": ["/"]}})", R"({"run": {"memory_budget_mb": 100000}})",
-        R"({"run": {"auto_start": true}})", R"({"logging": {"level": "off"}})"}) {
+       {R"({"ingest": {"endpoints": ["tcp://10.0.0.1:1"]}})",
+        R"({"control": {"endpoint": "tcp://*:1"}})", R"({"detector": {"rows": 4096}})",
+        R"({"ingest": {"queue_frames": 1048576}})", R"({"finder": {"batch_frames": 65536}})",
+        R"({"finder": {"gpu_ids": [1]}})", R"({"output": {"allowed_roots": ["/"]}})",
+        R"({"run": {"memory_budget_mb": 100000}})", R"({"run": {"auto_start": true}})",
+        R"({"logging": {"level": "off"}})"}) {
     const std::string t = text;
     const auto s0 = t.find('"') + 1;
     const auto s1 = t.find('"', s0);
@@ -415,23 +421,27 @@ TEST(Config, ARunOverTheMemoryBudgetIsRefusedWithTheFigure) {
   EXPECT_EQ(def.device, def.pinned + 400ull * 400 * 24);
   EXPECT_EQ(def.pedestal, 400ull * 400 * 48);
   EXPECT_EQ(def.reconstruction, 0u);
-  EXPECT_EQ(def.describe(), "544 MB (assembler 123 MB, batch 82 MB, pinned staging 164 MB, device "
-                            "168 MB, pedestal 8 MB, reconstruction 0 MB)");
+  EXPECT_EQ(def.describe(),
+            "544 MB (assembler 123 MB, batch 82 MB, pinned staging 164 MB, device "
+            "168 MB, pedestal 8 MB, reconstruction 0 MB)");
   // The issue's 4096 x 4096 detector with a 1M-frame queue.
-  const std::string big = "# a big one\ndetector: {rows: 4096, cols: 4096}\n"
-                          "ingest: {queue_frames: 1048576}\n";
+  const std::string big =
+      "# a big one\ndetector: {rows: 4096, cols: 4096}\n"
+      "ingest: {queue_frames: 1048576}\n";
   auto e = expect_error(big + "run: {max_frames: 10}\n");
   EXPECT_EQ(e.key(), "run.memory_budget_mb");
   EXPECT_EQ(e.line(), 4);  // the run section (no memory_budget_mb key)
-  EXPECT_NE(std::string(e.what()).find("the run needs 35232825 MB (assembler 35188668 MB, batch 8590 MB, "
-                                       "pinned staging 17180 MB, device 17583 MB, pedestal 806 MB, "
-                                       "reconstruction 0 MB) but the budget is 8192 MB"),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(e.what()).find("the run needs 35232825 MB (assembler 35188668 MB, batch 8590 MB, "
+                                 "pinned staging 17180 MB, device 17583 MB, pedestal 806 MB, "
+                                 "reconstruction 0 MB) but the budget is 8192 MB"),
+      std::string::npos)
       << e.what();
   // The budget is the operator's to raise; with_overrides cannot.
   e = expect_error(big + "run:\n  max_frames: 10\n  memory_budget_mb: 20000\n");
   EXPECT_EQ(e.line(), 6);
-  EXPECT_NE(std::string(e.what()).find("but the budget is 20000 MB"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("but the budget is 20000 MB"), std::string::npos)
+      << e.what();
   EXPECT_EQ(gc::parse(big + "run: {memory_budget_mb: 40000000}\n").ingest.queue_frames, 1048576u);
   // A reconstruction volume from an override counts too.
   const auto base = gc::parse("detector: {rows: 1024, cols: 1024}\nfinder: {backend: cpu}\n");
@@ -454,8 +464,9 @@ TEST(Config, ControlOffLoopbackNeedsCurve) {
   for (const char* ep : {"tcp://127.0.0.1:5555", "tcp://127.1.2.3:1", "tcp://localhost:5555",
                          "tcp://[::1]:5555", "ipc:///run/glint/ctl", "tcp://127.0.0.1:*"})
     EXPECT_TRUE(gc::is_loopback_endpoint(ep)) << ep;
-  for (const char* ep : {"tcp://*:5555", "tcp://0.0.0.0:5555", "tcp://10.0.0.1:5555", "tcp://eth0:5555",
-                         "tcp://127.0.0.1.evil.com:5555", "tcp://[::]:5555", "tcp://1270.0.0.1:1"})
+  for (const char* ep :
+       {"tcp://*:5555", "tcp://0.0.0.0:5555", "tcp://10.0.0.1:5555", "tcp://eth0:5555",
+        "tcp://127.0.0.1.evil.com:5555", "tcp://[::]:5555", "tcp://1270.0.0.1:1"})
     EXPECT_FALSE(gc::is_loopback_endpoint(ep)) << ep;
   auto e = expect_error("control:\n  endpoint: tcp://*:5555\n");
   EXPECT_EQ(e.key(), "control.curve_server_key");
@@ -464,7 +475,8 @@ TEST(Config, ControlOffLoopbackNeedsCurve) {
   EXPECT_EQ(e.key(), "control.curve_clients");
   e = expect_error("control:\n  curve_admins: /etc/glint/admins\n");
   EXPECT_EQ(e.key(), "control.curve_admins");
-  const auto c = gc::parse("control: {endpoint: \"tcp://*:5555\", curve_server_key: /k, curve_clients: /c}\n");
+  const auto c =
+      gc::parse("control: {endpoint: \"tcp://*:5555\", curve_server_key: /k, curve_clients: /c}\n");
   EXPECT_TRUE(c.control.curve());
   EXPECT_FALSE(gc::parse("").control.curve());
   e = expect_error("control: {max_request_bytes: 100}\n");

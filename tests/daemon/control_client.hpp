@@ -41,7 +41,8 @@ inline nlohmann::json control_raw(const std::string& endpoint, const std::string
     s.set(zmq::sockopt::curve_secretkey, curve->secret_key);
   }
   s.connect(endpoint);
-  if (!s.send(zmq::buffer(request), zmq::send_flags::none)) return {{"ok", false}, {"error", "timeout"}};
+  if (!s.send(zmq::buffer(request), zmq::send_flags::none))
+    return {{"ok", false}, {"error", "timeout"}};
   zmq::message_t rep;
   if (!s.recv(rep)) return {{"ok", false}, {"error", "timeout"}};
   return nlohmann::json::parse(rep.to_string());

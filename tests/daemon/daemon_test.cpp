@@ -236,8 +236,10 @@ TEST(ControlRequest, BoundedBeforeParsing) {
   deep += std::string(100000, '}') + "}";
   r = parse_control_request(deep);
   EXPECT_FALSE(r.ok());
-  EXPECT_EQ(r.error, fmt::format("request of {} bytes refused: larger than control.max_request_bytes "
-                                 "(65536 bytes)", deep.size()));
+  EXPECT_EQ(r.error,
+            fmt::format("request of {} bytes refused: larger than control.max_request_bytes "
+                        "(65536 bytes)",
+                        deep.size()));
   r = parse_control_request(deep, deep.size());  // within the size: the depth refuses it
   EXPECT_EQ(r.error, "request refused: JSON nested deeper than 32 levels");
   EXPECT_EQ(daemon::json_nesting_depth(deep, 32), 33u);
@@ -252,7 +254,8 @@ TEST(ControlRequest, BoundedBeforeParsing) {
   EXPECT_EQ(daemon::json_nesting_depth(nested(32), 100), 32u);
   EXPECT_TRUE(parse_control_request(nested(32)).ok()) << parse_control_request(nested(32)).error;
   EXPECT_FALSE(parse_control_request(nested(33)).ok());
-  EXPECT_EQ(parse_control_request(nested(33)).error, "request refused: JSON nested deeper than 32 levels");
+  EXPECT_EQ(parse_control_request(nested(33)).error,
+            "request refused: JSON nested deeper than 32 levels");
   // The size bound is exact.
   std::string padded = R"({"command": "status", "pad": ")";
   padded += std::string(65536 - padded.size() - 2, 'x') + "\"}";
@@ -267,37 +270,49 @@ TEST(Daemon, StartOverridesAreLimitedAndBudgeted) {
   ASSERT_LT(config::run_memory(s.cfg).total(), 3000000u);
   daemon::Daemon d(s.cfg);
   const std::string ep = d.control_endpoint();
-  json r = control(ep, json{{"command", "start"}, {"overrides", {{"ingest", {{"endpoints", {"tcp://10.1.2.3:1"}}}}}}});
+  json r = control(ep, json{{"command", "start"},
+                            {"overrides", {{"ingest", {{"endpoints", {"tcp://10.1.2.3:1"}}}}}}});
   EXPECT_FALSE(r["ok"]);
-  EXPECT_NE(r["error"].get<std::string>().find("ingest.endpoints: cannot be changed by a start override"),
-            std::string::npos) << r.dump();
-  r = control(ep, json{{"command", "start"}, {"overrides", {{"control", {{"endpoint", "tcp://*:1"}}}}}});
-  EXPECT_NE(r["error"].get<std::string>().find("control.endpoint: cannot be changed"), std::string::npos)
+  EXPECT_NE(
+      r["error"].get<std::string>().find("ingest.endpoints: cannot be changed by a start override"),
+      std::string::npos)
+      << r.dump();
+  r = control(
+      ep, json{{"command", "start"}, {"overrides", {{"control", {{"endpoint", "tcp://*:1"}}}}}});
+  EXPECT_NE(r["error"].get<std::string>().find("control.endpoint: cannot be changed"),
+            std::string::npos)
       << r.dump();
   // A volume beyond the budget, with the figure.
   config::Config want = s.cfg;
   want.reconstruction.enabled = true;
   want.reconstruction.slices = 4096;
-  r = control(ep, json{{"command", "start"}, {"overrides", {{"reconstruction", {{"enabled", true}, {"slices", 4096}}}}}});
+  r = control(ep, json{{"command", "start"},
+                       {"overrides", {{"reconstruction", {{"enabled", true}, {"slices", 4096}}}}}});
   EXPECT_FALSE(r["ok"]);
   EXPECT_NE(r["error"].get<std::string>().find(
                 fmt::format("run.memory_budget_mb: the run needs {} but the budget is 3 MB",
                             config::run_memory(want).describe())),
             std::string::npos)
       << r.dump();
-  EXPECT_NE(r["error"].get<std::string>().find("reconstruction 353 MB"), std::string::npos) << r.dump();
+  EXPECT_NE(r["error"].get<std::string>().find("reconstruction 353 MB"), std::string::npos)
+      << r.dump();
   // A directory outside the roots.
-  r = control(ep, json{{"command", "start"}, {"overrides", {{"output", {{"directory", "/etc/glint-attack-test"}}}}}});
+  r = control(ep, json{{"command", "start"},
+                       {"overrides", {{"output", {{"directory", "/etc/glint-attack-test"}}}}}});
   EXPECT_FALSE(r["ok"]);
-  EXPECT_NE(r["error"].get<std::string>().find("output.directory: '/etc/glint-attack-test' is not within "
-                                               "output.allowed_roots"),
-            std::string::npos) << r.dump();
+  EXPECT_NE(
+      r["error"].get<std::string>().find("output.directory: '/etc/glint-attack-test' is not within "
+                                         "output.allowed_roots"),
+      std::string::npos)
+      << r.dump();
   EXPECT_FALSE(fs::exists("/etc/glint-attack-test"));
   // An unknown command is echoed printable and short.
   r = control(ep, json{{"command", std::string("x\n\0y", 4) + std::string(100, 'z')}});
   EXPECT_FALSE(r["ok"]);
-  EXPECT_NE(r["error"].get<std::string>().find("unknown command 'x??y" + std::string(36, 'z') + "...'"),
-            std::string::npos) << r.dump();
+  EXPECT_NE(
+      r["error"].get<std::string>().find("unknown command 'x??y" + std::string(36, 'z') + "...'"),
+      std::string::npos)
+      << r.dump();
   r = control(ep, "status");
   EXPECT_EQ(r["state"], "idle");
   EXPECT_EQ(r["runs_completed"], 0);

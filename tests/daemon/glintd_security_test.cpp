@@ -16,13 +16,13 @@
 
 using namespace glint;
 using namespace std::chrono_literals;
-using nlohmann::json;
 using glint::testing::bin;
 using glint::testing::control;
 using glint::testing::control_raw;
 using glint::testing::CurveClient;
 using glint::testing::Process;
 using glint::testing::wait_status;
+using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
@@ -46,7 +46,9 @@ struct Rig : glint::testing::GlintdConfig {
     config = dir / "glintd.yaml";
     glint::testing::write_glintd_config(config, *this);
   }
-  std::vector<std::string> glintd() const { return {bin("glintd").string(), "--config", config.string()}; }
+  std::vector<std::string> glintd() const {
+    return {bin("glintd").string(), "--config", config.string()};
+  }
   std::vector<std::string> sim(uint64_t frames, int rate) const {
     return glint::testing::sim_argv(*this, frames, std::to_string(rate), "10", "7");
   }
@@ -79,13 +81,19 @@ TEST(GlintdSecurity, NulInRunNameIsRefusedOverTheSocketAndByCheck) {
   std::ofstream(rig.file(1)) << "precious run data";
   std::ofstream(rig.dir / "notes.txt") << "unrelated text";
   Process d(rig.glintd(), rig.dir / "glintd.log");
-  ASSERT_EQ(wait_status(rig.control_ep, [](const json&) { return true; }, 10s)["state"], "idle") << d.log();
+  ASSERT_EQ(wait_status(
+                rig.control_ep, [](const json&) { return true; }, 10s)["state"],
+            "idle")
+      << d.log();
   const std::string nul_name = rig.file(1).filename().string() + std::string(1, '\0');
-  json r = control(rig.control_ep, json{{"command", "start"},
-                                        {"overrides", {{"output", {{"run_name", nul_name}, {"overwrite", true}}}}}});
+  json r =
+      control(rig.control_ep,
+              json{{"command", "start"},
+                   {"overrides", {{"output", {{"run_name", nul_name}, {"overwrite", true}}}}}});
   EXPECT_FALSE(r.value("ok", true)) << r.dump();
-  EXPECT_NE(r.value("error", "").find("output.run_name: 'nulname_000001.h5\\x00' is not allowed: it contains "
-                                      "'\\x00' (allowed: 1 to 64 characters of A-Z a-z 0-9 . _ -"),
+  EXPECT_NE(r.value("error", "")
+                .find("output.run_name: 'nulname_000001.h5\\x00' is not allowed: it contains "
+                      "'\\x00' (allowed: 1 to 64 characters of A-Z a-z 0-9 . _ -"),
             std::string::npos)
       << r.dump();
   // The same with the JSON text exactly as an attacker sends it.
@@ -93,13 +101,19 @@ TEST(GlintdSecurity, NulInRunNameIsRefusedOverTheSocketAndByCheck) {
                                   R"("nulname_000001.h5\u0000", "overwrite": true}}})");
   EXPECT_FALSE(r.value("ok", true)) << r.dump();
   // A name reaching into another directory.
-  r = control(rig.control_ep, json{{"command", "start"},
-                                   {"overrides", {{"output", {{"run_name", "../notes.txt\n"}, {"overwrite", true}}}}}});
+  r = control(
+      rig.control_ep,
+      json{{"command", "start"},
+           {"overrides", {{"output", {{"run_name", "../notes.txt\n"}, {"overwrite", true}}}}}});
   EXPECT_FALSE(r.value("ok", true)) << r.dump();
-  r = control(rig.control_ep, json{{"command", "start"},
-                                   {"overrides", {{"output", {{"directory", rig.dir.string()}, {"overwrite", true}}}}}});
-  EXPECT_NE(r.value("error", "").find("output.directory: '" + rig.dir.string() + "' is not within "
-                                      "output.allowed_roots"),
+  r = control(
+      rig.control_ep,
+      json{{"command", "start"},
+           {"overrides", {{"output", {{"directory", rig.dir.string()}, {"overwrite", true}}}}}});
+  EXPECT_NE(r.value("error", "")
+                .find("output.directory: '" + rig.dir.string() +
+                      "' is not within "
+                      "output.allowed_roots"),
             std::string::npos)
       << r.dump();
   EXPECT_EQ(read_text(rig.file(1)), "precious run data");
@@ -112,7 +126,8 @@ TEST(GlintdSecurity, NulInRunNameIsRefusedOverTheSocketAndByCheck) {
   EXPECT_EQ(d.wait_exit(10s), 0) << d.log();
 
   // The same value in a configuration file: `glintd --check` refuses it, naming key and line.
-  std::ofstream(rig.dir / "nul.yaml") << "output:\n  directory: /tmp\n  run_name: \"run_000001.h5\\0\"\n";
+  std::ofstream(rig.dir / "nul.yaml")
+      << "output:\n  directory: /tmp\n  run_name: \"run_000001.h5\\0\"\n";
   Process check({bin("glintd").string(), "--check", "--config", (rig.dir / "nul.yaml").string()},
                 rig.dir / "check.log");
   EXPECT_EQ(check.wait_exit(10s), 2) << check.log();
@@ -125,8 +140,9 @@ TEST(GlintdSecurity, NulInRunNameIsRefusedOverTheSocketAndByCheck) {
   Process big({bin("glintd").string(), "--check", "--config", (rig.dir / "big.yaml").string()},
               rig.dir / "big.log");
   EXPECT_EQ(big.wait_exit(10s), 2) << big.log();
-  EXPECT_NE(big.log().find("run.memory_budget_mb: the run needs 35232825 MB (assembler 35188668 MB"),
-            std::string::npos)
+  EXPECT_NE(
+      big.log().find("run.memory_budget_mb: the run needs 35232825 MB (assembler 35188668 MB"),
+      std::string::npos)
       << big.log();
   EXPECT_NE(big.log().find("but the budget is 8192 MB"), std::string::npos) << big.log();
 }
@@ -134,12 +150,16 @@ TEST(GlintdSecurity, NulInRunNameIsRefusedOverTheSocketAndByCheck) {
 TEST(GlintdSecurity, HugeAndDeepRequestsAreRefusedAndTheRunSurvives) {
   Rig rig("deepreq");
   Process d(rig.glintd(), rig.dir / "glintd.log");
-  ASSERT_EQ(wait_status(rig.control_ep, [](const json&) { return true; }, 10s)["state"], "idle") << d.log();
+  ASSERT_EQ(wait_status(
+                rig.control_ep, [](const json&) { return true; }, 10s)["state"],
+            "idle")
+      << d.log();
   json r = control(rig.control_ep, "start");
   ASSERT_TRUE(r.value("ok", false)) << r.dump();
   constexpr uint64_t kFrames = 600;
   Process s(rig.sim(kFrames, 300), rig.dir / "sim.log");
-  ASSERT_TRUE(wait_status(rig.control_ep, [](const json& j) { return j.value("frames", 0u) > kDark; }, 10s)
+  ASSERT_TRUE(wait_status(
+                  rig.control_ep, [](const json& j) { return j.value("frames", 0u) > kDark; }, 10s)
                   .value("frames", 0u) > kDark);
 
   // The issue's request: a start whose overrides nest 100,000 levels deep (it crashed glintd).
@@ -148,8 +168,9 @@ TEST(GlintdSecurity, HugeAndDeepRequestsAreRefusedAndTheRunSurvives) {
   deep += "1" + std::string(100000, '}') + "}";
   r = control_raw(rig.control_ep, deep, 5000);
   EXPECT_FALSE(r.value("ok", true)) << r.dump();
-  EXPECT_EQ(r.value("error", ""), "request of " + std::to_string(deep.size()) +
-                                      " bytes refused: larger than control.max_request_bytes (65536 bytes)");
+  EXPECT_EQ(r.value("error", ""),
+            "request of " + std::to_string(deep.size()) +
+                " bytes refused: larger than control.max_request_bytes (65536 bytes)");
   // Deep but small: refused for its depth, unparsed.
   std::string small = R"({"command": "start", "overrides": )";
   for (int i = 0; i < 5000; ++i) small += "[";
@@ -164,7 +185,8 @@ TEST(GlintdSecurity, HugeAndDeepRequestsAreRefusedAndTheRunSurvives) {
   ASSERT_TRUE(r.value("ok", false)) << r.dump() << d.log();
   EXPECT_EQ(r["state"], "acquiring") << r.dump();
   EXPECT_EQ(s.wait_exit(30s), 0) << s.log();
-  r = wait_status(rig.control_ep, [](const json& j) { return j.value("runs_completed", 0u) >= 1; }, 20s);
+  r = wait_status(
+      rig.control_ep, [](const json& j) { return j.value("runs_completed", 0u) >= 1; }, 20s);
   ASSERT_EQ(r.value("runs_completed", 0u), 1u) << r.dump() << d.log();
   EXPECT_EQ(r["last_run"]["end_reason"], "end of acquisition");
   EXPECT_EQ(r["last_run"]["frames"], kDark + kFrames);
@@ -180,10 +202,11 @@ TEST(GlintdSecurity, CurveAllowsListedKeysOnlyAndAdminsAlone) {
     Process g({bin("glint").string(), "ctl", "keygen", "--output", (keys / name).string()},
               keys / (std::string(name) + ".log"));
     ASSERT_EQ(g.wait_exit(10s), 0) << g.log();
-    struct stat st{};
+    struct stat st {};
     ASSERT_EQ(::stat((keys / name).c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0600u) << name;
-    EXPECT_EQ(read_keys(keys / name).at("public"), read_keys(keys / (std::string(name) + ".pub")).at("public"));
+    EXPECT_EQ(read_keys(keys / name).at("public"),
+              read_keys(keys / (std::string(name) + ".pub")).at("public"));
     EXPECT_EQ(read_keys(keys / name).at("secret").size(), 40u);
     EXPECT_EQ(read_keys(keys / (std::string(name) + ".pub")).count("secret"), 0u);
   }
@@ -198,25 +221,30 @@ TEST(GlintdSecurity, CurveAllowsListedKeysOnlyAndAdminsAlone) {
   // `glintd --check` reads the key files: a missing one, or a client list holding a secret key.
   auto check = [&](const std::string& control_keys, const std::string& tag) {
     Rig bad("curve_" + tag, control_keys);
-    auto p = std::make_unique<Process>(
-        std::vector<std::string>{bin("glintd").string(), "--check", "--config", bad.config.string()},
-        bad.dir / "check.log");
+    auto p = std::make_unique<Process>(std::vector<std::string>{bin("glintd").string(), "--check",
+                                                                "--config", bad.config.string()},
+                                       bad.dir / "check.log");
     EXPECT_EQ(p->wait_exit(10s), 2) << p->log();
     return p->log();
   };
-  std::string log = check(", require_curve: true, curve_server_key: /nonexistent/server.key, curve_clients: \"" +
-                              (keys / "clients").string() + "\"", "missing");
-  EXPECT_NE(log.find("control.curve_server_key: /nonexistent/server.key: cannot be opened"), std::string::npos)
+  std::string log =
+      check(", require_curve: true, curve_server_key: /nonexistent/server.key, curve_clients: \"" +
+                (keys / "clients").string() + "\"",
+            "missing");
+  EXPECT_NE(log.find("control.curve_server_key: /nonexistent/server.key: cannot be opened"),
+            std::string::npos)
       << log;
   log = check(", require_curve: true, curve_server_key: \"" + (keys / "server").string() +
-                  "\", curve_clients: \"" + (keys / "admin").string() + "\"", "secret");
-  EXPECT_NE(log.find("control.curve_clients: " + (keys / "admin").string() + ": holds a secret key"),
-            std::string::npos)
+                  "\", curve_clients: \"" + (keys / "admin").string() + "\"",
+              "secret");
+  EXPECT_NE(
+      log.find("control.curve_clients: " + (keys / "admin").string() + ": holds a secret key"),
+      std::string::npos)
       << log;
 
   Rig rig("curve", ", require_curve: true, curve_server_key: \"" + (keys / "server").string() +
-                       "\", curve_clients: \"" + (keys / "clients").string() + "\", curve_admins: \"" +
-                       (keys / "admin.pub").string() + "\"");
+                       "\", curve_clients: \"" + (keys / "clients").string() +
+                       "\", curve_admins: \"" + (keys / "admin.pub").string() + "\"");
   Process d(rig.glintd(), rig.dir / "glintd.log");
   const std::string server = read_keys(keys / "server.pub").at("public");
   auto client = [&](const char* name) {
@@ -225,7 +253,8 @@ TEST(GlintdSecurity, CurveAllowsListedKeysOnlyAndAdminsAlone) {
   };
   const CurveClient admin = client("admin"), op = client("operator"), stranger = client("stranger");
   json r;
-  for (const auto until = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < until;) {
+  for (const auto until = std::chrono::steady_clock::now() + 10s;
+       std::chrono::steady_clock::now() < until;) {
     r = control_raw(rig.control_ep, R"({"command": "status"})", 500, &op);
     if (r.value("ok", false)) break;
   }
@@ -233,19 +262,22 @@ TEST(GlintdSecurity, CurveAllowsListedKeysOnlyAndAdminsAlone) {
   EXPECT_EQ(r["state"], "idle");
   // No key, or a key not listed: the handshake fails, no answer.
   EXPECT_EQ(control(rig.control_ep, json{{"command", "status"}}, 1000)["error"], "timeout");
-  EXPECT_EQ(control_raw(rig.control_ep, R"({"command": "shutdown"})", 1000, &stranger)["error"], "timeout");
+  EXPECT_EQ(control_raw(rig.control_ep, R"({"command": "shutdown"})", 1000, &stranger)["error"],
+            "timeout");
   // A listed key that is not an admin cannot shut down or abort.
   r = control_raw(rig.control_ep, R"({"command": "shutdown"})", 3000, &op);
   EXPECT_FALSE(r.value("ok", true)) << r.dump();
-  EXPECT_EQ(r.value("error", ""), "'shutdown' is not allowed for this client key (control.curve_admins)");
+  EXPECT_EQ(r.value("error", ""),
+            "'shutdown' is not allowed for this client key (control.curve_admins)");
   r = control_raw(rig.control_ep, R"({"command": "abort"})", 3000, &op);
-  EXPECT_EQ(r.value("error", ""), "'abort' is not allowed for this client key (control.curve_admins)");
+  EXPECT_EQ(r.value("error", ""),
+            "'abort' is not allowed for this client key (control.curve_admins)");
   // glint ctl with a key file.
   auto ctl = [&](const std::string& key, const std::string& cmd, const std::string& log) {
     return std::make_unique<Process>(
-        std::vector<std::string>{bin("glint").string(), "ctl", "--endpoint", rig.control_ep, "--key-file",
-                                 (keys / key).string(), "--server-key", (keys / "server.pub").string(),
-                                 "--timeout-ms", "2000", cmd},
+        std::vector<std::string>{bin("glint").string(), "ctl", "--endpoint", rig.control_ep,
+                                 "--key-file", (keys / key).string(), "--server-key",
+                                 (keys / "server.pub").string(), "--timeout-ms", "2000", cmd},
         rig.dir / log);
   };
   auto st = ctl("operator", "status", "ctl_status.log");

@@ -72,7 +72,7 @@ struct OutputConfig {
   /// Where a `start` override may put a run (the directory itself or below, symlinks resolved);
   /// `directory` above, from the configuration file, is trusted.
   std::vector<std::filesystem::path> allowed_roots{"/var/lib/glint/runs"};
-  std::string run_name = "run";      ///< see is_safe_run_name()
+  std::string run_name = "run";       ///< see is_safe_run_name()
   uint32_t flush_interval_ms = 1000;  ///< the run file is flushed at least this often
   bool overwrite = false;
 };

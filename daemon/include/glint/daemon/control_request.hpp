@@ -16,9 +16,9 @@ inline constexpr std::size_t kDefaultMaxRequestBytes = 65536;
 inline constexpr std::size_t kMaxRequestDepth = 32;
 
 struct ControlRequest {
-  std::string command;   ///< empty when the request was refused
-  nlohmann::json body;   ///< the whole request object ({} for a bare command name)
-  std::string error;     ///< why it was refused (one line), empty when accepted
+  std::string command;  ///< empty when the request was refused
+  nlohmann::json body;  ///< the whole request object ({} for a bare command name)
+  std::string error;    ///< why it was refused (one line), empty when accepted
   bool ok() const { return error.empty(); }
 };
 
