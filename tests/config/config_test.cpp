@@ -382,7 +382,7 @@ TEST(Config, OverridesAreAnAllowList) {
         R"({"ingest": {"queue_frames": 1048576}})", R"({"finder": {"batch_frames": 65536}})",
         R"({"finder": {"gpu_ids": [1]}})", R"({"output": {"allowed_roots": ["/"]}})",
         R"({"run": {"memory_budget_mb": 100000}})", R"({"run": {"auto_start": true}})",
-        R"({"logging": {"level": "off"}})"}) {
+        R"({"logging": {"level": "off"}})", R"({"finder": {"threads": 1024}})"}) {
     const std::string t = text;
     const auto s0 = t.find('"') + 1;
     const auto s1 = t.find('"', s0);
@@ -404,12 +404,12 @@ TEST(Config, OverridesAreAnAllowList) {
       base, R"({"output": {"run_name": "x", "overwrite": true, "flush_interval_ms": 50},
                "run": {"max_frames": 5, "max_seconds": 2.5},
                "pedestal": {"dark_frames": 10, "keep_previous": true, "window": 10},
-               "finder": {"n_sigma": 4, "cluster_size": 5, "backend": "cpu", "threads": 2},
+               "finder": {"n_sigma": 4, "cluster_size": 5, "backend": "cpu"},
                "reconstruction": {"enabled": true, "slices": 8}})");
   EXPECT_EQ(c.finder.cluster_size, 5);
   EXPECT_EQ(c.reconstruction.slices, 8u);
   EXPECT_EQ(c.pedestal.window, 10u);
-  EXPECT_EQ(gc::override_keys().size(), 14u);
+  EXPECT_EQ(gc::override_keys().size(), 13u);
 }
 
 TEST(Config, ARunOverTheMemoryBudgetIsRefusedWithTheFigure) {
