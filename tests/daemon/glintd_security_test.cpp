@@ -297,3 +297,57 @@ TEST(GlintdSecurity, CurveAllowsListedKeysOnlyAndAdminsAlone) {
   EXPECT_EQ(d.wait_exit(10s), 0) << d.log();
   (void)admin;
 }
+
+namespace {
+
+/// The peak resident memory of a process (VmHWM), in kB.
+long peak_rss_kb(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+}  // namespace
+
+TEST(GlintdSecurity, HugeStreamHeadersDoNotGrowTheDaemon) {
+  Rig rig("hugeheader");
+  rig.auto_start = true;
+  glint::testing::write_glintd_config(rig.config, rig);
+  Process d(rig.glintd(), rig.dir / "glintd.log");
+  ASSERT_TRUE(wait_status(rig.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s)
+                  .contains("run_index"))
+      << d.log();
+  {
+    zmq::context_t ctx(1);
+    zmq::socket_t pub(ctx, zmq::socket_type::pub);
+    pub.set(zmq::sockopt::linger, 0);
+    pub.bind(rig.data_ep);
+    std::this_thread::sleep_for(500ms);  // the run's subscriber connects
+    const long before = peak_rss_kb(d.pid());
+    ASSERT_GT(before, 0);
+    // The issue's attack: 400 MB JSON headers (with a payload part each), three times.
+    std::string header = "{\"jsonversion\": 5, \"pad\": \"";
+    header += std::string(400u << 20, 'x') + "\"}";
+    for (int i = 0; i < 3; ++i) {
+      pub.send(zmq::buffer(header), zmq::send_flags::sndmore);
+      pub.send(zmq::buffer(std::string(3200, '\0')), zmq::send_flags::none);
+      std::this_thread::sleep_for(700ms);
+    }
+    const long after = peak_rss_kb(d.pid());
+    // ZMQ_MAXMSGSIZE (the 40 x 40 port's 32-bit image or a 64 KiB header, + 64 KiB) refuses them
+    // as they arrive: glintd's peak memory does not grow by a header (it took 400 MB to receive
+    // one, and the header parser kept as much).
+    EXPECT_LT(after - before, 32 * 1024) << before << " kB -> " << after << " kB";
+  }
+  // The ingest connects again, and a real sender's run goes through whole.
+  Process s(rig.sim(200, 0), rig.dir / "sim.log");
+  EXPECT_EQ(s.wait_exit(30s), 0) << s.log();
+  json r = wait_status(rig.control_ep, [](const json& j) { return j.value("runs_completed", 0u) >= 1; }, 20s);
+  ASSERT_EQ(r.value("runs_completed", 0u), 1u) << r.dump() << d.log();
+  EXPECT_EQ(r["last_run"]["frames"], kDark + 200) << r.dump();
+  EXPECT_NE(d.log().find("connection lost"), std::string::npos) << d.log();
+  d.signal(SIGTERM);
+  EXPECT_EQ(d.wait_exit(20s), 0) << d.log();
+}
