@@ -316,7 +316,8 @@ TEST(GlintdSecurity, HugeStreamHeadersDoNotGrowTheDaemon) {
   rig.auto_start = true;
   glint::testing::write_glintd_config(rig.config, rig);
   Process d(rig.glintd(), rig.dir / "glintd.log");
-  ASSERT_TRUE(wait_status(rig.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s)
+  ASSERT_TRUE(wait_status(
+                  rig.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s)
                   .contains("run_index"))
       << d.log();
   {
@@ -344,7 +345,8 @@ TEST(GlintdSecurity, HugeStreamHeadersDoNotGrowTheDaemon) {
   // The ingest connects again, and a real sender's run goes through whole.
   Process s(rig.sim(200, 0), rig.dir / "sim.log");
   EXPECT_EQ(s.wait_exit(30s), 0) << s.log();
-  json r = wait_status(rig.control_ep, [](const json& j) { return j.value("runs_completed", 0u) >= 1; }, 20s);
+  json r = wait_status(
+      rig.control_ep, [](const json& j) { return j.value("runs_completed", 0u) >= 1; }, 20s);
   ASSERT_EQ(r.value("runs_completed", 0u), 1u) << r.dump() << d.log();
   EXPECT_EQ(r["last_run"]["frames"], kDark + 200) << r.dump();
   EXPECT_NE(d.log().find("connection lost"), std::string::npos) << d.log();
