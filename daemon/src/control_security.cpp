@@ -173,6 +173,10 @@ ControlSecurity::ControlSecurity(const config::ControlConfig& c) : enabled_(c.cu
     }
   };
   server_ = load("curve_server_key", [&] { return read_key_pair(c.curve_server_key, true); });
+  struct stat st{};
+  if (::stat(c.curve_server_key.c_str(), &st) == 0 && (st.st_mode & 0077) != 0)
+    log::warn("control.curve_server_key {}: readable by others (mode {:o}); chmod 600 it",
+              c.curve_server_key, st.st_mode & 0777);
   clients_ = load("curve_clients", [&] { return read_public_keys(c.curve_clients); });
   if (!c.curve_admins.empty()) {
     admins_listed_ = true;
