@@ -8,6 +8,7 @@
 #include <zmq.hpp>
 
 #include "commands.hpp"
+#include "glint/daemon/control_security.hpp"
 
 namespace glint::tools {
 
@@ -15,18 +16,33 @@ using nlohmann::json;
 
 namespace {
 
+/// The client's CURVE keys, when glintd's control socket uses CURVE.
+struct ClientKeys {
+  daemon::CurveKeyPair own;
+  std::string server_public;
+  bool enabled() const { return !server_public.empty(); }
+};
+
 /// One request/reply exchange on a fresh REQ socket (a REQ socket that got no answer cannot send
 /// again); throws std::runtime_error when glintd does not answer.
-json request(zmq::context_t& ctx, const std::string& endpoint, const json& req, int timeout_ms) {
+json request(zmq::context_t& ctx, const std::string& endpoint, const json& req, int timeout_ms,
+             const ClientKeys& keys) {
   zmq::socket_t s(ctx, zmq::socket_type::req);
   s.set(zmq::sockopt::linger, 0);
   s.set(zmq::sockopt::rcvtimeo, timeout_ms);
   s.set(zmq::sockopt::sndtimeo, timeout_ms);
+  if (keys.enabled()) {
+    s.set(zmq::sockopt::curve_serverkey, keys.server_public);
+    s.set(zmq::sockopt::curve_publickey, keys.own.public_key);
+    s.set(zmq::sockopt::curve_secretkey, keys.own.secret_key);
+  }
   s.connect(endpoint);
   s.send(zmq::buffer(req.dump()), zmq::send_flags::none);
   zmq::message_t rep;
   if (!s.recv(rep))
-    throw std::runtime_error(fmt::format("no answer from glintd at {} within {} ms", endpoint, timeout_ms));
+    throw std::runtime_error(
+        fmt::format("no answer from glintd at {} within {} ms{}", endpoint, timeout_ms,
+                    keys.enabled() ? " (is this key in its control.curve_clients?)" : ""));
   json j = json::parse(rep.to_string(), nullptr, false);
   if (j.is_discarded()) throw std::runtime_error("glintd sent a reply that is not JSON");
   return j;
@@ -117,6 +133,7 @@ void add_ctl_command(CLI::App& app) {
     int timeout_ms = 3000;
     double interval_s = 1.0;
     int count = 0;
+    std::string key_file, server_key, output;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--endpoint", a->endpoint, "glintd's control endpoint")->capture_default_str();
@@ -126,18 +143,40 @@ void add_ctl_command(CLI::App& app) {
                   "start: JSON of config sections to override, e.g. '{\"run\": {\"max_frames\": 100}}'");
   cmd->add_option("--interval", a->interval_s, "watch: seconds between refreshes")->capture_default_str();
   cmd->add_option("--count", a->count, "watch: stop after this many refreshes (0 = until Ctrl-C)");
-  cmd->add_option("command", a->command,
-                  "status | stats | start | stop | abort | config | pedestal | shutdown | watch")
+  cmd->add_option("--key-file", a->key_file,
+                  "CURVE: this client's key pair file (from `glint ctl keygen`)");
+  cmd->add_option("--server-key", a->server_key,
+                  "CURVE: glintd's public key (Z85) or a file holding it (its key pair's .pub)");
+  cmd->add_option("--output", a->output, "keygen: the key pair file to write (and FILE.pub)");
+  cmd->add_option(
+         "command", a->command,
+         "status | stats | start | stop | abort | config | pedestal | shutdown | watch | keygen")
       ->required()
-      ->check(CLI::IsMember({"status", "stats", "start", "stop", "abort", "config", "pedestal", "shutdown", "watch"}));
+      ->check(CLI::IsMember({"status", "stats", "start", "stop", "abort", "config", "pedestal",
+                             "shutdown", "watch", "keygen"}));
   cmd->callback([a] {
     try {
+      if (a->command == "keygen") {
+        if (a->output.empty()) fail("glint ctl keygen", "--output FILE is required", kExitUsage);
+        const auto keys = daemon::generate_key_pair();
+        daemon::write_key_pair(a->output, keys);
+        std::cout << fmt::format("wrote {} (key pair, keep it secret) and {}.pub\npublic: {}\n",
+                                 a->output, a->output, keys.public_key);
+        return;
+      }
+      ClientKeys keys;
+      if (a->key_file.empty() != a->server_key.empty())
+        fail("glint ctl", "CURVE needs both --key-file and --server-key", kExitUsage);
+      if (!a->key_file.empty()) {
+        keys.own = daemon::read_key_pair(a->key_file, true);
+        keys.server_public = daemon::public_key_from(a->server_key);
+      }
       zmq::context_t ctx(1);  // one for the command, `watch` included
       if (a->command == "watch") {
         const std::atomic<bool>& stop = stop_on_signals();
         for (int i = 0; !stop.load() && (a->count == 0 || i < a->count); ++i) {
           if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(a->interval_s));
-          const json r = request(ctx, a->endpoint, json{{"command", "stats"}}, a->timeout_ms);
+          const json r = request(ctx, a->endpoint, json{{"command", "stats"}}, a->timeout_ms, keys);
           if (a->as_json) {
             std::cout << r.dump() << std::endl;
           } else {
@@ -155,7 +194,7 @@ void add_ctl_command(CLI::App& app) {
           fail("glint ctl", "--overrides is not a JSON object", kExitUsage);
         req["overrides"] = o;
       }
-      const json r = request(ctx, a->endpoint, req, a->timeout_ms);
+      const json r = request(ctx, a->endpoint, req, a->timeout_ms, keys);
       if (a->as_json) std::cout << r.dump(2) << "\n";
       if (!r.value("ok", false)) {
         if (!a->as_json) std::cerr << "glint ctl " << a->command << ": " << r.value("error", "failed") << "\n";

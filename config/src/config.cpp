@@ -1,6 +1,8 @@
 #include "glint/config/config.hpp"
 
+#include <array>
 #include <cmath>
+#include <optional>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -25,6 +27,14 @@ ConfigError::ConfigError(std::string source, std::string key, int line, const st
       line_(line) {}
 
 namespace {
+
+std::optional<std::string> memory_budget_problem(const Config& c);
+std::string printable(std::string_view text, std::size_t max = 120);
+
+bool is_run_name_char(char ch) {
+  return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+         ch == '.' || ch == '_' || ch == '-';
+}
 
 int line_of(const YAML::Node& n) {
   const auto m = n.Mark();
@@ -256,13 +266,64 @@ void read_finder(Section s, FinderConfig& c) {
   s.reject_unknown();
 }
 
+/// `text` with every byte outside printable ASCII written as \xNN (NUL, newlines, ...).
+std::string printable(std::string_view text, std::size_t max) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < max; ++i) {
+    const auto ch = static_cast<unsigned char>(text[i]);
+    if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+      out += static_cast<char>(ch);
+    else
+      out += fmt::format("\\x{:02x}", ch);
+  }
+  if (text.size() > max) out += fmt::format("... ({} bytes)", text.size());
+  return out;
+}
+
+bool has_control_characters(std::string_view text) {
+  for (char ch : text)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) return true;
+  return false;
+}
+
 void read_output(Section s, OutputConfig& c) {
   std::string dir = c.directory.string();
   s.read_nonempty_string("directory", dir);
+  if (has_control_characters(dir))
+    s.fail_key("directory",
+               fmt::format("'{}' contains control characters (NUL, newline, ...)", printable(dir)));
   c.directory = dir;
+  if (auto n = s.sequence("allowed_roots"); n.IsDefined()) {
+    c.allowed_roots.clear();
+    for (const auto& e : n) {
+      if (!e.IsScalar()) s.fail_key("allowed_roots", "expected a list of absolute directories");
+      const std::string root = e.Scalar();
+      if (root.empty() || root.front() != '/' || has_control_characters(root))
+        s.fail(s.key_path("allowed_roots"), line_of(e),
+               fmt::format("'{}' is not an absolute directory (allowed: /PATH, no control "
+                           "characters)",
+                           printable(root)));
+      c.allowed_roots.emplace_back(root);
+    }
+  }
   s.read_nonempty_string("run_name", c.run_name);
-  if (c.run_name.find('/') != std::string::npos)
-    s.fail_key("run_name", fmt::format("'{}' must not contain '/' (it is a file name prefix)", c.run_name));
+  if (!is_safe_run_name(c.run_name)) {
+    // Say what is wrong with it, then what is allowed.
+    std::string why;
+    if (c.run_name.size() > kMaxRunNameLength)
+      why = fmt::format("it is {} characters long", c.run_name.size());
+    else if (c.run_name.front() == '.')
+      why = "it starts with '.'";
+    else if (c.run_name.find("..") != std::string::npos)
+      why = "it contains '..'";
+    for (char ch : c.run_name) {
+      if (!why.empty()) break;
+      if (!is_run_name_char(ch))
+        why = fmt::format("it contains '{}'", printable(std::string_view(&ch, 1)));
+    }
+    s.fail_key("run_name", fmt::format("'{}' is not allowed: {} ({})", printable(c.run_name), why,
+                                       run_name_rule()));
+  }
   s.read_integer("flush_interval_ms", c.flush_interval_ms, 10, 1000);
   s.read_bool("overwrite", c.overwrite);
   s.read_bool("clust", c.clust);
@@ -273,14 +334,36 @@ void read_run(Section s, RunConfig& c) {
   s.read_bool("auto_start", c.auto_start);
   s.read_integer("max_frames", c.max_frames, 0, std::numeric_limits<long long>::max());
   s.read_double("max_seconds", c.max_seconds, 0.0, 1e9, false);
+  s.read_integer("memory_budget_mb", c.memory_budget_mb, 1, 1LL << 40);
   s.reject_unknown();
 }
 
 void read_control(Section s, ControlConfig& c) {
   s.read_nonempty_string("endpoint", c.endpoint);
   if (c.endpoint.rfind("tcp://", 0) != 0 && c.endpoint.rfind("ipc://", 0) != 0)
-    s.fail_key("endpoint", fmt::format("'{}' is not a ZeroMQ endpoint (allowed: tcp://HOST:PORT, ipc://PATH)",
-                                       c.endpoint));
+    s.fail_key("endpoint",
+               fmt::format("'{}' is not a ZeroMQ endpoint (allowed: tcp://HOST:PORT, ipc://PATH)",
+                           printable(c.endpoint)));
+  s.read_integer("max_request_bytes", c.max_request_bytes, 1024, 16 << 20);
+  s.read_bool("require_curve", c.require_curve);
+  s.read_string("curve_server_key", c.curve_server_key);
+  s.read_string("curve_clients", c.curve_clients);
+  s.read_string("curve_admins", c.curve_admins);
+  if (c.curve() && (c.curve_server_key.empty() || c.curve_clients.empty())) {
+    const std::string why = c.require_curve
+                                ? std::string("control.require_curve is set")
+                                : fmt::format(
+                                      "'{}' is not a loopback endpoint (127.0.0.0/8, [::1], "
+                                      "localhost, ipc://)",
+                                      c.endpoint);
+    s.fail_key(c.curve_server_key.empty() ? "curve_server_key" : "curve_clients",
+               fmt::format("{}: CURVE is required; set control.curve_server_key (a key pair "
+                           "file from `glint ctl keygen`) and control.curve_clients (a file or "
+                           "directory of allowed client public keys)",
+                           why));
+  }
+  if (!c.curve() && !c.curve_admins.empty())
+    s.fail_key("curve_admins", "needs CURVE (control.require_curve or a non-loopback endpoint)");
   s.reject_unknown();
 }
 
@@ -318,6 +401,17 @@ void read_reconstruction(Section s, ReconstructionConfig& c) {
   s.reject_unknown();
 }
 
+std::optional<std::string> memory_budget_problem(const Config& c) {
+  const RunMemory m = run_memory(c);
+  const uint64_t budget = c.run.memory_budget_mb * 1000000ULL;
+  if (m.total() <= budget) return std::nullopt;
+  return fmt::format(
+      "the run needs {} but the budget is {} MB (raise run.memory_budget_mb, or "
+      "lower ingest.queue_frames, ingest.reorder_frames, finder.batch_frames, "
+      "finder.streams or reconstruction.slices)",
+      m.describe(), c.run.memory_budget_mb);
+}
+
 Config from_node(const YAML::Node& root, const std::string& source, std::string text) {
   Config c;
   c.source = source;
@@ -332,6 +426,11 @@ Config from_node(const YAML::Node& root, const std::string& source, std::string 
   read_logging(top.section("logging"), c.logging);
   read_reconstruction(top.section("reconstruction"), c.reconstruction);
   top.reject_unknown();
+  {
+    Section run = top.section("run");
+    run.child("memory_budget_mb");
+    if (auto why = memory_budget_problem(c)) run.fail_key("memory_budget_mb", *why);
+  }
   c.yaml = std::move(text);
   return c;
 }
@@ -357,6 +456,112 @@ YAML::Node merged(const YAML::Node& base, const YAML::Node& over) {
 }
 
 }  // namespace
+
+bool ControlConfig::curve() const { return require_curve || !is_loopback_endpoint(endpoint); }
+
+bool is_safe_run_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxRunNameLength || name.front() == '.') return false;
+  if (name.find("..") != std::string_view::npos) return false;
+  for (char ch : name)
+    if (!is_run_name_char(ch)) return false;
+  return true;
+}
+
+std::string_view run_name_rule() {
+  return "allowed: 1 to 64 characters of A-Z a-z 0-9 . _ -, not starting with '.', no '..'";
+}
+
+bool is_loopback_endpoint(std::string_view ep) {
+  if (ep.starts_with("ipc://")) return true;
+  if (!ep.starts_with("tcp://")) return false;
+  std::string_view host = ep.substr(6);
+  // tcp://SOURCE;HOST:PORT binds or connects from SOURCE; the host is what counts.
+  if (const auto semi = host.rfind(';'); semi != std::string_view::npos)
+    host = host.substr(semi + 1);
+  if (host.starts_with("[")) {
+    const auto close = host.find(']');
+    return close != std::string_view::npos && host.substr(1, close - 1) == "::1";
+  }
+  const auto colon = host.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  host = host.substr(0, colon);
+  if (host == "localhost") return true;
+  // A dotted IPv4 address in 127.0.0.0/8.
+  if (!host.starts_with("127.")) return false;
+  int dots = 0, digits = 0;
+  for (char ch : host) {
+    if (ch == '.') {
+      if (digits == 0) return false;
+      ++dots;
+      digits = 0;
+    } else if (ch >= '0' && ch <= '9' && digits < 3) {
+      ++digits;
+    } else {
+      return false;
+    }
+  }
+  return dots == 3 && digits > 0;
+}
+
+bool directory_within(const std::filesystem::path& dir,
+                      const std::vector<std::filesystem::path>& roots) {
+  std::error_code ec;
+  const auto d = std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec);
+  if (ec) return false;
+  for (const auto& root : roots) {
+    std::error_code rec;
+    const auto r = std::filesystem::weakly_canonical(root, rec);
+    if (rec || r.empty()) continue;
+    auto di = d.begin();
+    bool under = true;
+    for (auto ri = r.begin(); ri != r.end(); ++ri, ++di) {
+      if (ri->empty()) continue;  // a trailing separator
+      if (di == d.end() || *di != *ri) {
+        under = false;
+        break;
+      }
+    }
+    if (under) return true;
+  }
+  return false;
+}
+
+std::string RunMemory::describe() const {
+  auto mb = [](uint64_t b) { return (b + 999999) / 1000000; };
+  return fmt::format(
+      "{} MB (assembler {} MB, batch {} MB, pinned staging {} MB, device {} MB, "
+      "pedestal {} MB, reconstruction {} MB)",
+      mb(total()), mb(assembler), mb(batch), mb(pinned), mb(device), mb(pedestal),
+      mb(reconstruction));
+}
+
+RunMemory run_memory(const Config& c) {
+  RunMemory m;
+  const uint64_t image = uint64_t{c.detector.rows} * c.detector.cols * sizeof(uint16_t);
+  const uint64_t pixels = uint64_t{c.detector.rows} * c.detector.cols;
+  // Payloads stay in their messages while queued or waiting for their other ports' parts.
+  m.assembler = (uint64_t{c.ingest.queue_frames} + c.ingest.reorder_frames) * image;
+  const uint64_t batch = static_cast<uint64_t>(c.finder.batch_frames) * image;
+  m.batch = batch;
+  if (c.finder.backend != "cpu") {
+    const uint64_t gpus = c.finder.gpu_ids.size();
+    m.pinned = batch * static_cast<uint64_t>(c.finder.streams) * gpus;
+    m.device = m.pinned + gpus * pixels * 3 * sizeof(double);  // + pedestal sums and noise
+  }
+  m.pedestal = pixels * 3 * sizeof(double) * 2;  // running sums; the start and end copies
+  if (c.reconstruction.enabled) {
+    // The volume being stacked, the one being solved and the solver's arrays (x, y, the
+    // previous x, the gradient, the three-component dual and its previous value, ...).
+    const uint64_t volume = pixels * c.reconstruction.slices * sizeof(float);
+    m.reconstruction = volume * 14;
+  }
+  return m;
+}
+
+void check_memory_budget(const Config& c) {
+  if (auto why = memory_budget_problem(c))
+    throw ConfigError(c.source, "run.memory_budget_mb", 0, *why);
+}
 
 Config parse(std::string_view yaml_text, std::string source) {
   YAML::Node root = load_node(yaml_text, source);
@@ -416,6 +621,11 @@ std::string to_yaml(const Config& c) {
   e << YAML::EndMap;
   begin("output");
   kv("directory", c.output.directory.string());
+  flow("allowed_roots", [&] {
+    std::vector<std::string> roots;
+    for (const auto& r : c.output.allowed_roots) roots.push_back(r.string());
+    return roots;
+  }());
   kv("run_name", c.output.run_name);
   kv("flush_interval_ms", c.output.flush_interval_ms);
   kv("overwrite", c.output.overwrite);
@@ -425,9 +635,15 @@ std::string to_yaml(const Config& c) {
   kv("auto_start", c.run.auto_start);
   kv("max_frames", c.run.max_frames);
   kv("max_seconds", c.run.max_seconds);
+  kv("memory_budget_mb", c.run.memory_budget_mb);
   e << YAML::EndMap;
   begin("control");
   kv("endpoint", c.control.endpoint);
+  kv("max_request_bytes", c.control.max_request_bytes);
+  kv("require_curve", c.control.require_curve);
+  kv("curve_server_key", c.control.curve_server_key);
+  kv("curve_clients", c.control.curve_clients);
+  kv("curve_admins", c.control.curve_admins);
   e << YAML::EndMap;
   begin("logging");
   kv("level", c.logging.level);
@@ -452,17 +668,75 @@ std::string to_yaml(const Config& c) {
   return std::string(e.c_str()) + "\n";
 }
 
+namespace {
+
+// What a run may choose without the operator's file: names and limits of the run, the finder's
+// arithmetic, the reconstruction (its volume is within the memory budget). Not the detector,
+// the ingest endpoints and sizes, the finder's threads and GPU batch sizes, the control socket or
+// logging.
+constexpr std::array<std::string_view, 13> kOverrideKeys = {
+    "output.run_name",      "output.directory",       "output.overwrite",
+    "output.flush_interval_ms", "run.max_frames",     "run.max_seconds",
+    "pedestal.dark_frames", "pedestal.keep_previous", "pedestal.window",
+    "finder.n_sigma",       "finder.cluster_size",    "finder.backend",
+    "reconstruction.*"};
+
+bool override_allowed(const std::string& section, const std::string& key) {
+  for (auto k : kOverrideKeys)
+    if (k == section + "." + key || k == section + ".*") return true;
+  return false;
+}
+
+/// Every key of `over` must be in kOverrideKeys.
+void check_override_keys(const YAML::Node& over, const std::string& src) {
+  for (auto it = over.begin(); it != over.end(); ++it) {
+    const std::string section = it->first.Scalar();
+    const YAML::Node& body = it->second;
+    if (!body.IsMap()) {
+      throw ConfigError(src, section, line_of(it->first),
+                        "expected a mapping of keys, e.g. {\"run\": {\"max_frames\": 100}}");
+    }
+    for (auto k = body.begin(); k != body.end(); ++k) {
+      const std::string key = k->first.Scalar();
+      if (!override_allowed(section, key))
+        throw ConfigError(src, section + "." + key, line_of(k->first),
+                          fmt::format("cannot be changed by a start override (allowed: {}); "
+                                      "change the configuration file instead",
+                                      fmt::join(kOverrideKeys, ", ")));
+    }
+  }
+}
+
+}  // namespace
+
+std::span<const std::string_view> override_keys() { return kOverrideKeys; }
+
 Config with_overrides(const Config& base, std::string_view overrides_text) {
   const std::string src = "overrides";
   YAML::Node over = load_node(overrides_text, src);
   if (!over.IsDefined() || over.IsNull()) return base;
   if (!over.IsMap()) throw ConfigError(src, "(top level)", line_of(over), "expected a mapping of sections");
+  check_override_keys(over, src);
   // Merged onto the struct's values (which callers may have changed since parsing).
   YAML::Node root = load_node(to_yaml(base), base.source);
   YAML::Node m = merged(root, over);
   YAML::Emitter emitter;
   emitter << m;
   Config c = from_node(m, base.source + " + overrides", std::string(emitter.c_str()) + "\n");
+  // A directory from an override is confined to the roots (the configured one is trusted).
+  if (over["output"] && over["output"]["directory"] &&
+      c.output.directory != base.output.directory &&
+      !directory_within(c.output.directory, base.output.allowed_roots)) {
+    std::vector<std::string> roots;
+    for (const auto& r : base.output.allowed_roots) roots.push_back(r.string());
+    throw ConfigError(
+        src, "output.directory", line_of(over["output"]["directory"]),
+        fmt::format("'{}' is not within output.allowed_roots (allowed: {} or below, "
+                    "symlinks resolved; or {})",
+                    printable(c.output.directory.string()),
+                    roots.empty() ? std::string("none") : fmt::format("{}", fmt::join(roots, ", ")),
+                    base.output.directory.string()));
+  }
   return c;
 }
 

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include "glint/daemon/control_request.hpp"
+#include "glint/daemon/control_security.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/run_file.hpp"
 
@@ -16,9 +18,26 @@ using pipeline::RunState;
 using clock = std::chrono::steady_clock;
 
 struct Daemon::Control {
+  explicit Control(const config::ControlConfig& c) : security(c) {}
   zmq::context_t ctx{1};
+  ControlSecurity security;  // its ZAP handler's socket closes before the context
   zmq::socket_t rep{ctx, zmq::socket_type::rep};
 };
+
+namespace {
+
+/// A command name as it may appear in a reply: printable ASCII, at most 40 characters.
+std::string printable_command(const std::string& cmd) {
+  std::string out;
+  for (char ch : cmd.substr(0, 40)) out += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+  return cmd.size() > 40 ? out + "..." : out;
+}
+
+}  // namespace
+
+std::size_t control_max_message_bytes(const config::ControlConfig& c) {
+  return std::max<std::size_t>(std::size_t{c.max_request_bytes} * 16, 1 << 20);
+}
 
 uint64_t next_run_index(const std::filesystem::path& dir, const std::string& run_name) {
   uint64_t best = 0;
@@ -41,10 +60,17 @@ uint64_t next_run_index(const std::filesystem::path& dir, const std::string& run
 }
 
 Daemon::Daemon(config::Config cfg, pipeline::FinderFactory make_finder)
-    : cfg_(std::move(cfg)), make_finder_(std::move(make_finder)), started_(clock::now()),
-      control_(std::make_unique<Control>()) {
+    : cfg_(std::move(cfg)),
+      make_finder_(std::move(make_finder)),
+      started_(clock::now()),
+      control_(std::make_unique<Control>(cfg_.control)) {
   control_->rep.set(zmq::sockopt::linger, 0);
   control_->rep.set(zmq::sockopt::rcvtimeo, 100);
+  // Requests up to this size get an answer (an error past control.max_request_bytes); ZeroMQ
+  // drops a connection that sends a larger one before allocating it.
+  control_->rep.set(zmq::sockopt::maxmsgsize,
+                    static_cast<int64_t>(control_max_message_bytes(cfg_.control)));
+  control_->security.apply(control_->ctx, control_->rep);
   try {
     control_->rep.bind(cfg_.control.endpoint);
   } catch (const zmq::error_t& e) {
@@ -53,7 +79,10 @@ Daemon::Daemon(config::Config cfg, pipeline::FinderFactory make_finder)
   }
   endpoint_ = control_->rep.get(zmq::sockopt::last_endpoint);
   heartbeat_ns_.store(clock::now().time_since_epoch().count());
-  log::info("glintd {}: control socket {}", GLINT_VERSION, endpoint_);
+  log::info("glintd {}: control socket {}{}", GLINT_VERSION, endpoint_,
+            control_->security.enabled()
+                ? fmt::format(" (CURVE, {} client key(s))", control_->security.n_clients())
+                : std::string());
   thread_ = std::jthread([this](std::stop_token st) { serve(st); });
 }
 
@@ -182,7 +211,12 @@ void Daemon::serve(std::stop_token st) {
     if (!got) continue;
     std::string reply;
     try {
-      reply = handle_request(req.to_string());
+      std::string client;
+      if (control_->security.enabled()) {
+        const char* id = zmq_msg_gets(req.handle(), "User-Id");
+        client = id ? id : "";
+      }
+      reply = handle_request(req.to_string(), client);
     } catch (const std::exception& e) {
       reply = json{{"ok", false}, {"error", e.what()}}.dump();
     }
@@ -321,19 +355,20 @@ json Daemon::pedestal_json() const {
 }
 
 std::string Daemon::handle_request(const std::string& request) {
-  json req = json::parse(request, nullptr, false);
-  std::string cmd;
-  if (req.is_discarded()) {
-    cmd = request;  // a bare command name
-    req = json::object();
-  } else if (req.is_object() && req.contains("command") && req["command"].is_string()) {
-    cmd = req["command"].get<std::string>();
-  } else if (req.is_string()) {
-    cmd = req.get<std::string>();
-    req = json::object();
-  } else {
-    return json{{"ok", false}, {"error", "expected {\"command\": NAME, ...}"}}.dump();
-  }
+  return handle_request(request, {});
+}
+
+std::string Daemon::handle_request(const std::string& request, const std::string& client_key) {
+  ControlRequest parsed = parse_control_request(request, cfg_.control.max_request_bytes);
+  if (!parsed.ok()) return json{{"ok", false}, {"error", parsed.error}}.dump();
+  const std::string cmd = std::move(parsed.command);
+  json req = std::move(parsed.body);
+  if (!control_->security.allows(client_key, cmd))
+    return json{
+        {"ok", false},
+        {"error", fmt::format("'{}' is not allowed for this client key (control.curve_admins)",
+                              printable_command(cmd))}}
+        .dump();
   auto ok = [](json j) {
     j["ok"] = true;
     return j.dump();
@@ -355,10 +390,16 @@ std::string Daemon::handle_request(const std::string& request) {
     if (req.contains("overrides")) {
       if (!req["overrides"].is_object()) return err("overrides: expected an object of config sections");
       try {
+        // The depth is bounded (parse_control_request), so this dump cannot recurse deeply.
         c = config::with_overrides(cfg_, req["overrides"].dump());
       } catch (const config::ConfigError& e) {
         return err(e.what());
       }
+    }
+    try {
+      config::check_memory_budget(c);  // overrides are checked in with_overrides; this is cfg_
+    } catch (const config::ConfigError& e) {
+      return err(e.what());
     }
     start_run(c);
     return ok(json{{"run_index", run_->stats().run_index}, {"file", run_->file().string()}});
@@ -373,8 +414,10 @@ std::string Daemon::handle_request(const std::string& request) {
     request_shutdown(req.value("abort", false));
     return ok(json{{"state", run_ ? "finishing" : "stopping"}});
   }
-  return err(fmt::format("unknown command '{}' (allowed: status, stats, start, stop, abort, config, "
-                         "pedestal, shutdown)", cmd));
+  return err(
+      fmt::format("unknown command '{}' (allowed: status, stats, start, stop, abort, config, "
+                  "pedestal, shutdown)",
+                  printable_command(cmd)));
 }
 
 }  // namespace glint::daemon

@@ -14,6 +14,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "glint/config/config.hpp"
+#include "glint/daemon/control_security.hpp"
 #include "glint/daemon/daemon.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/ingest.hpp"
@@ -38,6 +39,7 @@ int glintd_main(int argc, char** argv, pipeline::FinderFactory make_finder) {
   try {
     cfg = glint::config::load(config_path);
     glint::log::set_level(glint::log::parse_level(log_level.empty() ? cfg.logging.level : log_level));
+    glint::daemon::ControlSecurity keys(cfg.control);  // the CURVE key files, when CURVE is on
   } catch (const std::exception& e) {
     std::cerr << "glintd: " << e.what() << "\n";
     return kExitConfig;

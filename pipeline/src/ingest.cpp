@@ -54,6 +54,11 @@ std::array<uint64_t, kBadInputKinds> BadInputLog::counts() const {
   return count_;
 }
 
+std::size_t ingest_max_message_bytes(const config::DetectorConfig& d) {
+  const std::size_t image = payload_bytes(32, std::size_t{d.port_rows()} * d.port_cols());
+  return std::max(image, kMaxSlsHeaderBytes) + 64 * 1024;
+}
+
 Ingest::Ingest(const config::Config& cfg, FrameAssembler& assembler)
     : cfg_(cfg),
       assembler_(assembler),
@@ -110,19 +115,60 @@ void Ingest::run(std::stop_token st, std::size_t index) {
     if (cfg_.ingest.receive_buffer_bytes > 0) sock.set(zmq::sockopt::rcvbuf, cfg_.ingest.receive_buffer_bytes);
     sock.set(zmq::sockopt::rcvtimeo, 100);
     sock.set(zmq::sockopt::linger, 0);
+    sock.set(zmq::sockopt::maxmsgsize,
+             static_cast<int64_t>(ingest_max_message_bytes(cfg_.detector)));
     sock.set(zmq::sockopt::subscribe, "");
     sock.connect(ep);
   } catch (const zmq::error_t& e) {
     if (e.num() != ETERM) log::error("ingest {}: cannot connect: {}", ep, e.what());
     return;  // ETERM: stopped before the socket was up
   }
+  // ZeroMQ closes a connection that sends a part over ZMQ_MAXMSGSIZE and, unlike after a network
+  // error, does not reconnect it: the monitor reports the disconnection, and the thread connects
+  // afresh (also after a sender restart, where it does no harm).
+  zmq::socket_t monitor;
+  try {
+    const std::string monitor_ep =
+        fmt::format("inproc://glint-ingest-monitor-{}-{}", static_cast<const void*>(this), index);
+    if (zmq_socket_monitor(sock.handle(), monitor_ep.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
+      monitor = zmq::socket_t(*ctx_, zmq::socket_type::pair);
+      monitor.set(zmq::sockopt::linger, 0);
+      monitor.connect(monitor_ep);
+    }
+  } catch (const zmq::error_t& e) {
+    if (e.num() == ETERM) return;
+    log::warn("ingest {}: no connection monitor: {}", ep, e.what());
+  }
+  auto reconnect_if_dropped = [&] {
+    if (!monitor) return;
+    bool dropped = false;
+    zmq::message_t event, address;
+    while (monitor.recv(event, zmq::recv_flags::dontwait)) {
+      if (event.more()) (void)monitor.recv(address, zmq::recv_flags::dontwait);
+      dropped = true;
+    }
+    if (!dropped) return;
+    log::warn(
+        "ingest {}: connection lost (the sender went away, or sent a part over {} bytes); "
+        "connecting again",
+        ep, ingest_max_message_bytes(cfg_.detector));
+    try {
+      sock.disconnect(ep);
+    } catch (const zmq::error_t&) {
+      // already gone with its session
+    }
+    sock.connect(ep);
+  };
   log::info("ingest: subscribed to {}", ep);
   std::vector<zmq::message_t> msgs;
   while (!st.stop_requested()) {
     msgs.clear();
     try {
       zmq::message_t m;
-      if (!sock.recv(m)) continue;  // timeout: check the stop token
+      if (!sock.recv(m)) {  // timeout: check the stop token and the connection
+        reconnect_if_dropped();
+        continue;
+      }
       bool more = m.more();
       msgs.push_back(std::move(m));
       while (more) {

@@ -21,6 +21,7 @@ std::string_view to_string(BadInput kind) {
     case BadInput::data_without_header: return "data_without_header";
     case BadInput::frame_backwards: return "frame_backwards";
     case BadInput::unknown_port: return "unknown_port";
+    case BadInput::oversize: return "oversize";
     case BadInput::count_: break;
   }
   return "unknown";
@@ -130,8 +131,15 @@ class Fields {
 
 ParsedHeader parse_sls_header(std::string_view text) {
   ParsedHeader r;
-  // One parser per thread: its buffers are reused, so a header costs no allocation.
-  thread_local dom::parser parser;
+  if (text.size() > kMaxSlsHeaderBytes) {
+    r.reason = BadInput::oversize;
+    r.detail =
+        fmt::format("a {}-byte header (allowed: up to {} bytes)", text.size(), kMaxSlsHeaderBytes);
+    return r;
+  }
+  // One parser per thread: its buffers are reused, so a header costs no allocation; its capacity
+  // stays within kMaxSlsHeaderBytes.
+  thread_local dom::parser parser(kMaxSlsHeaderBytes);
   // Senders that write a C string may include its terminating NUL.
   while (!text.empty() && text.back() == '\0') text.remove_suffix(1);
   dom::element doc;

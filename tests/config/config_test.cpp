@@ -1,8 +1,11 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "glint/config/config.hpp"
 
@@ -270,4 +273,212 @@ TEST(Config, ToYamlRoundTripsEveryValue) {
   const auto o = gc::with_overrides(c, "{run: {max_frames: 3}}");
   EXPECT_EQ(o.detector.rows, 512u);
   EXPECT_EQ(o.run.max_frames, 3u);
+}
+
+TEST(Config, RunNamesAreSafeFileNamePrefixes) {
+  for (const char* ok : {"run", "scan-7.v2_b", "A", "x.h5"}) {
+    EXPECT_TRUE(gc::is_safe_run_name(ok)) << ok;
+    EXPECT_EQ(gc::parse(std::string("output: {run_name: \"") + ok + "\"}\n").output.run_name, ok);
+  }
+  EXPECT_TRUE(gc::is_safe_run_name(std::string(64, 'a')));
+  EXPECT_FALSE(gc::is_safe_run_name(std::string(65, 'a')));
+  // YAML's "\0" is a NUL: HDF5 would cut the path there and open run_000001.h5 itself.
+  const std::vector<std::array<std::string, 3>> bad = {
+      {R"("run_000001.h5\0")", "run_000001.h5\\x00", "it contains '\\x00'"},
+      {R"("a/b")", "a/b", "it contains '/'"},
+      {R"("a\nb")", "a\\x0ab", "it contains '\\x0a'"},
+      {R"("..")", "..", "it starts with '.'"},
+      {R"(".hidden")", ".hidden", "it starts with '.'"},
+      {R"("a..b")", "a..b", "it contains '..'"},
+      {R"("a b")", "a b", "it contains ' '"},
+      {R"("x/../../etc/x")", "x/../../etc/x", "it contains '..'"},
+      {"\"" + std::string(65, 'r') + "\"", std::string(65, 'r'), "it is 65 characters long"},
+  };
+  for (const auto& [yaml, shown, why] : bad) {
+    auto e = expect_error("# comment\noutput:\n  run_name: " + yaml + "\n");
+    EXPECT_EQ(e.key(), "output.run_name") << yaml;
+    EXPECT_EQ(e.line(), 3) << yaml;
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'" + shown + "' is not allowed: " + why + " (allowed: "),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("A-Z a-z 0-9 . _ -, not starting with '.', no '..'"), std::string::npos)
+        << what;
+    EXPECT_EQ(what.find('\0'), std::string::npos);
+    EXPECT_EQ(what.find('\n'), std::string::npos);
+  }
+  // A NUL in the directory is refused too.
+  auto e = expect_error("output: {directory: \"/tmp/a\\0b\"}\n");
+  EXPECT_EQ(e.key(), "output.directory");
+}
+
+TEST(Config, OverridesRefuseAnUnsafeRunName) {
+  const auto base = gc::parse("output: {run_name: a}\n", "base.yaml");
+  // The request from the issue: JSON's \u0000 is a NUL too.
+  try {
+    gc::with_overrides(base,
+                       R"({"output": {"run_name": "run_000001.h5\u0000", "overwrite": true}})");
+    FAIL() << "a NUL in run_name accepted";
+  } catch (const gc::ConfigError& e) {
+    EXPECT_EQ(e.key(), "output.run_name");
+    EXPECT_NE(std::string(e.what()).find("'run_000001.h5\\x00' is not allowed"), std::string::npos)
+        << e.what();
+  }
+  try {
+    gc::with_overrides(base, R"({"output": {"run_name": "x\ny"}})");
+    FAIL() << "a newline in run_name accepted";
+  } catch (const gc::ConfigError& e) {
+    EXPECT_EQ(e.key(), "output.run_name");
+  }
+}
+
+TEST(Config, OverrideDirectoriesStayWithinTheRoots) {
+  namespace fs = std::filesystem;
+  const fs::path top = fs::temp_directory_path() / ("glint_roots_" + std::to_string(::getpid()));
+  fs::remove_all(top);
+  fs::create_directories(top / "root" / "sub");
+  fs::create_directories(top / "outside");
+  fs::create_directories(top / "configured");
+  fs::create_symlink(top / "outside", top / "root" / "link");
+  const auto base = gc::parse("output: {directory: \"" + (top / "configured").string() +
+                                  "\", allowed_roots: [\"" + (top / "root").string() + "\"]}\n",
+                              "base.yaml");
+  EXPECT_TRUE(gc::directory_within(top / "root", base.output.allowed_roots));
+  EXPECT_TRUE(gc::directory_within(top / "root" / "sub", base.output.allowed_roots));
+  EXPECT_TRUE(gc::directory_within(top / "root" / "new" / "dir", base.output.allowed_roots));
+  EXPECT_FALSE(gc::directory_within(top / "root" / "link", base.output.allowed_roots));
+  EXPECT_FALSE(gc::directory_within(top / "root" / "link" / "new", base.output.allowed_roots));
+  EXPECT_FALSE(gc::directory_within(top / "root" / ".." / "outside", base.output.allowed_roots));
+  EXPECT_FALSE(gc::directory_within(top / "rootx", base.output.allowed_roots));
+  EXPECT_FALSE(gc::directory_within("/etc/glint-attack-test", base.output.allowed_roots));
+  auto dir_override = [&](const fs::path& d) {
+    return gc::with_overrides(base, "{\"output\": {\"directory\": \"" + d.string() + "\"}}");
+  };
+  EXPECT_EQ(dir_override(top / "root" / "sub").output.directory, top / "root" / "sub");
+  // The configured directory itself is trusted, though it is not under a root.
+  EXPECT_EQ(dir_override(top / "configured").output.directory, top / "configured");
+  for (const fs::path& escape :
+       {top / "root" / ".." / "outside", top / "root" / "link", top / "root" / "link" / "deeper",
+        fs::path("/etc/glint-attack-test"), top / "configured" / "below"}) {
+    try {
+      dir_override(escape);
+      ADD_FAILURE() << escape << " accepted";
+    } catch (const gc::ConfigError& e) {
+      EXPECT_EQ(e.key(), "output.directory") << escape;
+      EXPECT_NE(std::string(e.what()).find("is not within output.allowed_roots (allowed: " +
+                                           (top / "root").string() + " or below"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  fs::remove_all(top);
+}
+
+TEST(Config, OverridesAreAnAllowList) {
+  const auto base = gc::parse("detector: {rows: 100, cols: 200}\n", "base.yaml");
+  for (const char* text :
+       {R"({"ingest": {"endpoints": ["tcp://10.0.0.1:1"]}})",
+        R"({"control": {"endpoint": "tcp://*:1"}})", R"({"detector": {"rows": 4096}})",
+        R"({"ingest": {"queue_frames": 1048576}})", R"({"finder": {"batch_frames": 65536}})",
+        R"({"finder": {"gpu_ids": [1]}})", R"({"output": {"allowed_roots": ["/"]}})",
+        R"({"run": {"memory_budget_mb": 100000}})", R"({"run": {"auto_start": true}})",
+        R"({"logging": {"level": "off"}})", R"({"finder": {"threads": 1024}})"}) {
+    const std::string t = text;
+    const auto s0 = t.find('"') + 1;
+    const auto s1 = t.find('"', s0);
+    const auto k0 = t.find('"', s1 + 1) + 1;
+    const std::string key = t.substr(s0, s1 - s0) + "." + t.substr(k0, t.find('"', k0) - k0);
+    try {
+      gc::with_overrides(base, text);
+      ADD_FAILURE() << text << " accepted";
+    } catch (const gc::ConfigError& e) {
+      EXPECT_EQ(e.key(), key) << text;
+      EXPECT_NE(std::string(e.what()).find("cannot be changed by a start override (allowed: "
+                                           "output.run_name, output.directory"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // Every listed key is accepted.
+  const auto c = gc::with_overrides(
+      base, R"({"output": {"run_name": "x", "overwrite": true, "flush_interval_ms": 50},
+               "run": {"max_frames": 5, "max_seconds": 2.5},
+               "pedestal": {"dark_frames": 10, "keep_previous": true, "window": 10},
+               "finder": {"n_sigma": 4, "cluster_size": 5, "backend": "cpu"},
+               "reconstruction": {"enabled": true, "slices": 8}})");
+  EXPECT_EQ(c.finder.cluster_size, 5);
+  EXPECT_EQ(c.reconstruction.slices, 8u);
+  EXPECT_EQ(c.pedestal.window, 10u);
+  EXPECT_EQ(gc::override_keys().size(), 13u);
+}
+
+TEST(Config, ARunOverTheMemoryBudgetIsRefusedWithTheFigure) {
+  // The default detector: 544 MB in all (GPU figures counted with backend auto).
+  const auto def = gc::run_memory(gc::parse(""));
+  EXPECT_EQ(def.assembler, 384ull * 400 * 400 * 2);
+  EXPECT_EQ(def.batch, 256ull * 400 * 400 * 2);
+  EXPECT_EQ(def.pinned, 2 * def.batch);
+  EXPECT_EQ(def.device, def.pinned + 400ull * 400 * 24);
+  EXPECT_EQ(def.pedestal, 400ull * 400 * 48);
+  EXPECT_EQ(def.reconstruction, 0u);
+  EXPECT_EQ(def.describe(),
+            "544 MB (assembler 123 MB, batch 82 MB, pinned staging 164 MB, device "
+            "168 MB, pedestal 8 MB, reconstruction 0 MB)");
+  // The issue's 4096 x 4096 detector with a 1M-frame queue.
+  const std::string big =
+      "# a big one\ndetector: {rows: 4096, cols: 4096}\n"
+      "ingest: {queue_frames: 1048576}\n";
+  auto e = expect_error(big + "run: {max_frames: 10}\n");
+  EXPECT_EQ(e.key(), "run.memory_budget_mb");
+  EXPECT_EQ(e.line(), 4);  // the run section (no memory_budget_mb key)
+  EXPECT_NE(
+      std::string(e.what()).find("the run needs 35232825 MB (assembler 35188668 MB, batch 8590 MB, "
+                                 "pinned staging 17180 MB, device 17583 MB, pedestal 806 MB, "
+                                 "reconstruction 0 MB) but the budget is 8192 MB"),
+      std::string::npos)
+      << e.what();
+  // The budget is the operator's to raise; with_overrides cannot.
+  e = expect_error(big + "run:\n  max_frames: 10\n  memory_budget_mb: 20000\n");
+  EXPECT_EQ(e.line(), 6);
+  EXPECT_NE(std::string(e.what()).find("but the budget is 20000 MB"), std::string::npos)
+      << e.what();
+  EXPECT_EQ(gc::parse(big + "run: {memory_budget_mb: 40000000}\n").ingest.queue_frames, 1048576u);
+  // A reconstruction volume from an override counts too.
+  const auto base = gc::parse("detector: {rows: 1024, cols: 1024}\nfinder: {backend: cpu}\n");
+  try {
+    gc::with_overrides(base, R"({"reconstruction": {"enabled": true, "slices": 4096}})");
+    FAIL() << "a 1024 x 1024 x 4096 reconstruction accepted";
+  } catch (const gc::ConfigError& err) {
+    EXPECT_EQ(err.key(), "run.memory_budget_mb");
+    EXPECT_NE(std::string(err.what()).find("reconstruction 240519 MB) but the budget is 8192 MB"),
+              std::string::npos)
+        << err.what();
+  }
+  gc::Config c = gc::parse("");
+  c.detector.rows = c.detector.cols = 4096;
+  c.ingest.queue_frames = 1 << 20;
+  EXPECT_THROW(gc::check_memory_budget(c), gc::ConfigError);
+}
+
+TEST(Config, ControlOffLoopbackNeedsCurve) {
+  for (const char* ep : {"tcp://127.0.0.1:5555", "tcp://127.1.2.3:1", "tcp://localhost:5555",
+                         "tcp://[::1]:5555", "ipc:///run/glint/ctl", "tcp://127.0.0.1:*"})
+    EXPECT_TRUE(gc::is_loopback_endpoint(ep)) << ep;
+  for (const char* ep :
+       {"tcp://*:5555", "tcp://0.0.0.0:5555", "tcp://10.0.0.1:5555", "tcp://eth0:5555",
+        "tcp://127.0.0.1.evil.com:5555", "tcp://[::]:5555", "tcp://1270.0.0.1:1"})
+    EXPECT_FALSE(gc::is_loopback_endpoint(ep)) << ep;
+  auto e = expect_error("control:\n  endpoint: tcp://*:5555\n");
+  EXPECT_EQ(e.key(), "control.curve_server_key");
+  EXPECT_NE(std::string(e.what()).find("CURVE is required"), std::string::npos) << e.what();
+  e = expect_error("control:\n  require_curve: true\n  curve_server_key: /etc/glint/server.key\n");
+  EXPECT_EQ(e.key(), "control.curve_clients");
+  e = expect_error("control:\n  curve_admins: /etc/glint/admins\n");
+  EXPECT_EQ(e.key(), "control.curve_admins");
+  const auto c =
+      gc::parse("control: {endpoint: \"tcp://*:5555\", curve_server_key: /k, curve_clients: /c}\n");
+  EXPECT_TRUE(c.control.curve());
+  EXPECT_FALSE(gc::parse("").control.curve());
+  e = expect_error("control: {max_request_bytes: 100}\n");
+  EXPECT_EQ(e.key(), "control.max_request_bytes");
 }

@@ -4,9 +4,12 @@
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "../pipeline/stream_test_util.hpp"
 #include "control_client.hpp"
 #include "glint/config/config.hpp"
+#include "glint/daemon/control_request.hpp"
 #include "glint/daemon/daemon.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
@@ -37,6 +40,7 @@ Rigging setup(const std::string& name) {
   s.cfg.finder.backend = "cpu";
   s.cfg.output.directory = glint::testing::fresh_dir(name);
   s.cfg.output.run_name = name;
+  s.cfg.output.allowed_roots = {fs::temp_directory_path()};  // where the tests' directories are
   s.cfg.control.endpoint = "tcp://127.0.0.1:*";
   s.sim.endpoints = {ep};
   s.sim.image.rows = 32;
@@ -210,4 +214,107 @@ TEST(Daemon, NextRunIndexFollowsExistingFiles) {
   std::ofstream(d / "scan_1000000.h5") << "x";  // past six digits the name grows
   EXPECT_EQ(daemon::next_run_index(d, "scan"), 1000001u);
   EXPECT_EQ(daemon::next_run_index("/nonexistent/dir", "scan"), 1u);
+}
+
+TEST(ControlRequest, BoundedBeforeParsing) {
+  using daemon::parse_control_request;
+  auto r = parse_control_request(R"({"command": "status"})");
+  EXPECT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.command, "status");
+  EXPECT_EQ(parse_control_request("\"stats\"").command, "stats");
+  EXPECT_EQ(parse_control_request("pedestal\n").command, "pedestal");
+  for (const char* bad : {"", "{}", "[1, 2]", "5", "not a command", R"({"command": 5})",
+                          R"({"command": ""})", "{\"command\": \"status\""}) {
+    r = parse_control_request(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_TRUE(r.command.empty()) << bad;
+  }
+  // The issue's request: overrides nested 100,000 levels deep.
+  std::string deep = R"({"command": "start", "overrides": )";
+  for (int i = 0; i < 100000; ++i) deep += "{\"a\":";
+  deep += "1";
+  deep += std::string(100000, '}') + "}";
+  r = parse_control_request(deep);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.error,
+            fmt::format("request of {} bytes refused: larger than control.max_request_bytes "
+                        "(65536 bytes)",
+                        deep.size()));
+  r = parse_control_request(deep, deep.size());  // within the size: the depth refuses it
+  EXPECT_EQ(r.error, "request refused: JSON nested deeper than 32 levels");
+  EXPECT_EQ(daemon::json_nesting_depth(deep, 32), 33u);
+  // Exactly 32 levels pass; 33 do not; brackets inside strings do not count.
+  auto nested = [](int levels) {
+    std::string t = R"({"command": "status", "x": )";
+    for (int i = 1; i < levels; ++i) t += "[";
+    t += "\"[[[{{{\\\"[[\"";
+    for (int i = 1; i < levels; ++i) t += "]";
+    return t + "}";
+  };
+  EXPECT_EQ(daemon::json_nesting_depth(nested(32), 100), 32u);
+  EXPECT_TRUE(parse_control_request(nested(32)).ok()) << parse_control_request(nested(32)).error;
+  EXPECT_FALSE(parse_control_request(nested(33)).ok());
+  EXPECT_EQ(parse_control_request(nested(33)).error,
+            "request refused: JSON nested deeper than 32 levels");
+  // The size bound is exact.
+  std::string padded = R"({"command": "status", "pad": ")";
+  padded += std::string(65536 - padded.size() - 2, 'x') + "\"}";
+  ASSERT_EQ(padded.size(), 65536u);
+  EXPECT_TRUE(parse_control_request(padded).ok());
+  EXPECT_FALSE(parse_control_request(padded + " ").ok());
+}
+
+TEST(Daemon, StartOverridesAreLimitedAndBudgeted) {
+  Rigging s = setup("daemon_limits");
+  s.cfg.run.memory_budget_mb = 3;  // the 32 x 48 run needs about 2 MB
+  ASSERT_LT(config::run_memory(s.cfg).total(), 3000000u);
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  json r = control(ep, json{{"command", "start"},
+                            {"overrides", {{"ingest", {{"endpoints", {"tcp://10.1.2.3:1"}}}}}}});
+  EXPECT_FALSE(r["ok"]);
+  EXPECT_NE(
+      r["error"].get<std::string>().find("ingest.endpoints: cannot be changed by a start override"),
+      std::string::npos)
+      << r.dump();
+  r = control(
+      ep, json{{"command", "start"}, {"overrides", {{"control", {{"endpoint", "tcp://*:1"}}}}}});
+  EXPECT_NE(r["error"].get<std::string>().find("control.endpoint: cannot be changed"),
+            std::string::npos)
+      << r.dump();
+  // A volume beyond the budget, with the figure.
+  config::Config want = s.cfg;
+  want.reconstruction.enabled = true;
+  want.reconstruction.slices = 4096;
+  r = control(ep, json{{"command", "start"},
+                       {"overrides", {{"reconstruction", {{"enabled", true}, {"slices", 4096}}}}}});
+  EXPECT_FALSE(r["ok"]);
+  EXPECT_NE(r["error"].get<std::string>().find(
+                fmt::format("run.memory_budget_mb: the run needs {} but the budget is 3 MB",
+                            config::run_memory(want).describe())),
+            std::string::npos)
+      << r.dump();
+  EXPECT_NE(r["error"].get<std::string>().find("reconstruction 353 MB"), std::string::npos)
+      << r.dump();
+  // A directory outside the roots.
+  r = control(ep, json{{"command", "start"},
+                       {"overrides", {{"output", {{"directory", "/etc/glint-attack-test"}}}}}});
+  EXPECT_FALSE(r["ok"]);
+  EXPECT_NE(
+      r["error"].get<std::string>().find("output.directory: '/etc/glint-attack-test' is not within "
+                                         "output.allowed_roots"),
+      std::string::npos)
+      << r.dump();
+  EXPECT_FALSE(fs::exists("/etc/glint-attack-test"));
+  // An unknown command is echoed printable and short.
+  r = control(ep, json{{"command", std::string("x\n\0y", 4) + std::string(100, 'z')}});
+  EXPECT_FALSE(r["ok"]);
+  EXPECT_NE(
+      r["error"].get<std::string>().find("unknown command 'x??y" + std::string(36, 'z') + "...'"),
+      std::string::npos)
+      << r.dump();
+  r = control(ep, "status");
+  EXPECT_EQ(r["state"], "idle");
+  EXPECT_EQ(r["runs_completed"], 0);
+  EXPECT_TRUE(fs::is_empty(s.cfg.output.directory));
 }

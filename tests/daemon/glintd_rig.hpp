@@ -21,6 +21,7 @@ struct GlintdConfig {
   std::filesystem::path runs;
   std::string run_name;
   bool auto_start = false;
+  std::string control_extra;  ///< more keys inside control: {...}, starting with ", "
   std::string extra;         ///< more sections, appended as they are
 };
 
@@ -29,10 +30,11 @@ inline void write_glintd_config(const std::filesystem::path& file, const GlintdC
                       << "ingest: {endpoints: [\"" << c.data_ep << "\"]" << c.ingest_extra << "}\n"
                       << "pedestal: {dark_frames: " << c.dark << ", window: " << c.dark << "}\n"
                       << "finder: {" << c.finder << "}\n"
-                      << "output: {directory: \"" << c.runs.string() << "\", run_name: " << c.run_name
-                      << "}\n"
+                      << "output: {directory: \"" << c.runs.string()
+                      << "\", run_name: " << c.run_name << "}\n"
                       << "run: {auto_start: " << (c.auto_start ? "true" : "false") << "}\n"
-                      << "control: {endpoint: \"" << c.control_ep << "\"}\n"
+                      << "control: {endpoint: \"" << c.control_ep << "\"" << c.control_extra
+                      << "}\n"
                       << c.extra;
 }
 

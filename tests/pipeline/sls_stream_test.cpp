@@ -1,14 +1,20 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
+#include <thread>
 #include <functional>
 #include <optional>
 #include <random>
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <zmq.hpp>
 
+#include "glint/pipeline/frame_assembler.hpp"
+#include "glint/pipeline/ingest.hpp"
 #include "glint/pipeline/sls_stream.hpp"
+#include "stream_test_util.hpp"
 
 using namespace glint::pipeline;
 
@@ -409,4 +415,82 @@ TEST(SlsStream, EncodeIsTheInverseOfDecode) {
     decode_row(bm, buf.data(), 0, px.size(), back.data());
     EXPECT_EQ(back, px) << bm;
   }
+}
+
+TEST(SlsStream, OversizeHeadersAreRefusedUnparsed) {
+  const std::string text = format_sls_header(sample());
+  // Padded with whitespace (still valid JSON) up to the limit: parsed.
+  std::string at_limit = text + std::string(kMaxSlsHeaderBytes - text.size(), ' ');
+  ASSERT_EQ(at_limit.size(), kMaxSlsHeaderBytes);
+  ASSERT_TRUE(parse_sls_header(at_limit).header.has_value());
+  EXPECT_EQ(*parse_sls_header(at_limit).header, sample());
+  // One byte more: oversize, whatever it holds.
+  const ParsedHeader over = parse_sls_header(at_limit + " ");
+  EXPECT_FALSE(over.header.has_value());
+  EXPECT_EQ(over.reason, BadInput::oversize);
+  EXPECT_EQ(over.detail, "a 65537-byte header (allowed: up to 65536 bytes)");
+  EXPECT_EQ(to_string(BadInput::oversize), "oversize");
+  // A 400 MB header: refused from its size alone (a parse would take far longer, and the
+  // parser's buffers would grow to 400 MB).
+  std::string huge(400u << 20, ' ');
+  huge.replace(0, text.size(), text);
+  const auto t0 = std::chrono::steady_clock::now();
+  const ParsedHeader h = parse_sls_header(huge);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(h.reason, BadInput::oversize);
+  EXPECT_EQ(h.detail, "a 419430400-byte header (allowed: up to 65536 bytes)");
+  EXPECT_LT(took, std::chrono::milliseconds(5));
+  // The header after it still parses (the per-thread parser is unharmed).
+  EXPECT_EQ(*parse_sls_header(text).header, sample());
+}
+
+TEST(SlsStream, IngestSocketsRefuseOversizeParts) {
+  glint::config::Config cfg;
+  cfg.detector.rows = cfg.detector.cols = 40;
+  // The largest legal part is a port's image at 32 bits (6,400 bytes) or a header (64 KiB).
+  EXPECT_EQ(ingest_max_message_bytes(cfg.detector), 65536u + 65536u);
+  glint::config::DetectorConfig jf;
+  jf.rows = 1024;
+  jf.cols = 1024;
+  jf.ports_y = 2;
+  EXPECT_EQ(ingest_max_message_bytes(jf), 512u * 1024 * 4 + 65536);
+
+  const std::string ep = glint::testing::loopback(glint::testing::free_tcp_port());
+  cfg.ingest.endpoints = {ep};
+  zmq::context_t ctx(1);
+  zmq::socket_t pub(ctx, zmq::socket_type::pub);
+  pub.set(zmq::sockopt::linger, 0);
+  pub.bind(ep);
+  FrameAssembler assembler(cfg.detector, cfg.ingest);
+  Ingest ingest(cfg, assembler);
+  const auto oversize = [&] { return ingest.counters().bad[std::size_t(BadInput::oversize)]; };
+  // A 100 KB header: within ZMQ_MAXMSGSIZE, so it arrives, and is counted as oversize.
+  const std::string header = "{" + std::string(100000, ' ') + "}";
+  auto send = [&](const std::string& first) {
+    pub.send(zmq::buffer(first), zmq::send_flags::sndmore);
+    pub.send(zmq::buffer(std::string(3200, '\0')), zmq::send_flags::none);
+  };
+  auto send_until_counted = [&](uint64_t n) {
+    for (int i = 0; i < 500 && oversize() < n; ++i) {
+      send(header);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  send_until_counted(1);
+  ASSERT_GE(oversize(), 1u) << "the subscriber never connected";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const uint64_t before = oversize();
+  ASSERT_EQ(ingest.counters().messages, before);
+  // A 2 MiB part: past ZMQ_MAXMSGSIZE, ZeroMQ drops the connection without handing it over
+  // (without the option it would arrive and be counted like the header above).
+  send("{" + std::string(2u << 20, ' ') + "}");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(oversize(), before);
+  EXPECT_EQ(ingest.counters().messages, before);
+  // The subscriber reconnects, and what follows arrives again.
+  send_until_counted(before + 1);
+  EXPECT_EQ(oversize(), ingest.counters().messages);
+  EXPECT_GT(oversize(), before);
+  EXPECT_EQ(ingest.counters().bad_total(), oversize());
+  ingest.stop();
 }

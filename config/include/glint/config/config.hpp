@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -68,7 +69,10 @@ struct FinderConfig {
 
 struct OutputConfig {
   std::filesystem::path directory = "/var/lib/glint/runs";
-  std::string run_name = "run";
+  /// Where a `start` override may put a run (the directory itself or below, symlinks resolved);
+  /// `directory` above, from the configuration file, is trusted.
+  std::vector<std::filesystem::path> allowed_roots{"/var/lib/glint/runs"};
+  std::string run_name = "run";       ///< see is_safe_run_name()
   uint32_t flush_interval_ms = 1000;  ///< the run file is flushed at least this often
   bool overwrite = false;
   bool clust = false;  ///< also write the clusters as <run file>.clust (aare's ClusterFile format)
@@ -78,10 +82,21 @@ struct RunConfig {
   bool auto_start = false;      ///< start a run when the daemon starts and after each run
   uint64_t max_frames = 0;      ///< stop after this many frames (dark included); 0 = no limit
   double max_seconds = 0;       ///< stop after this many seconds; 0 = no limit
+  uint64_t memory_budget_mb = 8192;  ///< a run whose run_memory() exceeds this is refused
 };
 
 struct ControlConfig {
   std::string endpoint = "tcp://127.0.0.1:5555";
+  uint32_t max_request_bytes = 65536;  ///< larger requests are refused before parsing
+  /// CURVE (encryption and client keys) even on a loopback endpoint; off a loopback endpoint it
+  /// is always required.
+  bool require_curve = false;
+  std::string curve_server_key;  ///< the server's key pair file (`glint ctl keygen`)
+  std::string curve_clients;     ///< file or directory of the client public keys allowed in
+  std::string curve_admins;      ///< file or directory of the keys that may shutdown and abort;
+                                 ///< empty: every allowed client may
+  /// Whether CURVE is in force: required, or the endpoint is not loopback.
+  bool curve() const;
 };
 
 struct LoggingConfig {
@@ -126,6 +141,39 @@ struct Config {
   std::string yaml;    ///< the text it was parsed from (to_yaml() gives the effective values)
 };
 
+/// Run names are file name prefixes: 1 to kMaxRunNameLength characters of A-Z a-z 0-9 . _ -,
+/// not starting with '.', without "..".
+inline constexpr std::size_t kMaxRunNameLength = 64;
+bool is_safe_run_name(std::string_view name);
+/// What is allowed in a run name, for error messages.
+std::string_view run_name_rule();
+
+/// Control endpoints that only this host can reach: ipc://, and tcp:// on 127.0.0.0/8, [::1]
+/// or localhost.
+bool is_loopback_endpoint(std::string_view endpoint);
+
+/// Whether `dir` is one of `roots` or below one, both resolved (symlinks, "..") with
+/// std::filesystem::weakly_canonical.
+bool directory_within(const std::filesystem::path& dir,
+                      const std::vector<std::filesystem::path>& roots);
+
+/// The keys a `start` override may change (dotted paths; "reconstruction.*" for a section).
+std::span<const std::string_view> override_keys();
+
+/// What a run with this configuration holds in memory, roughly and from above (bytes): images
+/// queued and waiting for parts in the assembler (16 bits a pixel), the CPU finder's batch, per
+/// GPU the pinned staging (batch_frames x streams images) and as much again on the device, the
+/// pedestal, and the reconstruction's volumes. With backend auto the GPU figures are counted.
+struct RunMemory {
+  uint64_t assembler = 0, batch = 0, pinned = 0, device = 0, pedestal = 0, reconstruction = 0;
+  uint64_t total() const { return assembler + batch + pinned + device + pedestal + reconstruction; }
+  std::string describe() const;  ///< "N MB (assembler A MB, ...)"
+};
+RunMemory run_memory(const Config& c);
+/// Throws ConfigError (key run.memory_budget_mb) with the figure and the budget when
+/// run_memory(c) exceeds c.run.memory_budget_mb.
+void check_memory_budget(const Config& c);
+
 /// Parses and validates YAML text. Missing keys take the documented defaults; unknown keys, bad
 /// types and values out of range throw ConfigError.
 Config parse(std::string_view yaml_text, std::string source = "<string>");
@@ -134,7 +182,9 @@ Config load(const std::filesystem::path& path);
 /// The configuration as YAML text, every key (parses back to the same values).
 std::string to_yaml(const Config& c);
 /// `base` with `overrides` (YAML or JSON text of a partial configuration, same keys) merged on
-/// top, validated again. Throws ConfigError naming the override key at fault.
+/// top, validated again. Only override_keys() may be given; output.directory must be within
+/// base's output.allowed_roots (or be base's directory). Throws ConfigError naming the override
+/// key at fault.
 Config with_overrides(const Config& base, std::string_view overrides_text);
 
 }  // namespace glint::config

@@ -64,6 +64,9 @@ class Daemon {
   /// Handles one control request (JSON text) and returns the reply (JSON text). Used by the
   /// control socket; public for tests. Must be called from the service thread only.
   std::string handle_request(const std::string& request);
+  /// The same for a client known by its CURVE public key (Z85; empty without CURVE), which
+  /// control.curve_admins may keep from `shutdown` and `abort`.
+  std::string handle_request(const std::string& request, const std::string& client_key);
 
  private:
   void serve(std::stop_token st);
@@ -105,6 +108,11 @@ class Daemon {
   std::unique_ptr<Control> control_;
   std::jthread thread_;
 };
+
+/// ZMQ_MAXMSGSIZE of the control socket: 16 x control.max_request_bytes, at least 1 MiB.
+/// Requests up to it are answered (refused past max_request_bytes); ZeroMQ drops a connection
+/// that sends a larger one without allocating it.
+std::size_t control_max_message_bytes(const config::ControlConfig& c);
 
 /// The next free run index in `dir` for `run_name` (1 + the largest existing, 1 when none).
 uint64_t next_run_index(const std::filesystem::path& dir, const std::string& run_name);

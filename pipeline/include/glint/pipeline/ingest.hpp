@@ -62,6 +62,11 @@ class BadInputLog {
 /// once; glintd and `glint bench pipeline` call it at start. Returns false if glibc refused.
 bool keep_receive_buffers();
 
+/// ZMQ_MAXMSGSIZE of the ingest's SUB sockets: the largest legal part (a header up to
+/// kMaxSlsHeaderBytes, or one port's image at 32 bits a pixel) plus 64 KiB. ZeroMQ closes a
+/// connection that sends a larger part before allocating it (the sender reconnects).
+std::size_t ingest_max_message_bytes(const config::DetectorConfig& detector);
+
 class Ingest {
  public:
   /// Connects the SUB sockets and starts the threads.

@@ -22,6 +22,7 @@ enum class BadInput : uint8_t {
   data_without_header,  ///< a pixel part that is not preceded by a header
   frame_backwards,      ///< frame number not above the port's previous one
   unknown_port,         ///< (row, column) outside the configured detector
+  oversize,             ///< a header over kMaxSlsHeaderBytes (refused before parsing)
   count_
 };
 inline constexpr std::size_t kBadInputKinds = static_cast<std::size_t>(BadInput::count_);
@@ -68,10 +69,15 @@ struct ParsedHeader {
   std::string detail;
 };
 
+/// The largest header accepted. slsReceiver's are about 1 KB; addJsonHeader may add some.
+inline constexpr std::size_t kMaxSlsHeaderBytes = 64 * 1024;
+
 /// Parses a header message (simdjson; one reusable parser per thread, no allocation per header
 /// once warm except for the pass-through strings: an fname longer than 15 characters and
-/// addJsonHeader's entries). Unknown keys are ignored, a key given twice counts with its last value; version 4
-/// and 5 accepted. An integer that does not fit 64 bits makes the header malformed (simdjson).
+/// addJsonHeader's entries). Unknown keys are ignored, a key given twice counts with its last
+/// value; version 4 and 5 accepted. An integer that does not fit 64 bits makes the header malformed
+/// (simdjson). A text over kMaxSlsHeaderBytes is refused as oversize without being parsed (the
+/// parser's buffers never grow past that).
 ParsedHeader parse_sls_header(std::string_view text);
 
 /// The header as slsReceiver 9.x sends it (keys in its order, "}\n" at the end). Version 4 omits
