@@ -282,6 +282,22 @@ void Acquisition::fail(const std::string& why) {
   state_.store(RunState::error);
 }
 
+/// After each flush: a lost file is an error; low space ends the run now, cleanly (what is
+/// queued is not written: the space is kept for closing the file).
+void Acquisition::storage_checked(const StorageCheck& check) {
+  disk_free_.store(check.free_bytes);
+  disk_reserve_.store(check.reserve_bytes);
+  if (check.result == StorageCheck::Result::lost) throw OutputError(check.message);
+  if (check.result != StorageCheck::Result::disk_low || abort_requested_.load()) return;
+  log::warn("run {}: {}: ending the run (disk_low)", run_index_, check.message);
+  {
+    std::lock_guard lock(mu_);
+    end_reason_ = "disk_low";
+  }
+  abort_requested_.store(true);
+  stop_requested_.store(true);
+}
+
 RunStats Acquisition::stats() const {
   RunStats s;
   s.state = state_.load();
@@ -293,6 +309,8 @@ RunStats Acquisition::stats() const {
     s.backend = backend_;
     s.end_reason = end_reason_;
   }
+  s.disk_free_bytes = disk_free_.load();
+  s.disk_reserve_bytes = disk_reserve_.load();
   s.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   IngestCounters ic;
   if (Ingest* in = w_->ingest.load()) ic = in->counters();
@@ -572,7 +590,7 @@ void Acquisition::run(std::stop_token) {
       }
       if (now - last_flush >= std::chrono::milliseconds(cfg.output.flush_interval_ms)) {
         drain();
-        w.writer->flush();
+        storage_checked(w.writer->flush());
         last_flush = now;
       }
 
@@ -646,6 +664,7 @@ void Acquisition::run(std::stop_token) {
       finish_reconstruction();
     }
     PedestalState end = w.finder->pedestal();
+    w.writer->set_end_reason(stats().end_reason);
     w.writer->close(&end);
     {
       std::lock_guard lock(mu_);

@@ -17,6 +17,7 @@
 #include "glint/config/config.hpp"
 #include "glint/pedestal.hpp"
 #include "glint/pipeline/sls_stream.hpp"
+#include "glint/pipeline/storage_guard.hpp"
 
 namespace glint::pipeline {
 
@@ -47,7 +48,10 @@ struct RunStats {
   std::array<uint64_t, kBadInputKinds> bad{};
   uint64_t bad_total = 0;
   std::size_t pending_images = 0, queued_images = 0, staging_used = 0, staging_total = 0;
-  std::string end_reason;          ///< end of acquisition, stop, frame limit, time limit, abort
+  std::string end_reason;          ///< end of acquisition, stop, frame limit, time limit, abort,
+                                   ///< disk_low (free space fell below the reserve for a clean close)
+  uint64_t disk_free_bytes = 0;    ///< free space on the run file's file system, at the last flush
+  uint64_t disk_reserve_bytes = 0; ///< the run ends (disk_low) once the free space is below this
   // The reconstruction stage (config reconstruction.enabled).
   bool recon_enabled = false;
   uint64_t recon_frames = 0;            ///< data frames accumulated into hit images
@@ -88,6 +92,7 @@ class Acquisition {
   struct Worker;
   void run(std::stop_token st);
   void fail(const std::string& why);
+  void storage_checked(const StorageCheck& check);
   void start_reconstruction();
   void finish_reconstruction();
 
@@ -108,6 +113,7 @@ class Acquisition {
   std::atomic<uint64_t> recon_failed_at_start_{0};  ///< the stage could not be set up (logged)
   std::atomic<uint64_t> frames_processed_{0}, dark_frames_{0}, data_frames_{0}, incomplete_{0},
       missing_{0}, dropped_rows_{0}, clusters_{0}, rows_written_{0};
+  std::atomic<uint64_t> disk_free_{0}, disk_reserve_{0};
   std::unique_ptr<Worker> w_;
   std::jthread thread_;
 };
