@@ -104,6 +104,20 @@ void Daemon::end_finished_run() {
   last_run_failed_ = last_run_->state == RunState::error;
   ++runs_completed_;
   last_run_end_ = clock::now();
+  if (last_run_failed_) {
+    ++failed_runs_in_a_row_;
+    retry_delay_ = retry_delay_ == clock::duration{}
+                       ? clock::duration(kFirstRetry)
+                       : std::min<clock::duration>(retry_delay_ * 2, kLongestRetry);
+    next_auto_start_ = last_run_end_ + retry_delay_;
+    if (cfg_.run.auto_start)
+      log::warn("run {} failed; next automatic run in {} s", last_run_->run_index,
+                std::chrono::duration_cast<std::chrono::seconds>(retry_delay_).count());
+  } else {
+    failed_runs_in_a_row_ = 0;
+    retry_delay_ = {};
+    next_auto_start_ = {};
+  }
   run_.reset();  // releases the run's buffers and sockets
 }
 
@@ -131,8 +145,7 @@ void Daemon::housekeeping() {
       else if (run_->state() != RunState::finishing) run_->stop("shutdown");
     }
   } else if (!run_ && cfg_.run.auto_start) {
-    // After a failed run, wait a little before the next attempt (no tight loop on a full disk).
-    if (!last_run_failed_ || now - last_run_end_ >= std::chrono::seconds(2)) start_run(cfg_);
+    if (now >= next_auto_start_) start_run(cfg_);
   }
   std::string line;
   if (run_) {
@@ -147,6 +160,9 @@ void Daemon::housekeeping() {
     line = fmt::format("{}; last run {} {}{}", last_run_failed_ ? "error" : "idle", last_run_->run_index,
                        last_run_failed_ ? "failed: " : "ended: ",
                        last_run_failed_ ? last_run_->error : last_run_->end_reason);
+    if (cfg_.run.auto_start && !shutdown_.load() && now < next_auto_start_)
+      line += fmt::format("; retrying in {} s",
+                          std::chrono::ceil<std::chrono::seconds>(next_auto_start_ - now).count());
   } else {
     line = "idle";
   }
@@ -209,7 +225,12 @@ json Daemon::status_json() const {
   } else {
     j["state"] = last_run_failed_ ? "error" : "idle";
     j["error"] = last_run_failed_ && last_run_ ? last_run_->error : "";
+    // Waiting before the next automatic run after failed ones.
+    const auto now = clock::now();
+    if (cfg_.run.auto_start && !shutdown_.load() && now < next_auto_start_)
+      j["retry_in_s"] = std::chrono::duration<double>(next_auto_start_ - now).count();
   }
+  j["failed_runs_in_a_row"] = failed_runs_in_a_row_;
   if (last_run_) {
     j["last_run"] = {{"run_index", last_run_->run_index}, {"file", last_run_->file},
                      {"end_reason", last_run_->end_reason}, {"frames", last_run_->rows_written},
@@ -228,6 +249,7 @@ json Daemon::stats_json() const {
   j["gpu_ids"] = s.backend.rfind("gpu", 0) == 0 ? json(cfg_.finder.gpu_ids) : json::array();
   j["end_reason"] = s.end_reason;
   j["elapsed_s"] = s.elapsed_s;
+  j["storage"] = {{"free_bytes", s.disk_free_bytes}, {"reserve_bytes", s.disk_reserve_bytes}};
   j["frames"] = {{"received", s.frames_received}, {"processed", s.frames_processed},
                  {"dark", s.dark_frames},         {"data", s.data_frames},
                  {"incomplete", s.incomplete},    {"missing", s.missing},

@@ -71,6 +71,12 @@ class Daemon {
   uint64_t runs_completed_ = 0;
   std::chrono::steady_clock::time_point last_run_end_{};
   bool last_run_failed_ = false;
+  // Automatic runs back off after a failed run (2 s, doubling to 60 s; reset by a run that
+  // ends without error): a full disk or a missing directory is not retried in a tight loop.
+  static constexpr std::chrono::seconds kFirstRetry{2}, kLongestRetry{60};
+  uint64_t failed_runs_in_a_row_ = 0;
+  std::chrono::steady_clock::duration retry_delay_{};
+  std::chrono::steady_clock::time_point next_auto_start_{};
 
   struct Sample {
     std::chrono::steady_clock::time_point t;
