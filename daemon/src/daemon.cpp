@@ -104,20 +104,28 @@ void Daemon::end_finished_run() {
   last_run_failed_ = last_run_->state == RunState::error;
   ++runs_completed_;
   last_run_end_ = clock::now();
-  if (last_run_failed_) {
-    ++failed_runs_in_a_row_;
-    retry_delay_ = retry_delay_ == clock::duration{}
-                       ? clock::duration(kFirstRetry)
-                       : std::min<clock::duration>(retry_delay_ * 2, kLongestRetry);
-    next_auto_start_ = last_run_end_ + retry_delay_;
-    if (cfg_.run.auto_start)
-      log::warn("run {} failed; next automatic run in {} s", last_run_->run_index,
-                std::chrono::duration_cast<std::chrono::seconds>(retry_delay_).count());
+  const bool disk_low = last_run_->end_reason == "disk_low";
+  resume_free_bytes_ = disk_low ? 2 * last_run_->disk_reserve_bytes : 0;
+  auto_start_waiting_ = last_run_failed_ ? last_run_->error : disk_low ? "disk_low" : "";
+  if (last_run_failed_ || disk_low) {
+    back_off();
   } else {
     failed_runs_in_a_row_ = 0;
     retry_delay_ = {};
     next_auto_start_ = {};
   }
+}
+
+void Daemon::back_off() {
+  ++failed_runs_in_a_row_;
+  retry_delay_ = retry_delay_ == clock::duration{}
+                     ? clock::duration(kFirstRetry)
+                     : std::min<clock::duration>(retry_delay_ * 2, kLongestRetry);
+  next_auto_start_ = clock::now() + retry_delay_;
+  if (cfg_.run.auto_start)
+    log::warn("next automatic run in {} s ({})",
+              std::chrono::duration_cast<std::chrono::seconds>(retry_delay_).count(),
+              auto_start_waiting_);
   run_.reset();  // releases the run's buffers and sockets
 }
 
@@ -145,7 +153,22 @@ void Daemon::housekeeping() {
       else if (run_->state() != RunState::finishing) run_->stop("shutdown");
     }
   } else if (!run_ && cfg_.run.auto_start) {
-    if (now >= next_auto_start_) start_run(cfg_);
+    if (now >= next_auto_start_) {
+      uint64_t free = resume_free_bytes_;
+      try {
+        if (resume_free_bytes_ > 0) free = pipeline::StorageGuard::free_bytes(cfg_.output.directory);
+      } catch (const std::exception&) {
+      }  // the run's own start reports what is wrong with the directory
+      if (free < resume_free_bytes_) {
+        auto_start_waiting_ = fmt::format(
+            "disk low: {:.1f} MiB free in {}; automatic runs resume at {:.1f} MiB (twice the "
+            "reserve the last run ended at)",
+            free / 1048576.0, cfg_.output.directory.string(), resume_free_bytes_ / 1048576.0);
+        back_off();
+      } else {
+        start_run(cfg_);
+      }
+    }
   }
   std::string line;
   if (run_) {
@@ -229,6 +252,8 @@ json Daemon::status_json() const {
     const auto now = clock::now();
     if (cfg_.run.auto_start && !shutdown_.load() && now < next_auto_start_)
       j["retry_in_s"] = std::chrono::duration<double>(next_auto_start_ - now).count();
+    if (cfg_.run.auto_start && !auto_start_waiting_.empty())
+      j["auto_start_waiting"] = auto_start_waiting_;
   }
   j["failed_runs_in_a_row"] = failed_runs_in_a_row_;
   if (last_run_) {

@@ -112,3 +112,54 @@ TEST(GlintdStorage, AutoStartIntoAnImpossibleDirectoryBacksOff) {
   f.runs = f.c.runs;
   f.expect_back_off(9.0, 4, "cannot create output directory");
 }
+
+// glintd with run.auto_start writing to a small tmpfs until it fills: the run ends cleanly with
+// disk_low, its file opens normally (h5dump) with every row the run wrote, and the next
+// automatic run waits for free space instead of making a string of small files.
+TEST(GlintdStorage, FillingDiskEndsTheRunCleanlyAndTheNextWaits) {
+  for (const char* size : {"12m", "20m"}) {
+    FailingStart f(std::string("autostart_fill_") + size);
+    fs::create_directories(f.runs);
+    const std::string opts = std::string("size=") + size;
+    if (::mount("tmpfs", f.runs.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0)
+      GTEST_SKIP() << "mounting a tmpfs is not permitted here: " << std::strerror(errno);
+    f.c.dark = 20;
+    glint::testing::write_glintd_config(f.config, f.c);
+    Process d({bin("glintd").string(), "--config", f.config.string()}, f.dir / "glintd.log");
+    ASSERT_TRUE(wait_status(f.c.control_ep, [](const json& j) { return j.contains("run_index"); },
+                            10s)
+                    .contains("run_index"))
+        << d.log();
+    Process sim(glint::testing::sim_argv(f.c, 10'000'000, "0", "60", "7"), f.dir / "sim.log");
+    // The run that fills the disk ends cleanly; the next automatic one waits for space.
+    const json st = wait_status(
+        f.c.control_ep,
+        [](const json& j) {
+          return j.value("auto_start_waiting", std::string()).starts_with("disk low:");
+        },
+        120s);
+    sim.signal(SIGTERM);
+    ASSERT_TRUE(st.contains("last_run")) << st.dump() << d.log();
+    const std::string log = d.log();
+    EXPECT_NE(log.find("ending the run (disk_low)"), std::string::npos) << log;
+    EXPECT_EQ(st["state"], "idle") << st.dump();
+    EXPECT_EQ(st["last_run"]["end_reason"], "disk_low") << st.dump();
+    EXPECT_GT(st["retry_in_s"].get<double>(), 0.0) << st.dump();
+    EXPECT_EQ(count_lines(log, "starting: "), 1u) << log;
+    ASSERT_EQ(files_in(f.runs), 1u);
+    const fs::path file = glint::pipeline::run_file_path(f.runs, f.c.run_name, 1);
+    const auto contents = glint::pipeline::read_run_file(file);
+    std::printf("tmpfs %s: disk_low after %zu rows (%llu clusters), end_reason \"%s\"\n", size,
+                contents.frames.size(), (unsigned long long)contents.clusters.n_clusters(),
+                contents.end_reason.c_str());
+    EXPECT_EQ(contents.end_reason, "disk_low");
+    EXPECT_FALSE(contents.end_time.empty());
+    EXPECT_GT(contents.frames.size(), 1000u);
+    EXPECT_EQ(contents.frames.size(), st["last_run"]["frames"].get<std::size_t>());
+    EXPECT_EQ(contents.clusters.n_clusters(), st["last_run"]["clusters"].get<std::size_t>());
+    EXPECT_EQ(std::system(("/usr/bin/h5dump -H " + file.string() + " >/dev/null 2>&1").c_str()),
+              0);
+    d.signal(SIGTERM);
+    EXPECT_EQ(d.wait_exit(20s), 0) << d.log();
+  }
+}
