@@ -114,6 +114,7 @@ void Daemon::end_finished_run() {
     retry_delay_ = {};
     next_auto_start_ = {};
   }
+  run_.reset();  // releases the run's buffers and sockets
 }
 
 void Daemon::back_off() {
@@ -126,7 +127,6 @@ void Daemon::back_off() {
     log::warn("next automatic run in {} s ({})",
               std::chrono::duration_cast<std::chrono::seconds>(retry_delay_).count(),
               auto_start_waiting_);
-  run_.reset();  // releases the run's buffers and sockets
 }
 
 void Daemon::housekeeping() {
@@ -156,7 +156,8 @@ void Daemon::housekeeping() {
     if (now >= next_auto_start_) {
       uint64_t free = resume_free_bytes_;
       try {
-        if (resume_free_bytes_ > 0) free = pipeline::StorageGuard::free_bytes(cfg_.output.directory);
+        if (resume_free_bytes_ > 0)
+          free = pipeline::StorageGuard::free_bytes(cfg_.output.directory);
       } catch (const std::exception&) {
       }  // the run's own start reports what is wrong with the directory
       if (free < resume_free_bytes_) {

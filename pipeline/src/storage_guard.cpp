@@ -56,10 +56,11 @@ StorageCheck StorageGuard::check() {
   const std::filesystem::path dir = file_.parent_path().empty() ? "." : file_.parent_path();
   struct stat named {};
   if (stat(dir.c_str(), &named) != 0)
-    return lost(fmt::format("the output directory {} is gone ({}), and the data written with it", dir.string(),
-                            std::strerror(errno)));
+    return lost(fmt::format("the output directory {} is gone ({}), and the data written with it",
+                            dir.string(), std::strerror(errno)));
   if (stat(file_.c_str(), &named) != 0)
-    return lost(fmt::format("the file was deleted ({}), and the data written with it", std::strerror(errno)));
+    return lost(fmt::format("the file was deleted ({}), and the data written with it",
+                            std::strerror(errno)));
   if (uint64_t(named.st_dev) != dev_ || uint64_t(named.st_ino) != ino_ || own.st_nlink == 0)
     return lost("the path now names another file (the file being written was renamed or replaced)");
 

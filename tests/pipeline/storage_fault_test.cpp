@@ -4,14 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <hdf5.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -68,8 +65,8 @@ PedestalState pedestal(FrameShape s) {
   return p;
 }
 
-/// Every row of `r` is frame kFirstFrame + i with exactly its clusters; returns false (with
-/// the first difference reported) otherwise.
+/// Every row of `r` is frame kFirstFrame + i with exactly its clusters (the first difference
+/// fails the test).
 void expect_rows_intact(const RunFileContents& r, uint32_t per_frame) {
   uint64_t c = 0;
   for (std::size_t i = 0; i < r.frames.size(); ++i) {

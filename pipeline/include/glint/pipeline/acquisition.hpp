@@ -48,8 +48,9 @@ struct RunStats {
   std::array<uint64_t, kBadInputKinds> bad{};
   uint64_t bad_total = 0;
   std::size_t pending_images = 0, queued_images = 0, staging_used = 0, staging_total = 0;
-  std::string end_reason;          ///< end of acquisition, stop, frame limit, time limit, abort,
-                                   ///< disk_low (free space fell below the reserve for a clean close)
+  /// end of acquisition, stop, frame limit, time limit, abort, disk_low (free space fell below
+  /// the reserve kept for a clean close)
+  std::string end_reason;
   uint64_t disk_free_bytes = 0;    ///< free space on the run file's file system, at the last flush
   uint64_t disk_reserve_bytes = 0; ///< the run ends (disk_low) once the free space is below this
   // The reconstruction stage (config reconstruction.enabled).
