@@ -408,7 +408,7 @@ void Acquisition::run(std::stop_token) {
   uint64_t dark_remaining = cfg.pedestal.dark_frames;
   std::optional<uint64_t> next_expected;
   uint64_t frames_seen = 0;  // rows for received images, towards run.max_frames
-  auto last_flush = clock::now();
+  auto last_flush = clock::now(), last_check = last_flush;
   std::optional<clock::time_point> first_end_at;
 
   auto count_written = [&](const ClusterTable& t) {
@@ -591,7 +591,10 @@ void Acquisition::run(std::stop_token) {
       if (now - last_flush >= std::chrono::milliseconds(cfg.output.flush_interval_ms)) {
         drain();
         storage_checked(w.writer->flush());
-        last_flush = now;
+        last_flush = last_check = now;
+      } else if (now - last_check >= StorageGuard::kCheckInterval) {
+        storage_checked(w.writer->check_storage());
+        last_check = now;
       }
 
       FramePtr f = w.assembler.pop(std::chrono::milliseconds(20));

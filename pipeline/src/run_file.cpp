@@ -147,6 +147,12 @@ void append_rows(const Context& c, hid_t ds, hid_t mem_type, hsize_t old_rows, h
           "writing (disk full?)");
 }
 
+/// Rows per chunk of the /entry/frames columns and the /entry/clusters columns (a quarter of
+/// that for clusters/data).
+constexpr hsize_t kFrameChunk = 4096, kClusterChunk = 4096;
+/// Bytes of one /entry/frames row over its columns.
+constexpr uint64_t kFrameRowBytes = 8 + 8 + 8 + 4 + 1;
+
 /// Bytes of /entry/reconstruction/device per row (a fixed size keeps the table SWMR-appendable).
 constexpr std::size_t kDeviceChars = 64;
 
@@ -269,6 +275,11 @@ struct RunFileWriter::Impl {
   uint64_t clusters = 0;
   bool closed = false;
   std::optional<StorageGuard> guard;
+  // Bytes of data handed to HDF5 (rows, clusters, volumes), in all and at the last flush.
+  uint64_t appended_bytes = 0, flushed_bytes = 0;
+  StorageCheck check_storage() {
+    return guard->check(appended_bytes - flushed_bytes, appended_bytes);
+  }
   std::string end_reason;
   // Set by the first failed write: the file's descriptor then discards writes (see
   // detach_from_disk). Read by failed() on other threads.
@@ -365,6 +376,10 @@ struct RunFileWriter::Impl {
     recon = l;
   }
 
+  uint64_t cluster_bytes() const {
+    return 8 + 2 + 2 + 4 * uint64_t(finder.cluster_size) * finder.cluster_size;
+  }
+
   std::array<hsize_t, 2> cluster_dims() const {
     return {static_cast<hsize_t>(finder.cluster_size), static_cast<hsize_t>(finder.cluster_size)};
   }
@@ -397,6 +412,7 @@ struct RunFileWriter::Impl {
     append_rows(ctx, f_n_clusters.get(), H5T_NATIVE_UINT32, frames, n, {}, col_n_clusters.data());
     append_rows(ctx, f_flags.get(), H5T_NATIVE_UINT8, frames, n, {}, col_flags.data());
     frames += n;
+    appended_bytes += n * kFrameRowBytes;
   }
 
   void create_layout(const RunMetadata& meta);
@@ -496,7 +512,6 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
     write_numeric_attr<uint32_t>(c, det.get(), "pedestal_window", meta.finder.pedestal_window);
 
     Hid frames = make_group(c, entry.get(), "frames", "NXcollection");
-    constexpr hsize_t kFrameChunk = 4096;
     m.f_frame_number = make_table(c, frames.get(), "frame_number", H5T_STD_U64LE, {}, kFrameChunk);
     m.f_timestamp = make_table(c, frames.get(), "timestamp", H5T_STD_U64LE, {}, kFrameChunk);
     m.f_cluster_offset =
@@ -508,7 +523,6 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
                       "frame's clusters short), 8 missing, 16 dropped");
 
     Hid clusters = make_group(c, entry.get(), "clusters", "NXevent_data");
-    constexpr hsize_t kClusterChunk = 4096;
     const auto cd = m.cluster_dims();
     m.c_frame_number =
         make_table(c, clusters.get(), "frame_number", H5T_STD_U64LE, {}, kClusterChunk);
@@ -542,7 +556,13 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
   c.check(H5Fstart_swmr_write(f), "starting SWMR writing");
   const int fd = file_descriptor(f);
   if (fd < 0) c.fail("no file descriptor (not HDF5's default file driver?)");
-  m.guard.emplace(m.path, fd);
+  // A new chunk for each extendible dataset (see make_table's callers) may come on top of the
+  // data at a flush.
+  uint64_t slack = 5 * uint64_t{kFrameChunk} * 8 + 3 * uint64_t{kClusterChunk} * 8 +
+                   uint64_t{kClusterChunk / 4} * m.cluster_bytes();
+  if (meta.reconstruction)
+    slack += 2 * uint64_t{meta.reconstruction->nx} * meta.reconstruction->ny * 4;
+  m.guard.emplace(m.path, fd, slack);
 }
 
 RunFileWriter::~RunFileWriter() {
@@ -606,6 +626,7 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
     append_rows(m.ctx, m.c_data.get(), H5T_NATIVE_INT32, m.clusters, n, cd,
                 table.data().data());
     m.clusters += n;
+    m.appended_bytes += n * m.cluster_bytes();
     m.append_frame_columns();
   });
 }
@@ -659,6 +680,7 @@ void RunFileWriter::Impl::write_reconstruction(const ReconstructionVolume& v) {
   for (const Hid* h : {&m.r_first_frame, &m.r_last_frame, &m.r_slices, &m.r_iterations,
                        &m.r_solve_seconds, &m.r_device, &m.r_status})
     c.check(H5Dflush(h->get()), "flushing /entry/reconstruction");
+  m.appended_bytes += 2 * uint64_t(v.nz) * v.ny * v.nx * sizeof(float);
   ++m.recon_rows;
 }
 
@@ -723,7 +745,15 @@ StorageCheck RunFileWriter::flush() {
     // Only once the rows are in the file: the count never covers a row that is not.
     m.write_flushed_rows();
   });
-  return m.guard->check();
+  m.flushed_bytes = m.appended_bytes;
+  return m.check_storage();
+}
+
+StorageCheck RunFileWriter::check_storage() {
+  Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
+  if (m.closed || m.write_failed.load()) return {};
+  return m.check_storage();
 }
 
 void RunFileWriter::set_end_reason(std::string reason) {

@@ -29,7 +29,8 @@ uint64_t StorageGuard::free_bytes(const std::filesystem::path& path) {
   return uint64_t(vfs.f_bavail) * vfs.f_frsize;
 }
 
-StorageGuard::StorageGuard(std::filesystem::path file, int fd) : file_(std::move(file)), fd_(fd) {
+StorageGuard::StorageGuard(std::filesystem::path file, int fd, uint64_t chunk_slack)
+    : file_(std::move(file)), fd_(fd), chunk_slack_(chunk_slack) {
   struct stat st {};
   if (fstat(fd_, &st) != 0)
     throw OutputError(fmt::format("{}: fstat: {}", file_.string(), std::strerror(errno)));
@@ -44,7 +45,7 @@ bool StorageGuard::still_names_file() const {
          uint64_t(st.st_ino) == ino_;
 }
 
-StorageCheck StorageGuard::check() {
+StorageCheck StorageGuard::check(uint64_t pending, uint64_t appended) {
   StorageCheck out;
   auto lost = [&](std::string what) {
     out.result = StorageCheck::Result::lost;
@@ -65,16 +66,20 @@ StorageCheck StorageGuard::check() {
     return lost("the path now names another file (the file being written was renamed or replaced)");
 
   const uint64_t size = allocated_bytes(own);
-  if (size > last_size_) max_growth_ = std::max(max_growth_, size - last_size_);
+  const uint64_t grown = size > last_size_ ? size - last_size_ : 0;
+  const uint64_t handed = appended > last_appended_ ? appended - last_appended_ : 0;
+  max_growth_ = std::max({max_growth_, grown, handed});
   last_size_ = size;
+  last_appended_ = appended;
   out.free_bytes = free_bytes(dir);
-  out.reserve_bytes = reserve();
+  out.reserve_bytes = reserve(pending);
   if (out.free_bytes < out.reserve_bytes) {
     out.result = StorageCheck::Result::disk_low;
     out.message = fmt::format(
         "{}: {:.1f} MiB free on its file system, below the {:.1f} MiB kept for a clean close "
-        "(largest growth between two flushes {:.1f} MiB)",
-        file_.string(), out.free_bytes / kMiB, out.reserve_bytes / kMiB, max_growth_ / kMiB);
+        "({:.1f} MiB not flushed yet, at most {:.1f} MiB written between two checks)",
+        file_.string(), out.free_bytes / kMiB, out.reserve_bytes / kMiB, pending / kMiB,
+        max_growth_ / kMiB);
   }
   return out;
 }

@@ -161,8 +161,16 @@ TEST(StorageRun, DiskFilledBetweenChecksKeepsEveryFlushedRow) {
   {
     Acquisition run(c.cfg, 1, std::nullopt);
     std::jthread sender([&] { run_stream_simulator(c.sim, &stop); });
-    // After the first flush (its check records the free space), fill the disk at once.
-    ASSERT_TRUE(wait_for([&] { return run.stats().disk_free_bytes > 0; }, 20s));
+    // Once a flush has made data rows visible (SWMR read), fill the disk at once.
+    ASSERT_TRUE(wait_for(
+        [&] {
+          try {
+            return glint::testing::count_rows(read_run_file(run.file()), 0) > 0;
+          } catch (const OutputError&) {
+            return false;  // not created yet
+          }
+        },
+        20s));
     mnt.fill_to(0);
     EXPECT_TRUE(run.wait(30s));
     stop = true;

@@ -40,13 +40,14 @@
 //                               "shutdown", "disk_low" when free space fell below the reserve
 //                               kept for a clean close, ...).
 //
-// Storage faults: after each flush the free space on the file system is checked against a
-// reserve (StorageGuard) and the file's identity against its path; see flush(). When a write
-// fails anyway (disk full), nothing more reaches the file: its descriptor is replaced by one
-// that discards writes before HDF5 closes it, so the file stays as of its last successful flush
-// (as a crash would leave it), with the SWMR-writing flag still set in its superblock. It opens
-// in SWMR read mode as it is (read_run_file; h5py: File(path, "r", libver="latest",
-// swmr=True)); for a plain open (h5dump, HDFView) run `h5clear -s FILE` once.
+// Storage faults: at each flush and between flushes (check_storage) the free space on the file
+// system is checked against a reserve (StorageGuard) and the file's identity against its path;
+// see flush(). When a write fails anyway (disk full), nothing more reaches the file: its
+// descriptor is replaced by one that discards writes before HDF5 closes it, so the file stays
+// as of its last successful flush (as a crash would leave it), with the SWMR-writing flag still
+// set in its superblock. It opens in SWMR read mode as it is (read_run_file; h5py:
+// File(path, "r", libver="latest", swmr=True)); for a plain open (h5dump, HDFView) run
+// `h5clear -s FILE` once.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -181,6 +182,9 @@ class RunFileWriter {
   /// the run on Result::disk_low (cleanly, end reason "disk_low") and Result::lost (an error).
   /// Throws OutputError when the flush fails.
   StorageCheck flush();
+
+  /// The storage check alone (no flush): cheap (three system calls), for between flushes.
+  StorageCheck check_storage();
 
   /// Why the run ended: written as /entry's end_reason attribute at close.
   void set_end_reason(std::string reason);

@@ -1,7 +1,9 @@
 #pragma once
 // Watches the storage a run file lives on: free space against a reserve that guarantees a clean
 // close, and the file's identity (the directory still there, the path still naming the file
-// being written). RunFileWriter runs the check after each flush.
+// being written). RunFileWriter runs the check after each flush and between flushes
+// (RunFileWriter::check_storage, every kCheckInterval during a run).
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -24,21 +26,30 @@ struct StorageCheck {
 class StorageGuard {
  public:
   /// Space kept free for the metadata HDF5 writes at the last flush and at close (object
-  /// headers, chunk indices, the end attributes); the data since the last flush comes on top.
+  /// headers, chunk indices, the end attributes).
   static constexpr uint64_t kMetadataReserve = uint64_t{1} << 20;
-  /// Growth of the file between two checks is counted this many times in the reserve (the rate
-  /// may rise between two flushes, and the check that sees it low must still leave room).
+  /// The most data written between two checks is counted this many times in the reserve (the
+  /// rate may rise, and the check that sees the space low must still leave room).
   static constexpr uint64_t kGrowthFactor = 3;
+  /// How often a run checks between flushes.
+  static constexpr std::chrono::milliseconds kCheckInterval{100};
 
   /// `fd` is an open descriptor of `file` (the writer's own); it is not closed here.
-  StorageGuard(std::filesystem::path file, int fd);
+  /// `chunk_slack`: bytes HDF5 may allocate beyond the data (a new chunk for every extendible
+  /// dataset), kept in the reserve.
+  StorageGuard(std::filesystem::path file, int fd, uint64_t chunk_slack);
 
-  /// Checks free space and the file's identity; called after each flush.
-  StorageCheck check();
+  /// Checks the file's identity and the free space against the reserve. `pending` bytes were
+  /// handed to HDF5 since the last flush (they reach the disk at the latest when the file is
+  /// closed); `appended` is the total handed to it so far.
+  StorageCheck check(uint64_t pending, uint64_t appended);
 
-  /// The reserve now: kMetadataReserve + kGrowthFactor x the largest growth of the file
-  /// between two checks so far.
-  uint64_t reserve() const { return kMetadataReserve + kGrowthFactor * max_growth_; }
+  /// The reserve with `pending` bytes not yet flushed: kMetadataReserve + the chunk slack +
+  /// pending + kGrowthFactor x the most written between two checks so far (by the data handed
+  /// over or by the file's growth on disk, whichever is larger).
+  uint64_t reserve(uint64_t pending) const {
+    return kMetadataReserve + chunk_slack_ + pending + kGrowthFactor * max_growth_;
+  }
 
   /// True while the path still names the file the guard was made for (same device and inode):
   /// checked before the file is reopened by its path at close.
@@ -51,9 +62,11 @@ class StorageGuard {
  private:
   std::filesystem::path file_;
   int fd_;
+  uint64_t chunk_slack_;
   uint64_t dev_ = 0, ino_ = 0;
-  uint64_t last_size_ = 0;   ///< bytes allocated to the file at the last check
-  uint64_t max_growth_ = 0;  ///< largest growth between two checks
+  uint64_t last_size_ = 0;      ///< bytes allocated to the file at the last check
+  uint64_t last_appended_ = 0;  ///< bytes handed over at the last check
+  uint64_t max_growth_ = 0;     ///< the most written between two checks
 };
 
 }  // namespace glint::pipeline
