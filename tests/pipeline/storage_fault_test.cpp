@@ -111,6 +111,10 @@ struct Trial {
 
 class StorageFault : public ::testing::Test {
  protected:
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(base(), ec);  // the mounts in it are gone by now
+  }
   fs::path base() const {
     return fs::temp_directory_path() /
            ("glint_storage_" + std::to_string(::getpid()) + "_" +

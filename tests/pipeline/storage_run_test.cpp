@@ -144,6 +144,7 @@ TEST(StorageRun, DiskLowEndsTheRunCleanly) {
     EXPECT_TRUE(f.end_state.has_value());
     expect_reference_clusters(c, f);
   }
+  fs::remove_all(test_dir());
 }
 
 // The disk is filled from outside between two checks: the next write fails, the run goes to
