@@ -135,6 +135,16 @@ void Daemon::end_finished_run() {
   last_run_failed_ = last_run_->state == RunState::error;
   ++runs_completed_;
   last_run_end_ = clock::now();
+  const bool disk_low = last_run_->end_reason == "disk_low";
+  resume_free_bytes_ = disk_low ? 2 * last_run_->disk_reserve_bytes : 0;
+  auto_start_waiting_ = last_run_failed_ ? last_run_->error : disk_low ? "disk_low" : "";
+  if (last_run_failed_ || disk_low) {
+    back_off();
+  } else {
+    failed_runs_in_a_row_ = 0;
+    retry_delay_ = {};
+    next_auto_start_ = {};
+  }
   run_.reset();  // releases the run's buffers and sockets
   if (last_run_->fatal && !fatal_at_) {
     // The device is unusable for the rest of this process: no retry here, a fresh process.
@@ -145,6 +155,18 @@ void Daemon::end_finished_run() {
     std::lock_guard lock(mu_);
     fatal_error_ = last_run_->error;
   }
+}
+
+void Daemon::back_off() {
+  ++failed_runs_in_a_row_;
+  retry_delay_ = retry_delay_ == clock::duration{}
+                     ? clock::duration(kFirstRetry)
+                     : std::min<clock::duration>(retry_delay_ * 2, kLongestRetry);
+  next_auto_start_ = clock::now() + retry_delay_;
+  if (cfg_.run.auto_start)
+    log::warn("next automatic run in {} s ({})",
+              std::chrono::duration_cast<std::chrono::seconds>(retry_delay_).count(),
+              auto_start_waiting_);
 }
 
 void Daemon::housekeeping() {
@@ -171,8 +193,23 @@ void Daemon::housekeeping() {
       else if (run_->state() != RunState::finishing) run_->stop("shutdown");
     }
   } else if (!run_ && cfg_.run.auto_start && !fatal_at_) {
-    // After a failed run, wait a little before the next attempt (no tight loop on a full disk).
-    if (!last_run_failed_ || now - last_run_end_ >= std::chrono::seconds(2)) start_run(cfg_);
+    if (now >= next_auto_start_) {
+      uint64_t free = resume_free_bytes_;
+      try {
+        if (resume_free_bytes_ > 0)
+          free = pipeline::StorageGuard::free_bytes(cfg_.output.directory);
+      } catch (const std::exception&) {
+      }  // the run's own start reports what is wrong with the directory
+      if (free < resume_free_bytes_) {
+        auto_start_waiting_ = fmt::format(
+            "disk low: {:.1f} MiB free in {}; automatic runs resume at {:.1f} MiB (twice the "
+            "reserve the last run ended at)",
+            free / 1048576.0, cfg_.output.directory.string(), resume_free_bytes_ / 1048576.0);
+        back_off();
+      } else {
+        start_run(cfg_);
+      }
+    }
   }
   std::string line;
   if (run_) {
@@ -187,6 +224,9 @@ void Daemon::housekeeping() {
     line = fmt::format("{}; last run {} {}{}", last_run_failed_ ? "error" : "idle", last_run_->run_index,
                        last_run_failed_ ? "failed: " : "ended: ",
                        last_run_failed_ ? last_run_->error : last_run_->end_reason);
+    if (cfg_.run.auto_start && !shutdown_.load() && now < next_auto_start_)
+      line += fmt::format("; retrying in {} s",
+                          std::chrono::ceil<std::chrono::seconds>(next_auto_start_ - now).count());
   } else {
     line = "idle";
   }
@@ -259,8 +299,15 @@ json Daemon::status_json() const {
   } else {
     j["state"] = last_run_failed_ ? "error" : "idle";
     j["error"] = last_run_failed_ && last_run_ ? last_run_->error : "";
+    // Waiting before the next automatic run after failed ones.
+    const auto now = clock::now();
+    if (cfg_.run.auto_start && !shutdown_.load() && now < next_auto_start_)
+      j["retry_in_s"] = std::chrono::duration<double>(next_auto_start_ - now).count();
+    if (cfg_.run.auto_start && !auto_start_waiting_.empty())
+      j["auto_start_waiting"] = auto_start_waiting_;
   }
   j["fatal"] = fatal_at_.has_value() || (run_ && run_->stats().fatal);
+  j["failed_runs_in_a_row"] = failed_runs_in_a_row_;
   if (last_run_) {
     j["last_run"] = {{"run_index", last_run_->run_index}, {"file", last_run_->file},
                      {"end_reason", last_run_->end_reason}, {"frames", last_run_->rows_written},
@@ -279,6 +326,7 @@ json Daemon::stats_json() const {
   j["gpu_ids"] = s.backend.rfind("gpu", 0) == 0 ? json(cfg_.finder.gpu_ids) : json::array();
   j["end_reason"] = s.end_reason;
   j["elapsed_s"] = s.elapsed_s;
+  j["storage"] = {{"free_bytes", s.disk_free_bytes}, {"reserve_bytes", s.disk_reserve_bytes}};
   j["frames"] = {{"received", s.frames_received}, {"processed", s.frames_processed},
                  {"dark", s.dark_frames},         {"data", s.data_frames},
                  {"incomplete", s.incomplete},    {"missing", s.missing},

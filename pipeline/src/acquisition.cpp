@@ -92,6 +92,8 @@ RunStats Acquisition::stats() const {
   s.error = states_.error();
   s.fatal = states_.fatal();
   s.end_reason = states_.end_reason();
+  s.disk_free_bytes = disk_free_.load();
+  s.disk_reserve_bytes = disk_reserve_.load();
   {
     std::lock_guard lock(mu_);
     s.backend = backend_;
@@ -191,12 +193,25 @@ void Acquisition::begin_data() {
 void Acquisition::flush() {
   finder_->drain();
   consumers_.flush();  // the run file's writer flushes: readers see everything up to here
+  storage_checked(run_file_->last_storage_check());
+}
+
+void Acquisition::storage_checked(const StorageCheck& check) {
+  disk_free_.store(check.free_bytes);
+  disk_reserve_.store(check.reserve_bytes);
+  if (check.result == StorageCheck::Result::lost) throw OutputError(check.message);
+  if (check.result != StorageCheck::Result::disk_low || states_.abort_requested()) return;
+  // Ends now, cleanly: what is still queued is not written, the space is kept for the close.
+  log::warn("run {}: {}: ending the run (disk_low)", run_index_, check.message);
+  states_.request_stop("disk_low");
+  states_.request_abort();
+  source_.wake();
 }
 
 void Acquisition::acquire() {
   using clock = std::chrono::steady_clock;
   uint64_t frames_seen = 0;  // rows for received images, towards run.max_frames
-  auto last_flush = clock::now();
+  auto last_flush = clock::now(), last_check = last_flush;
   while (!states_.abort_requested()) {
     const auto now = clock::now();
     // End conditions other than the frame limit.
@@ -213,7 +228,10 @@ void Acquisition::acquire() {
     }
     if (now - last_flush >= std::chrono::milliseconds(cfg_.output.flush_interval_ms)) {
       flush();
-      last_flush = now;
+      last_flush = last_check = now;
+    } else if (now - last_check >= StorageGuard::kCheckInterval) {
+      storage_checked(run_file_->check_storage());
+      last_check = now;
     }
 
     FramePtr f = source_.pop(std::chrono::milliseconds(20));
@@ -243,7 +261,7 @@ void Acquisition::finish() {
   }
   finder_->detach();
   PedestalState end = finder_->finder().pedestal();
-  consumers_.on_end(RunEnd{&end, aborted, false});
+  consumers_.on_end(RunEnd{&end, aborted, false, states_.end_reason()});
   {
     std::lock_guard lock(mu_);
     end_pedestal_ = std::move(end);
@@ -267,7 +285,7 @@ void Acquisition::fail(const std::string& why, bool fatal) {
   if (finder_) finder_->detach();
   // Every consumer is ended (the files closed, without the end pedestal); what fails here is
   // logged by the chain.
-  consumers_.on_end(RunEnd{nullptr, states_.abort_requested(), true});
+  consumers_.on_end(RunEnd{nullptr, states_.abort_requested(), true, states_.end_reason()});
 }
 
 }  // namespace glint::pipeline

@@ -2,8 +2,15 @@
 
 #include "glint/hdf5_handle.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -115,6 +122,8 @@ Hid make_image(const Context& c, hid_t parent, const char* name, FrameShape shap
   Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   c.check(H5Pset_fill_value(dcpl.get(), native_type<T>(), &fill), "fill value");
   c.check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_ALLOC), "fill time");
+  // Space taken at creation: the end pedestal, written at close, needs none on a full disk.
+  c.check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "allocation time");
   return Hid(c.id(H5Dcreate2(parent, name, native_type<T>(), space.get(), H5P_DEFAULT,
                                 dcpl.get(), H5P_DEFAULT),
                      std::string("dataset ") + name),
@@ -137,6 +146,12 @@ void append_rows(const Context& c, hid_t ds, hid_t mem_type, hsize_t old_rows, h
   c.check(H5Dwrite(ds, mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, data),
           "writing (disk full?)");
 }
+
+/// Rows per chunk of the /entry/frames columns and the /entry/clusters columns (a quarter of
+/// that for clusters/data).
+constexpr hsize_t kFrameChunk = 4096, kClusterChunk = 4096;
+/// Bytes of one /entry/frames row over its columns.
+constexpr uint64_t kFrameRowBytes = 8 + 8 + 8 + 4 + 1;
 
 /// Bytes of /entry/reconstruction/device per row (a fixed size keeps the table SWMR-appendable).
 constexpr std::size_t kDeviceChars = 64;
@@ -211,6 +226,38 @@ Hid make_fapl() {
   return fapl;
 }
 
+/// The descriptor HDF5's default (sec2) driver holds for `file`, or -1.
+int file_descriptor(hid_t file) {
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr) {
+    H5Eclear2(H5E_DEFAULT);
+    return -1;
+  }
+  return *static_cast<int*>(handle);
+}
+
+/// Makes every later write HDF5 makes to `file` go nowhere: its descriptor is replaced (dup2)
+/// by an anonymous in-memory file. Used after a failed write, so that closing (which flushes
+/// metadata that may refer to data never written) cannot damage what the last successful
+/// flush left in the file. Reads of what was never written there return zeros; HDF5 needs few
+/// at close. Returns false (logged by the caller) when it could not be done.
+bool detach_from_disk(hid_t file) {
+  const int fd = file_descriptor(file);
+  if (fd < 0) return false;
+  const int sink = memfd_create("glint-discarded-writes", MFD_CLOEXEC);
+  if (sink < 0) return false;
+  const bool ok = dup2(sink, fd) == fd;
+  ::close(sink);
+  return ok;
+}
+
+/// Bytes a run file of this layout takes when created (the pedestal images are allocated then),
+/// with the reserve for its metadata: less free space than this, and a run does not start.
+uint64_t bytes_to_start(const RunMetadata& meta) {
+  const uint64_t pixels = uint64_t(meta.finder.shape.rows) * meta.finder.shape.cols;
+  return pixels * (6 * sizeof(double) + sizeof(uint32_t)) + 2 * StorageGuard::kMetadataReserve;
+}
+
 }  // namespace
 
 // --- writer ----------------------------------------------------------------------------------
@@ -223,9 +270,53 @@ struct RunFileWriter::Impl {
   Hid f_frame_number, f_timestamp, f_cluster_offset, f_n_clusters, f_flags;
   Hid c_frame_number, c_x, c_y, c_data;
   Hid p_start_mean, p_start_noise, p_end_mean, p_end_noise, p_end_sum, p_end_sum2, p_end_count;
+  Hid flushed_rows;  // /entry/flushed_rows
   uint64_t frames = 0;
   uint64_t clusters = 0;
   bool closed = false;
+  std::optional<StorageGuard> guard;
+  // Bytes of data handed to HDF5 (rows, clusters, volumes), in all and at the last flush.
+  uint64_t appended_bytes = 0, flushed_bytes = 0;
+  StorageCheck check_storage() {
+    return guard->check(appended_bytes - flushed_bytes, appended_bytes);
+  }
+  std::string end_reason;
+  // Set by the first failed write: the file's descriptor then discards writes (see
+  // detach_from_disk). Read by failed() on other threads.
+  std::atomic<bool> write_failed{false};
+
+  /// After a failed write: nothing more reaches the file. Called under io_mu.
+  void stop_writing(const std::string& why) {
+    if (write_failed.exchange(true)) return;
+    if (detach_from_disk(file.get()))
+      log::error("{}: writing failed ({}); nothing more is written to it: it is kept as of its "
+                 "last flush", path.string(), why);
+    else
+      log::error("{}: writing failed ({}) and its descriptor could not be detached: {}",
+                 path.string(), why, std::strerror(errno));
+  }
+
+  /// Runs `f` (HDF5 writes, under io_mu); an OutputError from it stops all writing first.
+  template <class F>
+  void write(F&& f) {
+    if (write_failed.load())
+      throw OutputError(path.string() + ": an earlier write failed; the file is kept as of its "
+                        "last flush");
+    try {
+      f();
+    } catch (const OutputError& e) {
+      stop_writing(e.what());
+      throw;
+    }
+  }
+
+  void write_flushed_rows() {
+    const std::array<uint64_t, 2> rows{frames, clusters};
+    ctx.check(H5Dwrite(flushed_rows.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                       rows.data()),
+              "writing /entry/flushed_rows");
+    ctx.check(H5Dflush(flushed_rows.get()), "flushing /entry/flushed_rows");
+  }
 
   // Serialises the HDF5 calls of the run's thread and the reconstruction thread (HDF5 does too
   // when built thread-safe, as Debian's is; this keeps other builds correct). Held per call
@@ -285,6 +376,10 @@ struct RunFileWriter::Impl {
     recon = l;
   }
 
+  uint64_t cluster_bytes() const {
+    return 8 + 2 + 2 + 4 * uint64_t(finder.cluster_size) * finder.cluster_size;
+  }
+
   std::array<hsize_t, 2> cluster_dims() const {
     return {static_cast<hsize_t>(finder.cluster_size), static_cast<hsize_t>(finder.cluster_size)};
   }
@@ -317,12 +412,17 @@ struct RunFileWriter::Impl {
     append_rows(ctx, f_n_clusters.get(), H5T_NATIVE_UINT32, frames, n, {}, col_n_clusters.data());
     append_rows(ctx, f_flags.get(), H5T_NATIVE_UINT8, frames, n, {}, col_flags.data());
     frames += n;
+    appended_bytes += n * kFrameRowBytes;
   }
+
+  void create_layout(const RunMetadata& meta);
+  void write_reconstruction(const ReconstructionVolume& v);
 
   void close_all() {
     for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
                    &c_frame_number, &c_x, &c_y, &c_data, &p_start_mean, &p_start_noise,
-                   &p_end_mean, &p_end_noise, &p_end_sum, &p_end_sum2, &p_end_count})
+                   &p_end_mean, &p_end_noise, &p_end_sum, &p_end_sum2, &p_end_count,
+                   &flushed_rows})
       h->reset();
   }
 };
@@ -335,13 +435,54 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
   m.path = std::move(path);
   m.finder = meta.finder;
   const Context& c = m.ctx;
-  if (!overwrite && std::filesystem::exists(m.path))
-    throw OutputError(m.path.string() + ": file exists; refusing to overwrite a run file");
+  const std::string name = m.path.string();
+  if (name.find('\0') != std::string::npos)
+    throw OutputError("run file path contains a NUL character; refusing to create it");
+  struct stat st {};
+  if (lstat(m.path.c_str(), &st) == 0) {
+    if (!overwrite)
+      throw OutputError(name + ": file exists; refusing to overwrite a run file (set "
+                        "output.overwrite to replace it)");
+    if (!S_ISREG(st.st_mode))
+      throw OutputError(name + ": exists and is not a regular file (a symlink, directory or "
+                        "device); output.overwrite replaces only an earlier run file");
+    if (H5Fis_hdf5(m.path.c_str()) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      throw OutputError(name + ": exists and is not an HDF5 file; output.overwrite replaces "
+                        "only an earlier run file");
+    }
+    if (::unlink(m.path.c_str()) != 0)
+      throw OutputError(name + ": cannot remove the earlier run file: " + std::strerror(errno));
+  }
+  const std::filesystem::path dir = m.path.parent_path().empty() ? "." : m.path.parent_path();
+  if (std::error_code ec; std::filesystem::is_directory(dir, ec)) {
+    const uint64_t free = StorageGuard::free_bytes(dir), need = bytes_to_start(meta);
+    if (free < need)
+      throw OutputError(fmt::format("{}: not created: disk low: {:.1f} MiB free in {}, a run "
+                                    "file of this detector needs {:.1f} MiB to start and close "
+                                    "cleanly", name, free / 1048576.0, dir.string(),
+                                    need / 1048576.0));
+  }
   Hid fapl = make_fapl();
-  m.file = Hid(c.id(H5Fcreate(m.path.c_str(), overwrite ? H5F_ACC_TRUNC : H5F_ACC_EXCL,
-                                 H5P_DEFAULT, fapl.get()),
-                       "cannot create the file (directory missing or not writable?)"),
+  // H5F_ACC_EXCL is O_CREAT | O_EXCL: never an existing file, never through a symlink.
+  m.file = Hid(c.id(H5Fcreate(m.path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()),
+                    "cannot create the file (directory missing or not writable?)"),
                H5Fclose);
+  try {
+    m.create_layout(meta);
+  } catch (...) {
+    // The file is ours (created exclusively): a half-made one goes again.
+    m.close_recon();
+    m.close_all();
+    m.file.reset();
+    ::unlink(m.path.c_str());
+    throw;
+  }
+}
+
+void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
+  Impl& m = *this;
+  const Context& c = m.ctx;
   const hid_t f = m.file.get();
   {
     Hid entry = make_group(c, f, "entry", "NXentry");
@@ -371,7 +512,6 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
     write_numeric_attr<uint32_t>(c, det.get(), "pedestal_window", meta.finder.pedestal_window);
 
     Hid frames = make_group(c, entry.get(), "frames", "NXcollection");
-    constexpr hsize_t kFrameChunk = 4096;
     m.f_frame_number = make_table(c, frames.get(), "frame_number", H5T_STD_U64LE, {}, kFrameChunk);
     m.f_timestamp = make_table(c, frames.get(), "timestamp", H5T_STD_U64LE, {}, kFrameChunk);
     m.f_cluster_offset =
@@ -383,7 +523,6 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
                       "frame's clusters short), 8 missing, 16 dropped");
 
     Hid clusters = make_group(c, entry.get(), "clusters", "NXevent_data");
-    constexpr hsize_t kClusterChunk = 4096;
     const auto cd = m.cluster_dims();
     m.c_frame_number =
         make_table(c, clusters.get(), "frame_number", H5T_STD_U64LE, {}, kClusterChunk);
@@ -402,8 +541,28 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
     m.p_end_count = make_image<uint32_t>(c, ped.get(), "end_count", meta.finder.shape, 0u);
 
     if (meta.reconstruction) m.create_recon(entry.get(), *meta.reconstruction);
+
+    const hsize_t two = 2;
+    Hid space(c.id(H5Screate_simple(1, &two, nullptr), "dataspace"), H5Sclose);
+    Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    c.check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "allocation time");
+    m.flushed_rows = Hid(c.id(H5Dcreate2(entry.get(), "flushed_rows", H5T_STD_U64LE, space.get(),
+                                         H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                              "dataset flushed_rows"),
+                         H5Dclose);
+    write_string_attr(c, m.flushed_rows.get(), "columns",
+                      "frame rows, cluster rows durable at the last flush");
   }
   c.check(H5Fstart_swmr_write(f), "starting SWMR writing");
+  const int fd = file_descriptor(f);
+  if (fd < 0) c.fail("no file descriptor (not HDF5's default file driver?)");
+  // A new chunk for each extendible dataset (see make_table's callers) may come on top of the
+  // data at a flush.
+  uint64_t slack = 5 * uint64_t{kFrameChunk} * 8 + 3 * uint64_t{kClusterChunk} * 8 +
+                   uint64_t{kClusterChunk / 4} * m.cluster_bytes();
+  if (meta.reconstruction)
+    slack += 2 * uint64_t{meta.reconstruction->nx} * meta.reconstruction->ny * 4;
+  m.guard.emplace(m.path, fd, slack);
 }
 
 RunFileWriter::~RunFileWriter() {
@@ -427,8 +586,10 @@ void RunFileWriter::write_start_pedestal(const PedestalState& p) {
   if (p.shape != m.finder.shape) throw OutputError(m.path.string() + ": pedestal shape differs");
   const auto mean = p.means();
   const auto noise = p.noises();
-  m.write_image(m.p_start_mean.get(), H5T_NATIVE_DOUBLE, mean.data());
-  m.write_image(m.p_start_noise.get(), H5T_NATIVE_DOUBLE, noise.data());
+  m.write([&] {
+    m.write_image(m.p_start_mean.get(), H5T_NATIVE_DOUBLE, mean.data());
+    m.write_image(m.p_start_noise.get(), H5T_NATIVE_DOUBLE, noise.data());
+  });
 }
 
 void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> timestamps,
@@ -457,13 +618,17 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
     m.col_flags[k] = flags.empty() ? uint8_t{0} : flags[k];
   }
   const auto cd = m.cluster_dims();
-  append_rows(m.ctx, m.c_frame_number.get(), H5T_NATIVE_UINT64, m.clusters, n, {},
-              m.col_cluster_frame.data());
-  append_rows(m.ctx, m.c_x.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.x().data());
-  append_rows(m.ctx, m.c_y.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.y().data());
-  append_rows(m.ctx, m.c_data.get(), H5T_NATIVE_INT32, m.clusters, n, cd, table.data().data());
-  m.clusters += n;
-  m.append_frame_columns();
+  m.write([&] {
+    append_rows(m.ctx, m.c_frame_number.get(), H5T_NATIVE_UINT64, m.clusters, n, {},
+                m.col_cluster_frame.data());
+    append_rows(m.ctx, m.c_x.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.x().data());
+    append_rows(m.ctx, m.c_y.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.y().data());
+    append_rows(m.ctx, m.c_data.get(), H5T_NATIVE_INT32, m.clusters, n, cd,
+                table.data().data());
+    m.clusters += n;
+    m.appended_bytes += n * m.cluster_bytes();
+    m.append_frame_columns();
+  });
 }
 
 void RunFileWriter::append_empty_frames(std::span<const FrameRow> rows) {
@@ -479,24 +644,13 @@ void RunFileWriter::append_empty_frames(std::span<const FrameRow> rows) {
     m.col_n_clusters[i] = 0;
     m.col_flags[i] = rows[i].flags;
   }
-  m.append_frame_columns();
+  m.write([&] { m.append_frame_columns(); });
 }
 
-void RunFileWriter::add_reconstruction(const ReconstructionVolume& v) {
-  silence_hdf5();
-  Impl& m = *impl_;
-  const std::size_t n = std::size_t(v.nx) * v.ny * v.nz;
-  if (n == 0 || v.input.size() != n || v.output.size() != n)
-    throw std::invalid_argument("RunFileWriter::add_reconstruction: input and output must hold nx*ny*nz values");
-  std::lock_guard lock(m.recon_mu);
-  if (m.recon_closed) throw OutputError(m.path.string() + ": reconstruction handed over after close");
-  if (!m.recon)
-    throw OutputError(m.path.string() + ": the file was created without reconstruction datasets");
+/// add_reconstruction's writes (under recon_mu; takes io_mu per call group).
+void RunFileWriter::Impl::write_reconstruction(const ReconstructionVolume& v) {
+  Impl& m = *this;
   const ReconstructionLayout& l = *m.recon;
-  if (v.nx != l.nx || v.ny != l.ny || v.nz > l.slices)
-    throw std::invalid_argument(fmt::format(
-        "RunFileWriter::add_reconstruction: volume {}x{}x{} does not fit the file's {}x{}x{}",
-        v.nx, v.ny, v.nz, l.nx, l.ny, l.slices));
   const Context& c = m.ctx;
   const hsize_t row = m.recon_rows;
   // The volume data first, flushed; then one row in every table (a reader counts a volume once
@@ -526,7 +680,35 @@ void RunFileWriter::add_reconstruction(const ReconstructionVolume& v) {
   for (const Hid* h : {&m.r_first_frame, &m.r_last_frame, &m.r_slices, &m.r_iterations,
                        &m.r_solve_seconds, &m.r_device, &m.r_status})
     c.check(H5Dflush(h->get()), "flushing /entry/reconstruction");
+  m.appended_bytes += 2 * uint64_t(v.nz) * v.ny * v.nx * sizeof(float);
   ++m.recon_rows;
+}
+
+void RunFileWriter::add_reconstruction(const ReconstructionVolume& v) {
+  silence_hdf5();
+  Impl& m = *impl_;
+  const std::size_t n = std::size_t(v.nx) * v.ny * v.nz;
+  if (n == 0 || v.input.size() != n || v.output.size() != n)
+    throw std::invalid_argument("RunFileWriter::add_reconstruction: input and output must hold nx*ny*nz values");
+  std::lock_guard lock(m.recon_mu);
+  if (m.recon_closed) throw OutputError(m.path.string() + ": reconstruction handed over after close");
+  if (!m.recon)
+    throw OutputError(m.path.string() + ": the file was created without reconstruction datasets");
+  const ReconstructionLayout& l = *m.recon;
+  if (v.nx != l.nx || v.ny != l.ny || v.nz > l.slices)
+    throw std::invalid_argument(fmt::format(
+        "RunFileWriter::add_reconstruction: volume {}x{}x{} does not fit the file's {}x{}x{}",
+        v.nx, v.ny, v.nz, l.nx, l.ny, l.slices));
+  if (m.write_failed.load())
+    throw OutputError(m.path.string() + ": an earlier write failed; the file is kept as of its "
+                      "last flush");
+  try {
+    m.write_reconstruction(v);
+  } catch (const OutputError& e) {
+    std::lock_guard io(m.io_mu);
+    m.stop_writing(e.what());
+    throw;
+  }
 }
 
 void RunFileWriter::set_reconstruction_summary(const ReconstructionSummary& summary) {
@@ -553,13 +735,33 @@ void write_recon_summary(const Context& c, hid_t entry, const ReconstructionSumm
 
 }  // namespace
 
-void RunFileWriter::flush() {
+StorageCheck RunFileWriter::flush() {
   silence_hdf5();
   Impl& m = *impl_;
   std::lock_guard io(m.io_mu);
-  if (m.closed) return;
-  m.ctx.check(H5Fflush(m.file.get(), H5F_SCOPE_LOCAL), "flushing");
+  if (m.closed) return {};
+  m.write([&] {
+    m.ctx.check(H5Fflush(m.file.get(), H5F_SCOPE_LOCAL), "flushing (disk full?)");
+    // Only once the rows are in the file: the count never covers a row that is not.
+    m.write_flushed_rows();
+  });
+  m.flushed_bytes = m.appended_bytes;
+  return m.check_storage();
 }
+
+StorageCheck RunFileWriter::check_storage() {
+  Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
+  if (m.closed || m.write_failed.load()) return {};
+  return m.check_storage();
+}
+
+void RunFileWriter::set_end_reason(std::string reason) {
+  std::lock_guard io(impl_->io_mu);
+  impl_->end_reason = std::move(reason);
+}
+
+bool RunFileWriter::failed() const { return impl_ && impl_->write_failed.load(); }
 
 void RunFileWriter::close(const PedestalState* end) {
   silence_hdf5();
@@ -570,39 +772,71 @@ void RunFileWriter::close(const PedestalState* end) {
   std::unique_lock recon_lock(m.recon_mu);
   m.recon_closed = true;
   std::lock_guard io(m.io_mu);
+  if (m.write_failed.load()) {
+    // Closing writes metadata: it goes to the discarding descriptor (see detach_from_disk).
+    m.close_all();
+    m.close_recon();
+    if (m.file.reset() < 0)
+      log::error("{}: closing after the failed write: {}", m.path.string(), hdf5_message());
+    log::warn("{}: kept as of its last flush (/entry/flushed_rows); open it in SWMR read mode, "
+              "or run `h5clear -s` on it for a plain open", m.path.string());
+    return;
+  }
   std::string failure;
+  if (end && end->shape != m.finder.shape) {
+    failure = m.path.string() + ": end pedestal shape differs";
+    end = nullptr;
+  }
   try {
-    if (end) {
-      if (end->shape != m.finder.shape)
-        throw OutputError(m.path.string() + ": end pedestal shape differs");
-      const auto mean = end->means();
-      const auto noise = end->noises();
-      m.write_image(m.p_end_mean.get(), H5T_NATIVE_DOUBLE, mean.data());
-      m.write_image(m.p_end_noise.get(), H5T_NATIVE_DOUBLE, noise.data());
-      m.write_image(m.p_end_sum.get(), H5T_NATIVE_DOUBLE, end->sum.data());
-      m.write_image(m.p_end_sum2.get(), H5T_NATIVE_DOUBLE, end->sum2.data());
-      m.write_image(m.p_end_count.get(), H5T_NATIVE_UINT32, end->count.data());
-    }
-  } catch (const OutputError& e) {
-    failure = e.what();
+    m.write([&] {
+      if (end) {
+        const auto mean = end->means();
+        const auto noise = end->noises();
+        m.write_image(m.p_end_mean.get(), H5T_NATIVE_DOUBLE, mean.data());
+        m.write_image(m.p_end_noise.get(), H5T_NATIVE_DOUBLE, noise.data());
+        m.write_image(m.p_end_sum.get(), H5T_NATIVE_DOUBLE, end->sum.data());
+        m.write_image(m.p_end_sum2.get(), H5T_NATIVE_DOUBLE, end->sum2.data());
+        m.write_image(m.p_end_count.get(), H5T_NATIVE_UINT32, end->count.data());
+      }
+      m.ctx.check(H5Fflush(m.file.get(), H5F_SCOPE_LOCAL), "flushing (disk full?)");
+      m.write_flushed_rows();
+    });
+  } catch (const OutputError&) {
+    m.close_all();  // into the discarding descriptor
+    m.close_recon();
+    m.file.reset();
+    throw;
   }
   m.close_all();
   m.close_recon();
   if (m.file.reset() < 0 && failure.empty())
     failure = m.path.string() + ": closing: " + hdf5_message();
   if (!failure.empty()) throw OutputError(failure);
-  // SWMR forbids new attributes; the end time and the reconstruction totals (small attributes;
-  // the volumes are already in place) are added once the file is closed.
+  if (!m.guard->still_names_file())
+    throw OutputError(m.path.string() + ": the path no longer names the file written (deleted "
+                      "or replaced); end_time is not written through it");
+  // SWMR forbids new attributes; the end time, the end reason and the reconstruction totals
+  // (small attributes; the volumes are already in place) are added once the file is closed.
   Hid fapl = make_fapl();
   Hid file(m.ctx.id(H5Fopen(m.path.c_str(), H5F_ACC_RDWR, fapl.get()), "reopening"),
            H5Fclose);
   Hid entry(m.ctx.id(H5Gopen2(file.get(), "entry", H5P_DEFAULT), "group entry"), H5Gclose);
-  if (m.recon) {
-    ReconstructionSummary sum = m.recon_summary.value_or(ReconstructionSummary{});
-    if (!m.recon_summary) sum.volumes_done = m.recon_rows;
-    write_recon_summary(m.ctx, entry.get(), sum, m.recon_rows);
+  try {
+    if (m.recon) {
+      ReconstructionSummary sum = m.recon_summary.value_or(ReconstructionSummary{});
+      if (!m.recon_summary) sum.volumes_done = m.recon_rows;
+      write_recon_summary(m.ctx, entry.get(), sum, m.recon_rows);
+    }
+    write_string_attr(m.ctx, entry.get(), "end_time", iso8601_now());
+    if (!m.end_reason.empty()) write_string_attr(m.ctx, entry.get(), "end_reason", m.end_reason);
+    if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) m.ctx.fail("flushing (disk full?)");
+  } catch (const OutputError&) {
+    // Out of space even for these (beyond the reserve): nothing more reaches the file.
+    detach_from_disk(file.get());
+    entry.reset();
+    file.reset();
+    throw;
   }
-  write_string_attr(m.ctx, entry.get(), "end_time", iso8601_now());
   entry.reset();
   if (file.reset() < 0) m.ctx.fail("closing");
 }
@@ -783,6 +1017,7 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
     Hid entry(c.id(H5Gopen2(f, "entry", H5P_DEFAULT), "group /entry"), H5Gclose);
     out.start_time = read_string_attr(c, entry.get(), "start_time");
     out.end_time = read_string_attr(c, entry.get(), "end_time");
+    out.end_reason = read_string_attr(c, entry.get(), "end_reason");
     Hid det(c.id(H5Gopen2(f, "entry/instrument/detector", H5P_DEFAULT), "detector group"),
             H5Gclose);
     const auto shape = read_numeric_attr<uint32_t>(c, det.get(), "frame_shape");
@@ -805,13 +1040,24 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
   const auto nc = read_all<uint32_t>(c, f, "entry/frames/n_clusters");
   const auto fl = read_all<uint8_t>(c, f, "entry/frames/flags");
   // A concurrent reader may see columns of slightly different lengths: take the common rows.
+  // Files written since /entry/flushed_rows exists: only the rows it counts are known to be
+  // whole (after a failed write the extents may cover rows never written).
+  std::size_t flushed_frames = std::numeric_limits<std::size_t>::max();
+  std::size_t flushed_clusters = flushed_frames;
+  if (H5Lexists(f, "entry/flushed_rows", H5P_DEFAULT) > 0) {
+    const auto flushed = read_all<uint64_t>(c, f, "entry/flushed_rows");
+    if (flushed.size() != 2) c.fail("/entry/flushed_rows must hold two counts");
+    flushed_frames = static_cast<std::size_t>(flushed[0]);
+    flushed_clusters = static_cast<std::size_t>(flushed[1]);
+  }
   const std::size_t rows =
-      std::min({fn.size(), ts.size(), off.size(), nc.size(), fl.size()});
+      std::min({fn.size(), ts.size(), off.size(), nc.size(), fl.size(), flushed_frames});
   auto cx = read_all<uint16_t>(c, f, "entry/clusters/x");
   auto cy = read_all<uint16_t>(c, f, "entry/clusters/y");
   auto cdata = read_all<int32_t>(c, f, "entry/clusters/data");
   const std::size_t per = static_cast<std::size_t>(out.cluster_size) * out.cluster_size;
-  const std::size_t n_clusters = std::min({cx.size(), cy.size(), per ? cdata.size() / per : std::size_t{0}});
+  const std::size_t n_clusters = std::min(
+      {cx.size(), cy.size(), per ? cdata.size() / per : std::size_t{0}, flushed_clusters});
   out.clusters = ClusterTable(out.cluster_size);
   for (std::size_t i = 0; i < rows; ++i) {
     const FrameRow r{fn[i], ts[i], off[i], nc[i], fl[i]};

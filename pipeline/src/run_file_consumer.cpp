@@ -71,10 +71,17 @@ void RunFileConsumer::on_rows(std::span<const FrameRow> rows) {
   rows_.fetch_add(rows.size());
 }
 
-void RunFileConsumer::flush() { writer_->flush(); }
+void RunFileConsumer::flush() { last_check_ = writer_->flush(); }
+
+const StorageCheck& RunFileConsumer::check_storage() {
+  last_check_ = writer_->check_storage();
+  return last_check_;
+}
 
 void RunFileConsumer::on_end(const RunEnd& end) {
-  if (writer_) writer_->close(end.end_pedestal);
+  if (!writer_) return;
+  if (!end.end_reason.empty()) writer_->set_end_reason(end.end_reason);
+  writer_->close(end.end_pedestal);
 }
 
 ConsumerStats RunFileConsumer::stats() const {

@@ -241,46 +241,7 @@ TEST(Acquisition, UnwritableDirectoryIsAnErrorNotACrash) {
   EXPECT_NE(run.stats().error.find("/proc/glint_cannot_write_here"), std::string::npos) << run.stats().error;
 }
 
-TEST(Acquisition, DiskFullDuringTheRunIsAnError) {
-  // A real full disk: a 512 KiB tmpfs (needs root). Where mounting is not allowed, the run
-  // file is a link to /dev/full, which fails every write with ENOSPC from the first one.
-  Case c = make_case("disk_full");
-  c.sim.frames = 3000;
-  c.sim.image.photons = 40;
-  c.sim.wait_subscribers_ms = 2000;
-  const fs::path mnt = c.cfg.output.directory / "small";
-  fs::create_directories(mnt);
-  const bool mounted =
-      std::system(("mount -t tmpfs -o size=512k tmpfs " + mnt.string() + " 2>/dev/null").c_str()) == 0;
-  if (mounted) {
-    c.cfg.output.directory = mnt;
-  } else {
-    if (!fs::exists("/dev/full")) GTEST_SKIP() << "neither tmpfs nor /dev/full available";
-    c.cfg.output.overwrite = true;
-    fs::create_symlink("/dev/full", run_file_path(c.cfg.output.directory, c.cfg.output.run_name, 1));
-  }
-  // HDF5 1.10 keeps a file whose close failed with ENOSPC in its table and crashes when the
-  // library shuts down at process exit; the scenario runs in a child that leaves with _Exit.
-  auto scenario = [&] {
-    int failures = 0;
-    {
-      Acquisition run(c.cfg, 1, std::nullopt);
-      std::atomic<bool> stop{false};
-      std::jthread sender([&] { run_stream_simulator(c.sim, &stop); });
-      failures += !run.wait(60s);
-      stop = true;
-      const auto s = run.stats();
-      failures += s.state != RunState::error;
-      failures += s.error.find(run.file().string()) == std::string::npos;
-      if (mounted) failures += s.rows_written == 0;  // it failed during the run, not at creation
-      std::fprintf(stderr, "run error: %s\n", s.error.c_str());
-    }
-    std::fflush(stderr);
-    std::_Exit(failures);
-  };
-  EXPECT_EXIT(scenario(), ::testing::ExitedWithCode(0), "run error: .*disk_full_000001.h5");
-  if (mounted) std::system(("umount " + mnt.string()).c_str());
-}
+// Storage faults (full disks on real tmpfs mounts, removed directories): storage_run_test.cpp.
 
 TEST(Ingest, StopDoesNotWaitForTheReceiveTimeout) {
   // Nobody publishes on the endpoint: the port's thread waits in its receive (100 ms timeout).

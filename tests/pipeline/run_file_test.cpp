@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <sys/wait.h>
@@ -156,6 +157,69 @@ TEST_F(RunFile, RefusesToOverwriteAndNamesTheFile) {
     EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos);
   }
   EXPECT_NO_THROW(RunFileWriter(file, metadata(), /*overwrite=*/true));
+}
+
+namespace {
+std::string contents(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+}  // namespace
+
+// output.overwrite replaces an earlier run file only: never another kind of file, never through
+// a symlink, and never by truncating (a hard link to the old file keeps its data).
+TEST_F(RunFile, OverwriteReplacesOnlyAnEarlierRunFile) {
+  const fs::path file = dir / "run_000004.h5";
+  const std::string text = "an unrelated text file\n";
+  std::ofstream(file) << text;
+  for (bool overwrite : {false, true}) {
+    try {
+      RunFileWriter w(file, metadata(), overwrite);
+      FAIL() << "a text file was replaced by a run file (overwrite " << overwrite << ")";
+    } catch (const OutputError& e) {
+      EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(contents(file), text);
+  }
+
+  // A symlink named like the run file, pointing elsewhere: not followed.
+  fs::remove(file);
+  const fs::path target = dir / "elsewhere.txt";
+  std::ofstream(target) << text;
+  fs::create_symlink(target, file);
+  for (bool overwrite : {false, true}) {
+    EXPECT_THROW(RunFileWriter(file, metadata(), overwrite), OutputError);
+    EXPECT_EQ(contents(target), text);
+    EXPECT_TRUE(fs::is_symlink(file));
+  }
+  // A dangling one: O_EXCL does not create its target either.
+  fs::remove(file);
+  fs::remove(target);
+  fs::create_symlink(target, file);
+  EXPECT_THROW(RunFileWriter(file, metadata()), OutputError);
+  EXPECT_FALSE(fs::exists(target));
+
+  // An earlier run file, also reachable through a hard link: replaced, the link keeps its data.
+  fs::remove(file);
+  {
+    RunFileWriter w(file, metadata());
+    w.append(two_frames());
+    w.close(nullptr);
+  }
+  fs::create_hard_link(file, dir / "kept.h5");
+  {
+    RunFileWriter w(file, metadata(), /*overwrite=*/true);
+    w.close(nullptr);
+  }
+  EXPECT_EQ(read_run_file(file).frames.size(), 0u);
+  EXPECT_EQ(read_run_file(dir / "kept.h5").frames.size(), 3u);
+}
+
+TEST_F(RunFile, PathWithANulIsRefused) {
+  std::string name = (dir / "run_000001.h5").string();
+  name += std::string("\0x", 2);
+  EXPECT_THROW(RunFileWriter(fs::path(name), metadata(), /*overwrite=*/true), OutputError);
+  EXPECT_TRUE(fs::is_empty(dir));
 }
 
 TEST_F(RunFile, MissingDirectoryIsAClearError) {

@@ -89,6 +89,17 @@ class Daemon {
   std::chrono::steady_clock::time_point last_run_end_{};
   bool last_run_failed_ = false;
   std::optional<std::chrono::steady_clock::time_point> fatal_at_;  ///< a run failed fatally
+  // Automatic runs back off after a failed run or one ended by disk_low (2 s, doubling to 60 s;
+  // reset by a run that ends otherwise): a full disk or a missing directory is not retried in a
+  // tight loop. After disk_low they resume only once the free space is twice the reserve that
+  // run ended at (no string of tiny runs on a disk that stays full).
+  static constexpr std::chrono::seconds kFirstRetry{2}, kLongestRetry{60};
+  uint64_t failed_runs_in_a_row_ = 0;
+  std::chrono::steady_clock::duration retry_delay_{};
+  std::chrono::steady_clock::time_point next_auto_start_{};
+  uint64_t resume_free_bytes_ = 0;
+  std::string auto_start_waiting_;      ///< why the next automatic run waits (status)
+  void back_off();
 
   struct Sample {
     std::chrono::steady_clock::time_point t;

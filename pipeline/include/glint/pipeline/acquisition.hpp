@@ -30,6 +30,7 @@
 #include "glint/pipeline/run_counters.hpp"
 #include "glint/pipeline/run_state.hpp"
 #include "glint/pipeline/sls_stream.hpp"
+#include "glint/pipeline/storage_guard.hpp"
 
 namespace glint::pipeline {
 
@@ -65,7 +66,11 @@ struct RunStats {
   std::array<uint64_t, kBadInputKinds> bad{};
   uint64_t bad_total = 0;
   std::size_t pending_images = 0, queued_images = 0, staging_used = 0, staging_total = 0;
-  std::string end_reason;          ///< end of acquisition, stop, frame limit, time limit, abort
+  /// end of acquisition, stop, frame limit, time limit, abort, disk_low (free space fell below
+  /// the reserve kept for a clean close)
+  std::string end_reason;
+  uint64_t disk_free_bytes = 0;    ///< free space on the run file's file system, at the last flush
+  uint64_t disk_reserve_bytes = 0; ///< the run ends (disk_low) once the free space is below this
   // The reconstruction stage (config reconstruction.enabled).
   bool recon_enabled = false;
   uint64_t recon_frames = 0;            ///< data frames accumulated into hit images
@@ -112,6 +117,7 @@ class Acquisition {
   void flush();             ///< makes what was written durable (output.flush_interval_ms)
   void finish();            ///< drains the chain and ends the consumers
   void fail(const std::string& why, bool fatal);  ///< the error state, the file closed
+  void storage_checked(const StorageCheck& check);  ///< disk_low or a lost file ends the run
 
   const config::Config cfg_;
   const uint64_t run_index_;
@@ -135,6 +141,7 @@ class Acquisition {
   ReconstructionConsumer* recon_ = nullptr;
   std::unique_ptr<FinderStage> finder_;        ///< built on the run's thread
   std::unique_ptr<FrameSequencer> sequencer_;
+  std::atomic<uint64_t> disk_free_{0}, disk_reserve_{0};  ///< at the last storage check
   std::jthread thread_;  // last: joined first
 };
 

@@ -42,6 +42,7 @@ struct RunEnd {
   const PedestalState* end_pedestal = nullptr;  ///< null after an abort's failure or an error
   bool aborted = false;   ///< queued frames were not processed
   bool failed = false;    ///< the run is in the error state: close what is open, nothing more
+  std::string end_reason; ///< end of acquisition, stop, frame limit, time limit, abort, disk_low
 };
 
 /// Each consumer's own counters (exact; readable from any thread).

@@ -31,6 +31,23 @@
 //     attributes at close: frames, volumes_done, volumes_dropped, volumes_failed, volumes_written
 //   A volume is complete in the file once it is in every per-volume table (they are extended
 //   after the volume data is written and flushed); readers take the shortest table's length.
+//   /entry/flushed_rows          (2) u64: frame rows and cluster rows durable at the last
+//                               successful flush (updated after each flush, and at close).
+//                               Rows beyond it may be in the file after a failed write, with
+//                               fill values: readers take only the rows it counts.
+//   /entry attributes at close:  end_time; end_reason (why the run ended: "end of
+//                               acquisition", "stop", "frame limit", "time limit", "abort",
+//                               "shutdown", "disk_low" when free space fell below the reserve
+//                               kept for a clean close, ...).
+//
+// Storage faults: at each flush and between flushes (check_storage) the free space on the file
+// system is checked against a reserve (StorageGuard) and the file's identity against its path;
+// see flush(). When a write fails anyway (disk full), nothing more reaches the file: its
+// descriptor is replaced by one that discards writes before HDF5 closes it, so the file stays
+// as of its last successful flush (as a crash would leave it), with the SWMR-writing flag still
+// set in its superblock. It opens in SWMR read mode as it is (read_run_file; h5py:
+// File(path, "r", libver="latest", swmr=True)); for a plain open (h5dump, HDFView) run
+// `h5clear -s FILE` once.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -44,6 +61,7 @@
 #include "glint/cluster_finder.hpp"
 #include "glint/cluster_table.hpp"
 #include "glint/pedestal.hpp"
+#include "glint/pipeline/storage_guard.hpp"
 
 namespace glint::pipeline {
 
@@ -124,8 +142,12 @@ class OutputError : public std::runtime_error {
 
 class RunFileWriter {
  public:
-  /// Creates `path` with the metadata and all datasets, then switches to SWMR writing. Refuses
-  /// an existing file unless `overwrite`. Throws OutputError.
+  /// Creates `path` with the metadata and all datasets, then switches to SWMR writing. The file
+  /// is always created new (O_EXCL: a symlink or a file put there meanwhile is never written
+  /// through). An existing file is refused, unless `overwrite` and it is a regular HDF5 file (an
+  /// earlier run file): then it is unlinked first, never truncated (a hard link elsewhere keeps
+  /// its data). Refused as well when the file system has less free space than a run needs to
+  /// start and close cleanly. Nothing is left behind when creation fails. Throws OutputError.
   RunFileWriter(std::filesystem::path path, const RunMetadata& meta, bool overwrite = false);
   ~RunFileWriter();  // closes without the end pedestal if close() was not called; never throws
   RunFileWriter(RunFileWriter&&) noexcept;
@@ -155,12 +177,25 @@ class RunFileWriter {
   /// Records the stage's totals; close() writes them as attributes of /entry/reconstruction.
   void set_reconstruction_summary(const ReconstructionSummary& summary);
 
-  /// Makes everything written so far visible to readers and durable against a crash.
-  void flush();
+  /// Makes everything written so far visible to readers and durable against a crash, records
+  /// it in /entry/flushed_rows, then checks the storage (StorageGuard::check): the caller ends
+  /// the run on Result::disk_low (cleanly, end reason "disk_low") and Result::lost (an error).
+  /// Throws OutputError when the flush fails.
+  StorageCheck flush();
 
-  /// Writes the end pedestal (when given), end_time and the reconstruction totals, and closes.
-  /// Idempotent.
+  /// The storage check alone (no flush): cheap (three system calls), for between flushes.
+  StorageCheck check_storage();
+
+  /// Why the run ended: written as /entry's end_reason attribute at close.
+  void set_end_reason(std::string reason);
+
+  /// Writes the end pedestal (when given), end_time, end_reason and the reconstruction totals,
+  /// and closes. After a failed write nothing more is written: the file is closed as of its
+  /// last successful flush (see the storage faults above). Idempotent.
   void close(const PedestalState* end_pedestal);
+
+  /// True once a write to the file failed (the file is kept as of its last successful flush).
+  bool failed() const;
 
   bool is_open() const;
   uint64_t frames_written() const;
@@ -186,6 +221,7 @@ struct RunFileContents {
   uint32_t pedestal_window = 0;
   std::string start_time;
   std::string end_time;             ///< empty when the run never closed (crash)
+  std::string end_reason;           ///< empty when the run never closed or before glint wrote it
   std::string config_yaml;
   std::string backend;
   std::vector<double> start_mean, start_noise, end_mean, end_noise;

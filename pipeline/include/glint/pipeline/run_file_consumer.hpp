@@ -23,8 +23,9 @@ class RunFileConsumer final : public ResultConsumer {
   void on_pedestal(const PedestalState& pedestal) override;
   void on_batch(const FoundBatch& batch) override;
   void on_rows(std::span<const FrameRow> rows) override;
+  /// Flushes the file and checks its storage (last_storage_check()).
   void flush() override;
-  /// Writes the end pedestal when given and closes the file.
+  /// Writes the end reason and the end pedestal when given, and closes the file.
   void on_end(const RunEnd& end) override;
   ConsumerStats stats() const override;
 
@@ -32,8 +33,14 @@ class RunFileConsumer final : public ResultConsumer {
   /// on_start.
   RunFileWriter* writer() { return writer_ ? &*writer_ : nullptr; }
 
+  /// What the check at the last flush found (free space, reserve, disk_low, a lost file).
+  const StorageCheck& last_storage_check() const { return last_check_; }
+  /// Checks the storage between flushes (free space and the file's identity).
+  const StorageCheck& check_storage();
+
  private:
   std::optional<RunFileWriter> writer_;
+  StorageCheck last_check_;
   std::atomic<uint64_t> rows_{0};
 };
 
