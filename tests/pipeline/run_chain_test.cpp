@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/run_state.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
+#include "scoped_environment.hpp"
 #include "stream_test_util.hpp"
 
 using namespace glint;
@@ -341,4 +343,25 @@ TEST(RunChain, StickyDeviceErrorFailsTheRunAsFatalAndTheFileKeepsItsRows) {
   EXPECT_EQ(other.state(), RunState::error);
   EXPECT_FALSE(other.stats().fatal);
   EXPECT_EQ(other.stats().error, "cudaMalloc failed: cudaErrorMemoryAllocation");
+}
+
+TEST(RunChain, TheFinderTakesTheRunsTuningNotTheEnvironment) {
+  Case c = make_case("chain_tuning");
+  constexpr const char* kThreads[] = {"GLINT_FIND_THREADS"};
+  glint::testing::ScopedEnvironment env(kThreads, {{"GLINT_FIND_THREADS", "128"}});
+  RunTuning tuning;
+  tuning.find.find_threads = 256;
+  tuning.find.pack_regions = 3;
+  std::optional<gpu::FindTuning> seen;
+  auto factory = [&seen](const FinderParams&, const FinderOptions& o)
+      -> std::unique_ptr<ClusterFinder> {
+    seen = o.tuning;
+    throw std::runtime_error("no finder in this test");
+  };
+  Acquisition run(c.cfg, 1, std::nullopt, factory, tuning);
+  ASSERT_TRUE(run.wait(10s));
+  EXPECT_EQ(run.state(), RunState::error);
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->find_threads, 256);
+  EXPECT_EQ(seen->pack_regions, 3);
 }
