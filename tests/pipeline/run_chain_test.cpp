@@ -23,6 +23,7 @@
 #include "glint/pipeline/run_state.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
 #include "scoped_environment.hpp"
+#include "simulated_run.hpp"
 #include "stream_test_util.hpp"
 
 using namespace glint;
@@ -239,31 +240,12 @@ TEST(QueuedConsumer, AConsumerThatFallsBehindDropsAndCountsButNeverDelaysTheRun)
 
 namespace {
 
-struct Case {
-  config::Config cfg;
-  SimOptions sim;
-};
+using Case = glint::testing::SimulatedRun;
 
 Case make_case(const std::string& name) {
-  Case c;
-  c.cfg = config::load(fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml");
-  c.cfg.detector.rows = 32;
-  c.cfg.detector.cols = 40;
-  const auto ep = glint::testing::loopback(glint::testing::free_tcp_port());
-  c.cfg.ingest.endpoints = {ep};
-  c.sim.endpoints = {ep};
-  c.cfg.pedestal.dark_frames = 16;
-  c.cfg.pedestal.window = 16;
-  c.cfg.finder.backend = "cpu";
-  c.cfg.finder.batch_frames = 8;
-  c.cfg.output.directory = glint::testing::fresh_dir(name);
-  c.cfg.output.run_name = name;
-  c.sim.image.rows = 32;
-  c.sim.image.cols = 40;
+  Case c = glint::testing::simulated_run(name, 32, 40, /*dark=*/16, /*batch_frames=*/8);
   c.sim.image.photons = 10;
-  c.sim.dark_frames = 16;
   c.sim.frames = 100;
-  c.sim.first_frame_number = 1;
   return c;
 }
 
