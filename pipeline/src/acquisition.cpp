@@ -148,7 +148,8 @@ void Acquisition::run() {
 
 void Acquisition::start() {
   prepare_output_directory(cfg_);
-  std::unique_ptr<ClusterFinder> finder = make_finder_(finder_params(cfg_), finder_options(cfg_, tuning_.find));
+  std::unique_ptr<ClusterFinder> finder =
+      make_finder_(finder_params(cfg_), finder_options(cfg_, tuning_.find));
   const std::string backend = finder->description();
   {
     std::lock_guard lock(mu_);
