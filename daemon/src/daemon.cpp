@@ -59,9 +59,11 @@ uint64_t next_run_index(const std::filesystem::path& dir, const std::string& run
   return best + 1;
 }
 
-Daemon::Daemon(config::Config cfg, pipeline::FinderFactory make_finder)
+Daemon::Daemon(config::Config cfg, pipeline::FinderFactory make_finder,
+               pipeline::RunTuning tuning)
     : cfg_(std::move(cfg)),
       make_finder_(std::move(make_finder)),
+      tuning_(std::move(tuning)),
       started_(clock::now()),
       control_(std::make_unique<Control>(cfg_.control)) {
   control_->rep.set(zmq::sockopt::linger, 0);
@@ -125,7 +127,8 @@ void Daemon::start_run(const config::Config& cfg) {
             cfg.pedestal.keep_previous && last_pedestal_ ? 0u : cfg.pedestal.dark_frames,
             fmt::join(cfg.ingest.endpoints, " "));
   samples_.clear();
-  run_ = std::make_unique<pipeline::Acquisition>(cfg, index, last_pedestal_, make_finder_);
+  run_ = std::make_unique<pipeline::Acquisition>(cfg, index, last_pedestal_, make_finder_,
+                                               tuning_);
 }
 
 void Daemon::end_finished_run() {

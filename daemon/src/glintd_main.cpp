@@ -18,6 +18,7 @@
 #include "glint/daemon/daemon.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/ingest.hpp"
+#include "glint/pipeline/tuning_env.hpp"
 
 namespace glint::daemon {
 
@@ -61,9 +62,11 @@ int glintd_main(int argc, char** argv, pipeline::FinderFactory make_finder) {
   // Received message buffers are reused instead of being faulted in afresh (see the function).
   glint::pipeline::keep_receive_buffers();
 
+  // The tuning variables (docs/tuning.md) are read once, here: a reload keeps them.
   std::unique_ptr<glint::daemon::Daemon> daemon;
   try {
-    daemon = std::make_unique<glint::daemon::Daemon>(cfg, std::move(make_finder));
+    daemon = std::make_unique<glint::daemon::Daemon>(cfg, std::move(make_finder),
+                                                     pipeline::run_tuning_from_environment());
   } catch (const std::exception& e) {
     glint::log::critical("{}", e.what());
     return kExitFailure;

@@ -11,7 +11,6 @@
 #include "glint/pipeline/frame_sequencer.hpp"
 #include "glint/pipeline/reconstruction_consumer.hpp"
 #include "glint/pipeline/run_file_consumer.hpp"
-#include "glint/pipeline/tuning_env.hpp"
 
 namespace glint::pipeline {
 
@@ -26,14 +25,14 @@ FinderParams finder_params(const config::Config& c) {
   return p;
 }
 
-FinderOptions finder_options(const config::Config& c) {
+FinderOptions finder_options(const config::Config& c, const gpu::FindTuning& tuning) {
   FinderOptions o;
   o.backend = parse_backend(c.finder.backend);
   o.threads = c.finder.threads;
   o.batch_frames = c.finder.batch_frames;
   o.streams = c.finder.streams;
   o.gpu_ids = c.finder.gpu_ids;
-  o.tuning = find_tuning_from_environment();
+  o.tuning = tuning;
   return o;
 }
 
@@ -41,12 +40,13 @@ FinderOptions finder_options(const config::Config& c) {
 
 Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
                          std::optional<PedestalState> previous_pedestal,
-                         FinderFactory make_finder)
+                         FinderFactory make_finder, RunTuning tuning)
     : cfg_(cfg),
       run_index_(run_index),
       file_(run_file_path(cfg.output.directory, cfg.output.run_name, run_index)),
       previous_pedestal_(std::move(previous_pedestal)),
       make_finder_(make_finder ? std::move(make_finder) : FinderFactory(pipeline::make_finder)),
+      tuning_(std::move(tuning)),
       started_(std::chrono::steady_clock::now()),
       source_(cfg_),
       preprocessing_(cfg_),
@@ -56,7 +56,7 @@ Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
   run_file_ = &consumers_.add(std::make_unique<RunFileConsumer>());
   if (cfg_.output.clust) consumers_.add(std::make_unique<ClustFileConsumer>());
   if (cfg_.reconstruction.enabled)
-    recon_ = &consumers_.add(std::make_unique<ReconstructionConsumer>(*run_file_));
+    recon_ = &consumers_.add(std::make_unique<ReconstructionConsumer>(*run_file_, tuning_.tv));
   thread_ = std::jthread([this] { run(); });
 }
 
@@ -150,7 +150,8 @@ void Acquisition::run() {
 
 void Acquisition::start() {
   prepare_output_directory(cfg_);
-  std::unique_ptr<ClusterFinder> finder = make_finder_(finder_params(cfg_), finder_options(cfg_));
+  std::unique_ptr<ClusterFinder> finder =
+      make_finder_(finder_params(cfg_), finder_options(cfg_, tuning_.find));
   const std::string backend = finder->description();
   {
     std::lock_guard lock(mu_);

@@ -3,13 +3,12 @@
 #include <exception>
 
 #include "glint/log.hpp"
-#include "glint/pipeline/tuning_env.hpp"
 
 namespace glint::pipeline {
 
 namespace {
 
-recon::StageOptions stage_options(const config::Config& c) {
+recon::StageOptions stage_options(const config::Config& c, const gpu::TvTuning& tv_tuning) {
   const auto& r = c.reconstruction;
   recon::StageOptions o;
   o.width = static_cast<int>(c.detector.cols);
@@ -26,7 +25,7 @@ recon::StageOptions stage_options(const config::Config& c) {
   o.solver.variant = tv::parse_variant(r.variant);
   o.backend.backend = recon::parse_backend(r.backend);
   o.backend.variant = o.solver.variant;
-  o.backend.tv_tuning = tv_tuning_from_environment();
+  o.backend.tv_tuning = tv_tuning;
   if (!c.finder.gpu_ids.empty()) o.backend.device = c.finder.gpu_ids.front();
   return o;
 }
@@ -56,7 +55,7 @@ void ReconstructionConsumer::on_start(const RunContext& run) {
   };
   recon::StageOptions o;
   try {
-    o = stage_options(run.cfg);
+    o = stage_options(run.cfg, tv_tuning_);
     owner_ = std::make_unique<recon::ReconstructionStage>(o, std::move(sink));
   } catch (const std::exception& e) {
     // Cluster finding goes on without it; stats and the file count it as failed.

@@ -51,4 +51,8 @@ gpu::TvTuning tv_tuning_from_environment() {
   return t;
 }
 
+RunTuning run_tuning_from_environment() {
+  return RunTuning{find_tuning_from_environment(), tv_tuning_from_environment()};
+}
+
 }  // namespace glint::pipeline

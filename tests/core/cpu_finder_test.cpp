@@ -1,6 +1,8 @@
 // The multi-threaded CPU backend gives the reference's bits at any thread count.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -52,7 +54,7 @@ TEST_P(CpuFinderMatchesReference, OddFrameSizeAndThreadCounts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ClusterSizes, CpuFinderMatchesReference, ::testing::Values(3, 5, 7, 9),
-                         [](const auto& info) { return "S" + std::to_string(info.param); });
+                         [](const auto& info) { return fmt::format("S{}", info.param); });
 
 TEST(CpuFinder, CrowdedFramesAndMoreThreadsThanRows) {
   glint::synth::Config c;

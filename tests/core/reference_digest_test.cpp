@@ -2,6 +2,8 @@
 // single-threaded ClusterFinder (tests/core/data/reference_digests.txt says how).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -124,8 +126,6 @@ TEST_P(VerifiedOutputs, CpuFinderThreeThreadsInChunks) {
 INSTANTIATE_TEST_SUITE_P(Aare, VerifiedOutputs, ::testing::ValuesIn(load_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            const Case& c = info.param;
-                           return "S" + std::to_string(c.size) + "_" + std::to_string(c.rows) +
-                                  "x" + std::to_string(c.cols) + "_n" +
-                                  std::to_string(static_cast<int>(c.n_sigma)) + "_seed" +
-                                  std::to_string(c.seed);
+                           return fmt::format("S{}_{}x{}_n{}_seed{}", c.size, c.rows, c.cols,
+                                              static_cast<int>(c.n_sigma), c.seed);
                          });

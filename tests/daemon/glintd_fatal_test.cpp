@@ -16,31 +16,23 @@
 using namespace glint;
 using namespace std::chrono_literals;
 using nlohmann::json;
-using glint::testing::bin;
 using glint::testing::control;
 using glint::testing::Process;
 using glint::testing::wait_status;
 namespace fs = std::filesystem;
 
 TEST(GlintdFatal, StickyDeviceErrorClosesTheFileReportsAndExitsNonZero) {
-  glint::testing::GlintdConfig c;
-  c.dark = 20;
+  glint::testing::GlintdRig c("sticky");
   c.finder = "backend: cpu, batch_frames: 8";
-  c.run_name = "sticky";
   c.auto_start = true;
-  const fs::path dir = glint::testing::fresh_dir("sticky");
-  c.runs = dir / "runs";
-  c.data_ep = glint::testing::loopback(glint::testing::free_tcp_port());
-  c.control_ep = glint::testing::loopback(glint::testing::free_tcp_port());
-  glint::testing::write_glintd_config(dir / "glintd.yaml", c);
+  c.write();
 
-  Process d({bin("glintd_sticky_fault").string(), "--config", (dir / "glintd.yaml").string()},
-            dir / "glintd.log", {"GLINT_TEST_FAIL_AT=4"});
+  Process d(c.glintd("glintd_sticky_fault"), c.dir / "glintd.log", {"GLINT_TEST_FAIL_AT=4"});
   ASSERT_TRUE(d.started());
   ASSERT_TRUE(wait_status(c.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s)
                   .contains("run_index"))
       << d.log();
-  Process s(glint::testing::sim_argv(c, 300, "0", "10", "7"), dir / "sim.log");
+  Process s(glint::testing::sim_argv(c, 300, "0", "10", "7"), c.dir / "sim.log");
 
   // Reported on the control socket while the service lingers, and no new run is started.
   const json r =
@@ -72,24 +64,16 @@ TEST(GlintdFatal, StickyDeviceErrorClosesTheFileReportsAndExitsNonZero) {
   ASSERT_TRUE(std::regex_search(log, m, injected)) << log;
   const uint64_t data_ok = std::stoull(m[1]);
   EXPECT_GE(data_ok, 3u) << "three batches of at least one frame went through";
-  const auto f = pipeline::read_run_file(pipeline::run_file_path(c.runs, "sticky", 1));
+  const auto f = pipeline::read_run_file(c.file(1));
   EXPECT_FALSE(f.end_time.empty());
   EXPECT_FALSE(f.end_state.has_value()) << "the pedestal cannot be read from a lost context";
   EXPECT_EQ(glint::testing::count_rows(f, pipeline::kFlagDark), c.dark);
   EXPECT_EQ(glint::testing::count_rows(f, 0), data_ok);
   EXPECT_EQ(f.frames.size(), c.dark + data_ok);
   EXPECT_EQ(rows_reported, f.frames.size());
-  pipeline::SimImageParams img;
-  img.rows = c.rows;
-  img.cols = c.cols;
-  img.photons = 10;
-  img.seed = 7;
-  FinderParams p;
-  p.shape = {c.rows, c.cols};
-  p.pedestal_window = c.dark;
-  const ClusterTable want = glint::testing::expected_clusters(f, img, 1, c.dark, p);
+  const ClusterTable want = glint::testing::expected_clusters(f, c.image(), 1, c.dark, c.params());
   EXPECT_EQ(f.clusters.n_clusters(), want.n_clusters());
   EXPECT_TRUE(f.clusters == want);
-  EXPECT_FALSE(fs::exists(pipeline::run_file_path(c.runs, "sticky", 2)))
+  EXPECT_FALSE(fs::exists(c.file(2)))
       << "no run was retried on the lost device";
 }

@@ -18,7 +18,6 @@
 using namespace glint;
 using namespace std::chrono_literals;
 using nlohmann::json;
-using glint::testing::bin;
 using glint::testing::control;
 using glint::testing::Process;
 using glint::testing::wait_status;
@@ -36,22 +35,14 @@ struct RunResult {
 
 class ReconRig {
  public:
-  ReconRig(const std::string& name, const std::string& backend) {
-    dir_ = glint::testing::fresh_dir(name);
-    c_.rows = c_.cols = kSize;
-    c_.dark = kDark;
-    c_.data_ep = glint::testing::loopback(glint::testing::free_tcp_port());
-    c_.control_ep = glint::testing::loopback(glint::testing::free_tcp_port());
+  ReconRig(const std::string& name, const std::string& backend) : c_(name, kSize, kDark) {
     c_.finder = "backend: " + backend + ", batch_frames: 16";
-    c_.runs = dir_ / "runs";
     c_.run_name = "recon";
     c_.extra = "reconstruction: {enabled: true, frames_per_slice: " + std::to_string(kFramesPerSlice) +
                ", slices: " + std::to_string(kSlices) + ", weight: centres, lambda: 0.5, outer: 20, " +
                "tv_inner: 10, backend: " + backend + "}\n";
-    config_ = dir_ / "glintd.yaml";
-    glint::testing::write_glintd_config(config_, c_);
-    daemon_ = std::make_unique<Process>(std::vector<std::string>{bin("glintd").string(), "--config", config_.string()},
-                                        dir_ / "glintd.log");
+    c_.write();
+    daemon_ = std::make_unique<Process>(c_.glintd(), c_.dir / "glintd.log");
   }
   ~ReconRig() {
     if (daemon_->running()) {
@@ -75,7 +66,7 @@ class ReconRig {
   /// The simulator sending kDark dark and `frames` photon frames at `rate` per second.
   std::unique_ptr<Process> sim(uint64_t frames, int rate, const std::string& tag) {
     const auto argv = glint::testing::sim_argv(c_, frames, std::to_string(rate), "12", "11");
-    return std::make_unique<Process>(argv, dir_ / ("sim_" + tag + ".log"));
+    return std::make_unique<Process>(argv, c_.dir / ("sim_" + tag + ".log"));
   }
 
   /// One run of kDark dark and kDataFrames photon frames, started with `overrides`.
@@ -100,8 +91,7 @@ class ReconRig {
   }
 
  private:
-  fs::path dir_, config_;
-  glint::testing::GlintdConfig c_;
+  glint::testing::GlintdRig c_;
   std::unique_ptr<Process> daemon_;
 };
 

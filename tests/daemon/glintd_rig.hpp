@@ -1,12 +1,16 @@
 #pragma once
-// What the end-to-end glintd tests share: the configuration of a loopback run and the command
-// line of the `glint sim` that feeds it.
+// What the end-to-end glintd tests share: the configuration of a loopback run, a glintd set up
+// in a fresh directory, and the command line of the `glint sim` that feeds it.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "../pipeline/stream_test_util.hpp"
+#include "glint/cluster_finder.hpp"
+#include "glint/pipeline/run_file.hpp"
+#include "glint/pipeline/stream_simulator.hpp"
 #include "process.hpp"
 
 namespace glint::testing {
@@ -45,5 +49,47 @@ inline std::vector<std::string> sim_argv(const GlintdConfig& c, uint64_t frames,
           "--cols", std::to_string(c.cols), "--dark", std::to_string(c.dark), "--frames",
           std::to_string(frames), "--rate", rate, "--photons", photons, "--seed", seed};
 }
+
+/// A glintd set up in the fresh directory `dir`: its configuration file `config` there (written
+/// by write()), runs under dir/runs, fresh loopback endpoints, a CPU finder.
+struct GlintdRig : GlintdConfig {
+  std::filesystem::path dir, config;
+
+  explicit GlintdRig(const std::string& name, uint32_t size = 40, uint32_t dark_frames = 20) {
+    rows = cols = size;
+    dark = dark_frames;
+    finder = "backend: cpu, batch_frames: 32";
+    run_name = name;
+    dir = fresh_dir(name);
+    data_ep = loopback(free_tcp_port());
+    control_ep = loopback(free_tcp_port());
+    runs = dir / "runs";
+    config = dir / "glintd.yaml";
+  }
+  void write() const { write_glintd_config(config, *this); }
+  /// The command line of `binary` (glintd, or a glintd built for a test) with this configuration.
+  std::vector<std::string> glintd(const std::string& binary = "glintd") const {
+    return {bin(binary).string(), "--config", config.string()};
+  }
+  std::filesystem::path file(uint64_t index) const {
+    return pipeline::run_file_path(runs, run_name, index);
+  }
+  /// The images of sim_argv(*this, ..., photons "10", seed "7"), for the expected clusters.
+  pipeline::SimImageParams image() const {
+    pipeline::SimImageParams p;
+    p.rows = rows;
+    p.cols = cols;
+    p.photons = 10;
+    p.seed = 7;
+    return p;
+  }
+  /// The finder's parameters for this configuration's defaults.
+  FinderParams params() const {
+    FinderParams p;
+    p.shape = {rows, cols};
+    p.pedestal_window = dark;
+    return p;
+  }
+};
 
 }  // namespace glint::testing

@@ -29,30 +29,16 @@ namespace {
 
 constexpr uint32_t kDark = 20;
 
-struct Rig : glint::testing::GlintdConfig {
-  fs::path dir, config;
-
-  explicit Rig(const std::string& name, const std::string& control_keys = "") {
-    rows = cols = 40;
-    dark = kDark;
-    finder = "backend: cpu, batch_frames: 32";
-    run_name = name;
-    dir = glint::testing::fresh_dir(name);
-    data_ep = glint::testing::loopback(glint::testing::free_tcp_port());
-    control_ep = glint::testing::loopback(glint::testing::free_tcp_port());
-    runs = dir / "runs";
+struct Rig : glint::testing::GlintdRig {
+  explicit Rig(const std::string& name, const std::string& control_keys = "")
+      : GlintdRig(name, 40, kDark) {
     fs::create_directories(runs);
     control_extra = control_keys;
-    config = dir / "glintd.yaml";
-    glint::testing::write_glintd_config(config, *this);
-  }
-  std::vector<std::string> glintd() const {
-    return {bin("glintd").string(), "--config", config.string()};
+    write();
   }
   std::vector<std::string> sim(uint64_t frames, int rate) const {
     return glint::testing::sim_argv(*this, frames, std::to_string(rate), "10", "7");
   }
-  fs::path file(uint64_t index) const { return pipeline::run_file_path(runs, run_name, index); }
 };
 
 std::string read_text(const fs::path& p) {
@@ -314,7 +300,7 @@ long peak_rss_kb(pid_t pid) {
 TEST(GlintdSecurity, HugeStreamHeadersDoNotGrowTheDaemon) {
   Rig rig("hugeheader");
   rig.auto_start = true;
-  glint::testing::write_glintd_config(rig.config, rig);
+  rig.write();
   Process d(rig.glintd(), rig.dir / "glintd.log");
   ASSERT_TRUE(wait_status(
                   rig.control_ep, [](const json& j) { return j.contains("run_index"); }, 10s)

@@ -25,21 +25,11 @@ namespace {
 
 constexpr uint32_t kDark = 20;
 
-struct Rig : glint::testing::GlintdConfig {
-  fs::path dir;
-  fs::path config;
+struct Rig : glint::testing::GlintdRig {
   std::string photons = "10";
 
-  explicit Rig(const std::string& name, bool auto_start = true, uint32_t size = 40) {
-    rows = cols = size;
-    dark = kDark;
-    finder = "backend: cpu, batch_frames: 32";
-    run_name = name;
-    dir = glint::testing::fresh_dir(name);
-    data_ep = glint::testing::loopback(glint::testing::free_tcp_port());
-    control_ep = glint::testing::loopback(glint::testing::free_tcp_port());
-    runs = dir / "runs";
-    config = dir / "glintd.yaml";
+  explicit Rig(const std::string& name, bool auto_start = true, uint32_t size = 40)
+      : GlintdRig(name, size, kDark) {
     write_config(name, auto_start);
   }
   void write_config(const std::string& name, bool auto_start, const std::string& more = "") const {
@@ -49,28 +39,13 @@ struct Rig : glint::testing::GlintdConfig {
     c.extra = more;
     glint::testing::write_glintd_config(config, c);
   }
-  std::vector<std::string> glintd() const { return {bin("glintd").string(), "--config", config.string()}; }
   std::vector<std::string> sim(uint64_t frames, double rate, const std::vector<std::string>& more = {}) const {
     std::vector<std::string> a = glint::testing::sim_argv(*this, frames, std::to_string(rate), photons, "7");
     a.insert(a.end(), more.begin(), more.end());
     return a;
   }
   fs::path file(uint64_t index, const std::string& name = "") const {
-    return pipeline::run_file_path(dir / "runs", name.empty() ? run_name : name, index);
-  }
-  pipeline::SimImageParams image() const {
-    pipeline::SimImageParams p;
-    p.rows = rows;
-    p.cols = cols;
-    p.photons = 10;
-    p.seed = 7;
-    return p;
-  }
-  FinderParams params() const {
-    FinderParams p;
-    p.shape = {rows, cols};
-    p.pedestal_window = kDark;
-    return p;
+    return pipeline::run_file_path(runs, name.empty() ? run_name : name, index);
   }
   /// Polls glintd's status (up to 10 s) until it names a run; whether it did.
   bool run_started() const {

@@ -17,6 +17,7 @@
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
 #include "gpu_test.hpp"
+#include "simulated_run.hpp"
 #include "stream_test_util.hpp"
 
 using namespace glint;
@@ -26,38 +27,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Case {
-  config::Config cfg;
-  SimOptions sim;
-};
+using Case = glint::testing::SimulatedRun;
 
 /// A small detector and run on fresh loopback ports; `ports` ports per image.
 Case make_case(const std::string& name, uint32_t ports_x = 1, uint32_t ports_y = 1, uint32_t endpoints = 1) {
-  Case c;
-  c.cfg = config::load(fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml");
-  c.cfg.detector.rows = 48;
-  c.cfg.detector.cols = 64;
+  Case c = glint::testing::simulated_run(name, 48, 64, /*dark=*/20, /*batch_frames=*/16);
   c.cfg.detector.ports_x = ports_x;
   c.cfg.detector.ports_y = ports_y;
-  c.cfg.ingest.endpoints.clear();
-  c.sim.endpoints.clear();
-  for (uint32_t i = 0; i < endpoints; ++i) {
+  for (uint32_t i = 1; i < endpoints; ++i) {  // simulated_run has the first one
     const auto ep = glint::testing::loopback(glint::testing::free_tcp_port());
     c.cfg.ingest.endpoints.push_back(ep);
     c.sim.endpoints.push_back(ep);
   }
-  c.cfg.pedestal.dark_frames = 20;
-  c.cfg.pedestal.window = 20;
-  c.cfg.finder.backend = "cpu";
-  c.cfg.finder.batch_frames = 16;
-  c.cfg.output.directory = glint::testing::fresh_dir(name);
-  c.cfg.output.run_name = name;
-  c.sim.image.rows = 48;
-  c.sim.image.cols = 64;
   c.sim.image.photons = 12;
   c.sim.ports_x = ports_x;
   c.sim.ports_y = ports_y;
-  c.sim.dark_frames = 20;
   c.sim.frames = 60;
   c.sim.first_frame_number = 1000;
   return c;

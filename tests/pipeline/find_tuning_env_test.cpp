@@ -2,12 +2,11 @@
 // a value that is not a whole number in range, or not an accepted word, leaves the default.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "glint/pipeline/tuning_env.hpp"
+#include "scoped_environment.hpp"
 
 namespace {
 
@@ -19,18 +18,9 @@ constexpr const char* kNames[] = {"GLINT_FIND_THREADS",  "GLINT_PACK_REGIONS",
                                   "GLINT_FIND_PROFILE",  "GLINT_FIND_TIMELINE"};
 
 /// Sets the given variables (and unsets the others) for its lifetime.
-class Environment {
- public:
-  explicit Environment(std::vector<std::pair<const char*, const char*>> vars) {
-    clear();
-    for (const auto& [name, value] : vars) setenv(name, value, 1);
-  }
-  ~Environment() { clear(); }
-
- private:
-  static void clear() {
-    for (const char* n : kNames) unsetenv(n);
-  }
+struct Environment : glint::testing::ScopedEnvironment {
+  Environment(std::initializer_list<std::pair<const char*, const char*>> vars)
+      : ScopedEnvironment(kNames, vars) {}
 };
 
 TEST(FindTuningFromEnvironment, NothingSetGivesTheEngineDefaults) {
@@ -65,19 +55,32 @@ TEST(FindTuningFromEnvironment, EveryVariableReachesItsField) {
 }
 
 TEST(FindTuningFromEnvironment, UnusableValuesLeaveTheDefaults) {
-  Environment env({{"GLINT_FIND_THREADS", "500"},  // not a multiple of 32
-                   {"GLINT_PACK_REGIONS", "1025"},
-                   {"GLINT_FIND_RESIDENT", "off"},  // only 0 turns it off
-                   {"GLINT_FIND_SEGMENTS", "0"}});
-  const FindTuning t = find_tuning_from_environment();
-  EXPECT_EQ(t.find_threads, 512);
-  EXPECT_EQ(t.pack_regions, 8);
-  EXPECT_TRUE(t.resident);
-  EXPECT_EQ(t.max_segments, 0);
-  Environment env2({{"GLINT_FIND_THREADS", "96"}, {"GLINT_PACK_REGIONS", "x"}});
-  const FindTuning u = find_tuning_from_environment();
-  EXPECT_EQ(u.find_threads, 512);
-  EXPECT_EQ(u.pack_regions, 8);
+  constexpr std::pair<const char*, const char*> kUnusable[] = {
+      {"GLINT_FIND_THREADS", "500"},  // not a multiple of 32
+      {"GLINT_FIND_THREADS", "96"},   // below 128
+      {"GLINT_PACK_REGIONS", "1025"},
+      {"GLINT_PACK_REGIONS", "x"},
+      {"GLINT_FIND_RESIDENT", "off"},  // only 0 turns it off
+      {"GLINT_FIND_SEGMENTS", "0"}};
+  const FindTuning d;
+  for (const auto& [name, value] : kUnusable) {
+    SCOPED_TRACE(std::string(name) + "=" + value);
+    Environment env({{name, value}});
+    const FindTuning t = find_tuning_from_environment();
+    EXPECT_EQ(t.find_threads, d.find_threads);
+    EXPECT_EQ(t.pack_regions, d.pack_regions);
+    EXPECT_EQ(t.resident, d.resident);
+    EXPECT_EQ(t.max_segments, d.max_segments);
+  }
+}
+
+TEST(RunTuningFromEnvironment, ReadsTheFinderAndTheSolverVariables) {
+  constexpr const char* kZrun[] = {"GLINT_TV_ZRUN"};
+  Environment env({{"GLINT_FIND_THREADS", "256"}});
+  glint::testing::ScopedEnvironment tv(kZrun, {{"GLINT_TV_ZRUN", "8"}});
+  const glint::pipeline::RunTuning r = glint::pipeline::run_tuning_from_environment();
+  EXPECT_EQ(r.find.find_threads, 256);
+  EXPECT_EQ(r.tv.zrun, 8);
 }
 
 TEST(FindTuning, ValidateNamesTheFieldAndTheAllowedValues) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -21,6 +22,8 @@
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/run_state.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
+#include "scoped_environment.hpp"
+#include "simulated_run.hpp"
 #include "stream_test_util.hpp"
 
 using namespace glint;
@@ -237,31 +240,12 @@ TEST(QueuedConsumer, AConsumerThatFallsBehindDropsAndCountsButNeverDelaysTheRun)
 
 namespace {
 
-struct Case {
-  config::Config cfg;
-  SimOptions sim;
-};
+using Case = glint::testing::SimulatedRun;
 
 Case make_case(const std::string& name) {
-  Case c;
-  c.cfg = config::load(fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml");
-  c.cfg.detector.rows = 32;
-  c.cfg.detector.cols = 40;
-  const auto ep = glint::testing::loopback(glint::testing::free_tcp_port());
-  c.cfg.ingest.endpoints = {ep};
-  c.sim.endpoints = {ep};
-  c.cfg.pedestal.dark_frames = 16;
-  c.cfg.pedestal.window = 16;
-  c.cfg.finder.backend = "cpu";
-  c.cfg.finder.batch_frames = 8;
-  c.cfg.output.directory = glint::testing::fresh_dir(name);
-  c.cfg.output.run_name = name;
-  c.sim.image.rows = 32;
-  c.sim.image.cols = 40;
+  Case c = glint::testing::simulated_run(name, 32, 40, /*dark=*/16, /*batch_frames=*/8);
   c.sim.image.photons = 10;
-  c.sim.dark_frames = 16;
   c.sim.frames = 100;
-  c.sim.first_frame_number = 1;
   return c;
 }
 
@@ -341,4 +325,25 @@ TEST(RunChain, StickyDeviceErrorFailsTheRunAsFatalAndTheFileKeepsItsRows) {
   EXPECT_EQ(other.state(), RunState::error);
   EXPECT_FALSE(other.stats().fatal);
   EXPECT_EQ(other.stats().error, "cudaMalloc failed: cudaErrorMemoryAllocation");
+}
+
+TEST(RunChain, TheFinderTakesTheRunsTuningNotTheEnvironment) {
+  Case c = make_case("chain_tuning");
+  constexpr const char* kThreads[] = {"GLINT_FIND_THREADS"};
+  glint::testing::ScopedEnvironment env(kThreads, {{"GLINT_FIND_THREADS", "128"}});
+  RunTuning tuning;
+  tuning.find.find_threads = 256;
+  tuning.find.pack_regions = 3;
+  std::optional<gpu::FindTuning> seen;
+  auto factory = [&seen](const FinderParams&, const FinderOptions& o)
+      -> std::unique_ptr<ClusterFinder> {
+    seen = o.tuning;
+    throw std::runtime_error("no finder in this test");
+  };
+  Acquisition run(c.cfg, 1, std::nullopt, factory, tuning);
+  ASSERT_TRUE(run.wait(10s));
+  EXPECT_EQ(run.state(), RunState::error);
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->find_threads, 256);
+  EXPECT_EQ(seen->pack_regions, 3);
 }

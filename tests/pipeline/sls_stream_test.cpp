@@ -344,7 +344,7 @@ TEST(SlsStream, UnusualButValidHeaders) {
   const ParsedHeader d = parse_sls_header(format_sls_header(e));
   ASSERT_TRUE(d.header);
   EXPECT_EQ(d.header->fname, e.fname);
-  for (const std::string& extra : {",\"frameNumber\":5", ",\"frameNumber\":5.0", ",\"extra\":{\"a\":[1]}",
+  for (const char* extra : {",\"frameNumber\":5", ",\"frameNumber\":5.0", ",\"extra\":{\"a\":[1]}",
                                    ",\"extra\":[1,2]", ",\"addJsonHeader\":{\"n\":3}", ",\"size\":-1",
                                    ",\"rx_roi\":[1,2,3]", ",\"progress\":\"x\""})
     expect_as_specified(body + extra + "}\n");

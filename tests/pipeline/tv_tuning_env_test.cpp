@@ -2,11 +2,10 @@
 // into the engines' tuning structs.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <initializer_list>
 #include <utility>
 
 #include "glint/pipeline/tuning_env.hpp"
+#include "scoped_environment.hpp"
 
 namespace {
 
@@ -19,20 +18,9 @@ constexpr const char* kTvVariables[] = {
     "GLINT_TV_FIRST",  "GLINT_TV_OX",     "GLINT_TV_PITCH"};
 
 /// Sets the given variables (every other GLINT_TV_* unset) for its lifetime.
-class Environment {
- public:
-  explicit Environment(std::initializer_list<std::pair<const char*, const char*>> vars) {
-    clear();
-    for (const auto& [name, value] : vars) setenv(name, value, 1);
-  }
-  ~Environment() { clear(); }
-  Environment(const Environment&) = delete;
-  Environment& operator=(const Environment&) = delete;
-
- private:
-  static void clear() {
-    for (const char* name : kTvVariables) unsetenv(name);
-  }
+struct Environment : glint::testing::ScopedEnvironment {
+  Environment(std::initializer_list<std::pair<const char*, const char*>> vars)
+      : ScopedEnvironment(kTvVariables, vars) {}
 };
 
 TEST(TvTuningEnvironment, UnsetLeavesTheSolversDefaults) {
@@ -76,12 +64,14 @@ TEST(TvTuningEnvironment, EveryVariableSetsItsField) {
 }
 
 TEST(TvTuningEnvironment, KernelWords) {
-  {
-    Environment env({{"GLINT_TV_KERNEL", "march"}});
-    EXPECT_EQ(tv_tuning_from_environment().kernel, TvTuning::Kernel::march);
+  constexpr std::pair<const char*, TvTuning::Kernel> kWords[] = {
+      {"march", TvTuning::Kernel::march},
+      {"staged", TvTuning::Kernel::staged},
+      {"pair", TvTuning::Kernel::pair}};
+  for (const auto& [word, kernel] : kWords) {
+    Environment env({{"GLINT_TV_KERNEL", word}});
+    EXPECT_EQ(tv_tuning_from_environment().kernel, kernel) << word;
   }
-  Environment env({{"GLINT_TV_KERNEL", "pair"}});
-  EXPECT_EQ(tv_tuning_from_environment().kernel, TvTuning::Kernel::pair);
 }
 
 TEST(TvTuningEnvironment, ValuesOutsideTheRangeLeaveTheDefault) {

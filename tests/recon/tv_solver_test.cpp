@@ -115,8 +115,11 @@ TEST(CpuSolver, ConstrainedDenoisingMeetsTheOptimalityConditions) {
   std::vector<float> p2(p), xu(n);
   CpuReconstructor cpu2(d, 1);
   cpu2.denoise(b, w, 0, /*nonneg=*/false, p2, xu);  // x = b - w L(p) with the converged p
-  for (std::size_t i = 0; i < n; ++i)
-    if (x[i] == 0.0f) EXPECT_LE(xu[i], 1e-5f) << "voxel " << i;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (x[i] == 0.0f) {
+      EXPECT_LE(xu[i], 1e-5f) << "voxel " << i;
+    }
+  }
   // No feasible perturbation lowers the objective.
   const double f0 = glint::testing::tv_denoise_objective(d, to_double(x), b, w);
   std::mt19937 rng(3);

@@ -1,6 +1,7 @@
 #pragma once
-// Tuning and diagnosis variables (docs/tuning.md), read the same way everywhere: a value that is
-// not a whole number in range, or not one of the accepted words, leaves the default.
+// How tuning and diagnosis variables (docs/tuning.md) are read: a value that is not a whole
+// number in range, or not one of the accepted words, leaves the default. Only
+// pipeline/src/tuning_env.cpp reads them; engines, stages and the run take tuning structs.
 #include <cerrno>
 #include <cstdlib>
 #include <string>

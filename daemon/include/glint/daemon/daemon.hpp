@@ -36,7 +36,8 @@ class Daemon {
   /// Binds the control socket (a "*" port picks a free one, see control_endpoint()) and starts
   /// the service thread. Throws std::runtime_error when the endpoint cannot be bound. Runs build
   /// their finder with `make_finder` (default pipeline::make_finder).
-  explicit Daemon(config::Config cfg, pipeline::FinderFactory make_finder = {});
+  explicit Daemon(config::Config cfg, pipeline::FinderFactory make_finder = {},
+                  pipeline::RunTuning tuning = {});
   ~Daemon();  ///< aborts a run in progress (its file is closed) and stops
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
@@ -79,6 +80,7 @@ class Daemon {
 
   config::Config cfg_;                  ///< service thread only
   pipeline::FinderFactory make_finder_;
+  const pipeline::RunTuning tuning_;  ///< every run's, kept across reloads
   std::string endpoint_;
   std::chrono::steady_clock::time_point started_;
 

@@ -29,6 +29,7 @@
 #include "glint/pipeline/frame_source.hpp"
 #include "glint/pipeline/run_counters.hpp"
 #include "glint/pipeline/run_state.hpp"
+#include "glint/pipeline/run_tuning.hpp"
 #include "glint/pipeline/sls_stream.hpp"
 #include "glint/pipeline/storage_guard.hpp"
 
@@ -85,9 +86,11 @@ class Acquisition {
   /// Starts a run: opens `<output.directory>/<run_name>_<run_index>.h5`, builds the finder
   /// (with `make_finder`, default pipeline::make_finder), connects the ingest. Never throws for
   /// run-time failures: they put the run in the error state (see stats().error).
-  /// `previous_pedestal` is used when pedestal.keep_previous is set.
+  /// `previous_pedestal` is used when pedestal.keep_previous is set. The engines take `tuning`
+  /// (the run reads no environment).
   Acquisition(const config::Config& cfg, uint64_t run_index,
-              std::optional<PedestalState> previous_pedestal, FinderFactory make_finder = {});
+              std::optional<PedestalState> previous_pedestal, FinderFactory make_finder = {},
+              RunTuning tuning = {});
   ~Acquisition();  ///< aborts if still running; the file is closed
   Acquisition(const Acquisition&) = delete;
   Acquisition& operator=(const Acquisition&) = delete;
@@ -124,6 +127,7 @@ class Acquisition {
   const std::filesystem::path file_;
   const std::optional<PedestalState> previous_pedestal_;
   const FinderFactory make_finder_;
+  const RunTuning tuning_;
   const std::chrono::steady_clock::time_point started_;
 
   RunStateMachine states_;

@@ -21,7 +21,7 @@ struct FinderOptions {
   int batch_frames = 256;          ///< frames per batch (the finder's input slot)
   int streams = 2;                 ///< GPU stream slots per device
   std::vector<int> gpu_ids{0};     ///< GPUs to use
-  gpu::FindTuning tuning;          ///< GPU finder tuning (find_tuning_from_environment())
+  gpu::FindTuning tuning;          ///< GPU finder tuning (the run's RunTuning::find)
 };
 
 /// auto: the GPU engine when a GPU is usable, the exact CPU backend otherwise (logged).

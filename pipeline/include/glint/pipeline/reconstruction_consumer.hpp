@@ -15,8 +15,9 @@ namespace glint::pipeline {
 class ReconstructionConsumer final : public ResultConsumer {
  public:
   /// Volumes go into `run_file`'s file, which must be registered (and so started) before this
-  /// consumer and ended after it.
-  explicit ReconstructionConsumer(RunFileConsumer& run_file) : run_file_(run_file) {}
+  /// consumer and ended after it. A GPU solver takes `tv_tuning`.
+  ReconstructionConsumer(RunFileConsumer& run_file, gpu::TvTuning tv_tuning)
+      : run_file_(run_file), tv_tuning_(std::move(tv_tuning)) {}
 
   std::string_view name() const override { return "reconstruction"; }
   /// Sets up the stage. A stage that cannot be set up (e.g. a missing mask file) is logged and
@@ -34,6 +35,7 @@ class ReconstructionConsumer final : public ResultConsumer {
 
  private:
   RunFileConsumer& run_file_;
+  const gpu::TvTuning tv_tuning_;
   uint64_t run_index_ = 0;
   bool solve_partial_ = false;
   std::unique_ptr<recon::ReconstructionStage> owner_;

@@ -4,6 +4,7 @@
 // a whole number in range, or not one of the accepted words, leaves the default.
 #include "glint/gpu/find_tuning.hpp"
 #include "glint/gpu/tv_solver.hpp"
+#include "glint/pipeline/run_tuning.hpp"
 
 namespace glint::pipeline {
 
@@ -17,5 +18,8 @@ gpu::FindTuning find_tuning_from_environment();
 /// those listed leaves the default; GLINT_TV_OX and GLINT_TV_PITCH set to something else than a
 /// number give a value the solver refuses with a warning.
 gpu::TvTuning tv_tuning_from_environment();
+
+/// Both of the above: what glintd reads once at start-up and the glint commands before a run.
+RunTuning run_tuning_from_environment();
 
 }  // namespace glint::pipeline
