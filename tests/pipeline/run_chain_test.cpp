@@ -147,7 +147,7 @@ TEST(ConsumerChain, BatchesInOrderEndInReverseAndEveryConsumerIsEnded) {
   chain.add(std::make_unique<Recorder>("a", log));
   chain.add(std::make_unique<FailsToStart>());
   EXPECT_THROW(chain.on_start(ctx), std::runtime_error);
-  chain.on_end(RunEnd{nullptr, false, true});
+  chain.on_end(RunEnd{nullptr, false, true, ""});
   EXPECT_EQ(log, (std::vector<std::string>{"a start", "a end failed"}));
 }
 

@@ -187,7 +187,9 @@ TEST_F(StorageFault, AFailedWriteKeepsEveryRowOfTheLastFlush) {
     if (tool("h5clear")) {
       ASSERT_EQ(run("/usr/bin/h5clear -s " + file.string()), 0) << "trial " << t;
       EXPECT_TRUE(opens_plainly(file)) << "trial " << t;
-      if (tool("h5dump")) EXPECT_EQ(run("/usr/bin/h5dump -H " + file.string()), 0);
+      if (tool("h5dump")) {
+        EXPECT_EQ(run("/usr/bin/h5dump -H " + file.string()), 0);
+      }
       const RunFileContents again = read_run_file(file);
       EXPECT_EQ(again.frames.size(), flushed);
     }
@@ -234,7 +236,9 @@ TEST_F(StorageFault, DiskLowEndsCleanlyWithEverythingWritten) {
     EXPECT_LT(last.free_bytes, last.reserve_bytes);
     EXPECT_GE(last.reserve_bytes, StorageGuard::kMetadataReserve);
     ASSERT_TRUE(opens_plainly(file));
-    if (tool("h5dump")) EXPECT_EQ(run("/usr/bin/h5dump -H " + file.string()), 0);
+    if (tool("h5dump")) {
+      EXPECT_EQ(run("/usr/bin/h5dump -H " + file.string()), 0);
+    }
     const RunFileContents r = read_run_file(file);
     std::printf("tmpfs %3llu MiB, %4.1f MiB free at start, %4u frames x %u appends per flush: "
                 "disk_low at %4.2f MiB free (reserve %4.2f MiB); %6llu rows written, %6zu "

@@ -275,7 +275,7 @@ logging: {{level: info}}
                 self.ctl.json("stop")
                 self.wait_run(idx, 30)
                 # A stream long enough to fill the tmpfs.
-                frames = a.frames * 8
+                frames = a.frames * 3
                 count = dark + frames
         index = self.wait_current()
         # Sampled at the same moment of every cycle: a run has just started and listens.
