@@ -14,6 +14,8 @@ packages=(
   nlohmann-json3-dev libsimdjson-dev
   libfftw3-dev
   libsystemd-dev systemd
+  libmicrohttpd-dev
+  clang libclang-rt-dev
   python3 python3-h5py python3-numpy
 )
 missing=()

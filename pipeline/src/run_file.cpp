@@ -815,7 +815,8 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
   out.clusters = ClusterTable(out.cluster_size);
   for (std::size_t i = 0; i < rows; ++i) {
     const FrameRow r{fn[i], ts[i], off[i], nc[i], fl[i]};
-    if (r.cluster_offset + r.n_clusters > n_clusters) break;  // clusters not visible yet
+    // Clusters not visible yet (also an offset so large that offset + n wraps).
+    if (r.cluster_offset > n_clusters || r.n_clusters > n_clusters - r.cluster_offset) break;
     out.frames.push_back(r);
     out.clusters.frames_mut().push_back(FrameRecord{r.frame_number, r.cluster_offset, r.n_clusters});
   }
@@ -833,10 +834,17 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
   auto end_count = read_all<uint32_t>(c, f, "entry/pedestal/end_count");
   if (H5Lexists(f, "entry/reconstruction", H5P_DEFAULT) > 0) read_reconstruction(c, f, out);
   if (!end_sum.empty() && !std::isnan(end_sum[0])) {
-    PedestalState s(out.shape, out.pedestal_window);
+    PedestalState s;  // not sized from frame_shape: the datasets give the pixels
+    s.shape = out.shape;
+    s.window = out.pedestal_window;
     s.sum = std::move(end_sum);
     s.sum2 = read_all<double>(c, f, "entry/pedestal/end_sum2");
     s.count = std::move(end_count);
+    const std::size_t pixels = out.shape.pixels();
+    if (s.sum.size() != pixels || s.sum2.size() != pixels || s.count.size() != pixels)
+      c.fail(fmt::format("/entry/pedestal end_sum, end_sum2 and end_count hold {}, {} and {} "
+                         "values, frame_shape [{}, {}] has {} pixels", s.sum.size(), s.sum2.size(),
+                         s.count.size(), out.shape.rows, out.shape.cols, pixels));
     out.end_state = std::move(s);
   }
   return out;
