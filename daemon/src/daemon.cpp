@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <zmq.hpp>
 
+#include "glint/daemon/metrics.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/run_file.hpp"
 
@@ -51,6 +52,10 @@ Daemon::Daemon(config::Config cfg)
                                          cfg_.control.endpoint, e.what()));
   }
   endpoint_ = control_->rep.get(zmq::sockopt::last_endpoint);
+  if (cfg_.metrics.enabled) {
+    metrics_ = std::make_unique<MetricsServer>(cfg_.metrics.listen);
+    log::info("glintd: metrics at {}", metrics_->url());
+  }
   heartbeat_ns_.store(clock::now().time_since_epoch().count());
   log::info("glintd {}: control socket {}", GLINT_VERSION, endpoint_);
   thread_ = std::jthread([this](std::stop_token st) { serve(st); });
@@ -150,6 +155,8 @@ void Daemon::housekeeping() {
   } else {
     line = "idle";
   }
+  if (metrics_) metrics_->publish(stats_json(), run_ ? run_->config().output.directory
+                                                    : cfg_.output.directory);
   std::lock_guard lock(mu_);
   status_line_ = std::move(line);
 }

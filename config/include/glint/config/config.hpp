@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace glint::config {
@@ -83,6 +84,13 @@ struct ControlConfig {
   std::string endpoint = "tcp://127.0.0.1:5555";
 };
 
+/// Prometheus metrics over HTTP (docs/metrics.md): off unless enabled, and only ever on a
+/// loopback address (a scraper or node_exporter on the same host, or a tunnel).
+struct MetricsConfig {
+  bool enabled = false;
+  std::string listen = "127.0.0.1:9464";  ///< 127.x.x.x:PORT, localhost:PORT or [::1]:PORT
+};
+
 struct LoggingConfig {
   std::string level = "info";
 };
@@ -120,6 +128,7 @@ struct Config {
   ControlConfig control;
   LoggingConfig logging;
   ReconstructionConfig reconstruction;
+  MetricsConfig metrics;
 
   std::string source;  ///< where it came from (file path or "<string>")
   std::string yaml;    ///< the text it was parsed from (to_yaml() gives the effective values)
@@ -132,6 +141,9 @@ Config parse(std::string_view yaml_text, std::string source = "<string>");
 Config load(const std::filesystem::path& path);
 /// The configuration as YAML text, every key (parses back to the same values).
 std::string to_yaml(const Config& c);
+/// Host and port of a metrics.listen value that passed validation ("[::1]:9464" -> "::1", 9464).
+std::pair<std::string, uint16_t> split_listen(const std::string& listen);
+
 /// `base` with `overrides` (YAML or JSON text of a partial configuration, same keys) merged on
 /// top, validated again. Throws ConfigError naming the override key at fault.
 Config with_overrides(const Config& base, std::string_view overrides_text);

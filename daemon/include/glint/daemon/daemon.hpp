@@ -21,6 +21,8 @@
 
 namespace glint::daemon {
 
+class MetricsServer;
+
 class Daemon {
  public:
   /// Binds the control socket (a "*" port picks a free one, see control_endpoint()) and starts
@@ -86,6 +88,7 @@ class Daemon {
 
   struct Control;
   std::unique_ptr<Control> control_;
+  std::unique_ptr<MetricsServer> metrics_;  ///< config metrics.enabled; fed by housekeeping()
   std::jthread thread_;
 };
 
