@@ -4,7 +4,10 @@
 Stream headers are written exactly as slsReceiver 9.x sends them (its key order, "}\\n" at the
 end; the same text as glint's format_sls_header and `glint sim`). Configurations are the shipped
 example and the shapes the tests use. Run from anywhere; rewrites the generated seeds only (the
-.clust seeds copied from tests/core/data and written by `glint find` are kept).
+.clust seeds are kept: s5_21x19_seed22 is tests/core/data's file, glint_find_s{3,7}_24x20 were
+written by `glint synth -o s.h5 --dark 1000 --frames 6 --rows 24 --cols 20 --photons 4 --seed 3`
+and `glint find -i s.h5 --dark 1000 --clust F --backend cpu [--cluster-size 7]`; each seed's
+first byte picks the cluster size).
 """
 import json
 import os
