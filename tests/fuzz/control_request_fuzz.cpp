@@ -4,6 +4,9 @@
 // sends it, and must get a JSON object with a boolean "ok" within 10 s. A run the input started
 // is aborted after it, and a daemon told to shut down is replaced.
 //
+// Everything a request meets is behind Rig::ask: a free request parser with size and depth
+// bounds, once there is one, gets its own in-process target beside this one (same corpus).
+//
 // Inputs whose `start` overrides name output.directory are skipped: they would make the fuzzer
 // write run files anywhere on the host (the override allow-list is what keeps clients from it).
 #include <cerrno>
