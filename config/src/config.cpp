@@ -474,8 +474,9 @@ std::pair<std::string, uint16_t> split_listen(const std::string& listen) {
   std::string host = listen.substr(0, colon);
   const std::string port = listen.substr(colon + 1);
   unsigned long p = 0;
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-      (p = std::stoul(port)) < 1 || p > 65535)
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || (p = std::stoul(port)) < 1 ||
+      p > 65535)
     throw std::invalid_argument("has no port in 1..65535");
   if (host == "[::1]") return {"::1", static_cast<uint16_t>(p)};
   if (host == "localhost") return {"127.0.0.1", static_cast<uint16_t>(p)};

@@ -124,7 +124,8 @@ void Daemon::housekeeping() {
     if (reload) {
       if (reload->control.endpoint != cfg_.control.endpoint)
         log::warn("reload: control.endpoint changes only on restart (keeping {})", endpoint_);
-      if (reload->metrics.enabled != cfg_.metrics.enabled || reload->metrics.listen != cfg_.metrics.listen)
+      if (reload->metrics.enabled != cfg_.metrics.enabled ||
+          reload->metrics.listen != cfg_.metrics.listen)
         log::warn("reload: metrics changes only on restart (keeping {})",
                   metrics_ ? metrics_->url() : "none");
       log::set_level(log::parse_level(reload->logging.level));

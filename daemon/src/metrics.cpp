@@ -113,8 +113,8 @@ std::string metrics_text(const json& s, const std::optional<std::filesystem::spa
   std::string gpus;
   if (s.contains("gpu_ids") && s["gpu_ids"].is_array())
     for (const json& id : s["gpu_ids"])
-      gpus += (gpus.empty() ? "" : ",") + (id.is_number_integer() ? std::to_string(id.get<int64_t>())
-                                                                  : std::string("?"));
+      gpus += (gpus.empty() ? "" : ",") +
+              (id.is_number_integer() ? std::to_string(id.get<int64_t>()) : std::string("?"));
   e.sample(label("backend", str(s, "backend")) + "," + label("gpu_ids", gpus), 1);
 
   e.family("glint_frames_total", "counter",
@@ -216,11 +216,13 @@ MHD_Result answer(void* cls, MHD_Connection* c, const char* url, const char* met
                   size_t* upload_size, void** /*state*/) {
   const auto* self = static_cast<const MetricsServer*>(cls);
   constexpr const char* kText = "text/plain; charset=utf-8";
-  if (std::strcmp(method, MHD_HTTP_METHOD_GET) != 0 && std::strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+  if (std::strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
+      std::strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
     *upload_size = 0;  // a body is not read
     return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n", kText);
   }
-  if (std::strcmp(url, "/metrics") != 0) return reply(c, MHD_HTTP_NOT_FOUND, "only GET /metrics\n", kText);
+  if (std::strcmp(url, "/metrics") != 0)
+    return reply(c, MHD_HTTP_NOT_FOUND, "only GET /metrics\n", kText);
   return reply(c, MHD_HTTP_OK, self->render(), "text/plain; version=0.0.4; charset=utf-8");
 }
 
@@ -263,7 +265,8 @@ MetricsServer::MetricsServer(const std::string& listen) : http_(std::make_unique
                                    MHD_OPTION_CONNECTION_MEMORY_LIMIT, size_t{64 * 1024},
                                    MHD_OPTION_END);
   if (http_->daemon == nullptr)
-    throw std::runtime_error(fmt::format("metrics.listen {}: cannot listen (port in use?)", listen));
+    throw std::runtime_error(
+        fmt::format("metrics.listen {}: cannot listen (port in use?)", listen));
   url_ = fmt::format("http://{}:{}/metrics", v6 ? "[" + host + "]" : host, port);
 }
 

@@ -76,7 +76,8 @@ std::string http(uint16_t port, const std::string& request) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string out;
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size())) {
     char buf[4096];
     ssize_t got;
     while ((got = recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<std::size_t>(got));
@@ -274,6 +275,7 @@ TEST(Metrics, ServerRefusesAPortInUse) {
     daemon::MetricsServer second("127.0.0.1:" + std::to_string(port));
     ADD_FAILURE() << "a second server on the same port";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("metrics.listen 127.0.0.1:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("metrics.listen 127.0.0.1:"), std::string::npos)
+        << e.what();
   }
 }

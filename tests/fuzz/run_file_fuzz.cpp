@@ -89,8 +89,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
     GLINT_FUZZ_CHECK(f.valid());
     Handle entry = group(f.get(), "entry");
-    if (flags & 1) hdf5::write_attribute(entry.get(), "start_time", std::string("2026-01-01T00:00:00Z"));
-    if (flags & 2) hdf5::write_attribute(entry.get(), "end_time", std::string("2026-01-01T00:01:00Z"));
+    if (flags & 1)
+      hdf5::write_attribute(entry.get(), "start_time", std::string("2026-01-01T00:00:00Z"));
+    if (flags & 2)
+      hdf5::write_attribute(entry.get(), "end_time", std::string("2026-01-01T00:01:00Z"));
     Handle inst = group(entry.get(), "instrument");
     Handle det = group(inst.get(), "detector");
     write_attr(det.get(), "frame_shape", shape);

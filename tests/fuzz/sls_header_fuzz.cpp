@@ -32,7 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   if (!h.is_end() && is_valid_bitmode(h.bitmode)) {
     const std::size_t pixels = std::size_t{h.shape[0]} * h.shape[1];
     const std::size_t bytes = payload_bytes(h.bitmode, pixels);
-    GLINT_FUZZ_CHECK(h.bitmode == 4 ? bytes == (pixels + 1) / 2 : bytes / (h.bitmode / 8) == pixels);
+    GLINT_FUZZ_CHECK(h.bitmode == 4 ? bytes == (pixels + 1) / 2
+                                    : bytes / (h.bitmode / 8) == pixels);
   }
   return 0;
 }
