@@ -14,7 +14,9 @@ packages=(
   nlohmann-json3-dev libsimdjson-dev
   libfftw3-dev
   libsystemd-dev systemd
-  python3 python3-h5py python3-numpy
+  libmicrohttpd-dev
+  clang libclang-rt-dev
+  python3 python3-h5py python3-numpy python3-zmq python3-pytest
 )
 missing=()
 for p in "${packages[@]}"; do

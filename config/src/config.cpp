@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <optional>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -412,6 +413,18 @@ std::optional<std::string> memory_budget_problem(const Config& c) {
       m.describe(), c.run.memory_budget_mb);
 }
 
+void read_metrics(Section s, MetricsConfig& c) {
+  s.read_bool("enabled", c.enabled);
+  s.read_nonempty_string("listen", c.listen);
+  try {
+    split_listen(c.listen);
+  } catch (const std::invalid_argument& e) {
+    s.fail_key("listen", fmt::format("'{}' {} (allowed: 127.x.x.x:PORT, localhost:PORT or "
+                                     "[::1]:PORT, PORT 1..65535)", c.listen, e.what()));
+  }
+  s.reject_unknown();
+}
+
 Config from_node(const YAML::Node& root, const std::string& source, std::string text) {
   Config c;
   c.source = source;
@@ -425,6 +438,7 @@ Config from_node(const YAML::Node& root, const std::string& source, std::string 
   read_control(top.section("control"), c.control);
   read_logging(top.section("logging"), c.logging);
   read_reconstruction(top.section("reconstruction"), c.reconstruction);
+  read_metrics(top.section("metrics"), c.metrics);
   top.reject_unknown();
   {
     Section run = top.section("run");
@@ -664,6 +678,10 @@ std::string to_yaml(const Config& c) {
   kv("backend", r.backend);
   kv("solve_partial", r.solve_partial);
   e << YAML::EndMap;
+  begin("metrics");
+  kv("enabled", c.metrics.enabled);
+  kv("listen", c.metrics.listen);
+  e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
@@ -710,6 +728,26 @@ void check_override_keys(const YAML::Node& over, const std::string& src) {
 }  // namespace
 
 std::span<const std::string_view> override_keys() { return kOverrideKeys; }
+
+std::pair<std::string, uint16_t> split_listen(const std::string& listen) {
+  const std::size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) throw std::invalid_argument("has no :PORT");
+  std::string host = listen.substr(0, colon);
+  const std::string port = listen.substr(colon + 1);
+  unsigned long p = 0;
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || (p = std::stoul(port)) < 1 ||
+      p > 65535)
+    throw std::invalid_argument("has no port in 1..65535");
+  if (host == "[::1]") return {"::1", static_cast<uint16_t>(p)};
+  if (host == "localhost") return {"127.0.0.1", static_cast<uint16_t>(p)};
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  char tail = 0;
+  if (std::sscanf(host.c_str(), "%3u.%3u.%3u.%3u%c", &a, &b, &c, &d, &tail) != 4 || a != 127 ||
+      b > 255 || c > 255 || d > 255 || host.find_first_not_of("0123456789.") != std::string::npos)
+    throw std::invalid_argument("is not a loopback address");
+  return {host, static_cast<uint16_t>(p)};
+}
 
 Config with_overrides(const Config& base, std::string_view overrides_text) {
   const std::string src = "overrides";

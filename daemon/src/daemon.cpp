@@ -8,6 +8,7 @@
 
 #include "glint/daemon/control_request.hpp"
 #include "glint/daemon/control_security.hpp"
+#include "glint/daemon/metrics.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/run_file.hpp"
 
@@ -80,6 +81,10 @@ Daemon::Daemon(config::Config cfg, pipeline::FinderFactory make_finder,
                                          cfg_.control.endpoint, e.what()));
   }
   endpoint_ = control_->rep.get(zmq::sockopt::last_endpoint);
+  if (cfg_.metrics.enabled) {
+    metrics_ = std::make_unique<MetricsServer>(cfg_.metrics.listen);
+    log::info("glintd: metrics at {}", metrics_->url());
+  }
   heartbeat_ns_.store(clock::now().time_since_epoch().count());
   log::info("glintd {}: control socket {}{}", GLINT_VERSION, endpoint_,
             control_->security.enabled()
@@ -184,6 +189,10 @@ void Daemon::housekeeping() {
     if (reload) {
       if (reload->control.endpoint != cfg_.control.endpoint)
         log::warn("reload: control.endpoint changes only on restart (keeping {})", endpoint_);
+      if (reload->metrics.enabled != cfg_.metrics.enabled ||
+          reload->metrics.listen != cfg_.metrics.listen)
+        log::warn("reload: metrics changes only on restart (keeping {})",
+                  metrics_ ? metrics_->url() : "none");
       log::set_level(log::parse_level(reload->logging.level));
       cfg_ = std::move(*reload);
       log::info("configuration reloaded from {}; it applies from the next run", cfg_.source);
@@ -233,6 +242,8 @@ void Daemon::housekeeping() {
   } else {
     line = "idle";
   }
+  if (metrics_) metrics_->publish(stats_json(), run_ ? run_->config().output.directory
+                                                    : cfg_.output.directory);
   std::lock_guard lock(mu_);
   status_line_ = std::move(line);
 }

@@ -50,6 +50,11 @@ std::string hdf5_message() {
 /// Switches HDF5's printing of errors off for the calling thread (HDF5 keeps that setting per
 /// thread): called on entry to everything here that makes HDF5 calls, since a writer's methods
 /// run on the run's thread and the reconstruction thread, and each run has a thread of its own.
+/// HDF5's clean-up at exit closes every identifier still open; a run file given up after a
+/// failed write (Impl::abandon) must not be closed then either. H5dont_atexit works only before
+/// the library initialises, hence at static initialisation of this file.
+[[maybe_unused]] const bool kSkipHdf5AtExit = [] { return H5dont_atexit() >= 0; }();
+
 void silence_hdf5() {
   thread_local const bool done = [] {
     hdf5::silence_errors();
@@ -425,6 +430,22 @@ struct RunFileWriter::Impl {
                    &flushed_rows})
       h->reset();
   }
+
+  /// After a failed write the file is not closed through HDF5: closing a file whose write
+  /// failed makes HDF5 1.10 free its objects twice (heap corruption, then a crash at exit, seen
+  /// on a full tmpfs). Its identifiers are given up instead; they stay open, writing nowhere
+  /// (detach_from_disk), until the process ends, when HDF5's own clean-up is skipped
+  /// (H5dont_atexit, see kSkipHdf5AtExit). The cost is the file's metadata cache, once per run
+  /// that lost its disk.
+  void abandon() {
+    for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
+                   &c_frame_number, &c_x, &c_y, &c_data, &p_start_mean, &p_start_noise,
+                   &p_end_mean, &p_end_noise, &p_end_sum, &p_end_sum2, &p_end_count,
+                   &flushed_rows, &r_input, &r_output, &r_first_frame, &r_last_frame, &r_slices,
+                   &r_iterations, &r_solve_seconds, &r_status, &r_device, &device_type})
+      h->release();
+    file.release();
+  }
 };
 
 RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta, bool overwrite)
@@ -773,11 +794,7 @@ void RunFileWriter::close(const PedestalState* end) {
   m.recon_closed = true;
   std::lock_guard io(m.io_mu);
   if (m.write_failed.load()) {
-    // Closing writes metadata: it goes to the discarding descriptor (see detach_from_disk).
-    m.close_all();
-    m.close_recon();
-    if (m.file.reset() < 0)
-      log::error("{}: closing after the failed write: {}", m.path.string(), hdf5_message());
+    m.abandon();
     log::warn("{}: kept as of its last flush (/entry/flushed_rows); open it in SWMR read mode, "
               "or run `h5clear -s` on it for a plain open", m.path.string());
     return;
@@ -802,9 +819,7 @@ void RunFileWriter::close(const PedestalState* end) {
       m.write_flushed_rows();
     });
   } catch (const OutputError&) {
-    m.close_all();  // into the discarding descriptor
-    m.close_recon();
-    m.file.reset();
+    m.abandon();  // the write failed: the file stays as of its last flush
     throw;
   }
   m.close_all();
@@ -831,10 +846,11 @@ void RunFileWriter::close(const PedestalState* end) {
     if (!m.end_reason.empty()) write_string_attr(m.ctx, entry.get(), "end_reason", m.end_reason);
     if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) m.ctx.fail("flushing (disk full?)");
   } catch (const OutputError&) {
-    // Out of space even for these (beyond the reserve): nothing more reaches the file.
+    // Out of space even for these (beyond the reserve): nothing more reaches the file, and it
+    // is not closed through HDF5 (see Impl::abandon).
     detach_from_disk(file.get());
-    entry.reset();
-    file.reset();
+    entry.release();
+    file.release();
     throw;
   }
   entry.reset();
@@ -1061,7 +1077,8 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
   out.clusters = ClusterTable(out.cluster_size);
   for (std::size_t i = 0; i < rows; ++i) {
     const FrameRow r{fn[i], ts[i], off[i], nc[i], fl[i]};
-    if (r.cluster_offset + r.n_clusters > n_clusters) break;  // clusters not visible yet
+    // Clusters not visible yet (also an offset so large that offset + n wraps).
+    if (r.cluster_offset > n_clusters || r.n_clusters > n_clusters - r.cluster_offset) break;
     out.frames.push_back(r);
     out.clusters.frames_mut().push_back(FrameRecord{r.frame_number, r.cluster_offset, r.n_clusters});
   }
@@ -1079,10 +1096,17 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
   auto end_count = read_all<uint32_t>(c, f, "entry/pedestal/end_count");
   if (H5Lexists(f, "entry/reconstruction", H5P_DEFAULT) > 0) read_reconstruction(c, f, out);
   if (!end_sum.empty() && !std::isnan(end_sum[0])) {
-    PedestalState s(out.shape, out.pedestal_window);
+    PedestalState s;  // not sized from frame_shape: the datasets give the pixels
+    s.shape = out.shape;
+    s.window = out.pedestal_window;
     s.sum = std::move(end_sum);
     s.sum2 = read_all<double>(c, f, "entry/pedestal/end_sum2");
     s.count = std::move(end_count);
+    const std::size_t pixels = out.shape.pixels();
+    if (s.sum.size() != pixels || s.sum2.size() != pixels || s.count.size() != pixels)
+      c.fail(fmt::format("/entry/pedestal end_sum, end_sum2 and end_count hold {}, {} and {} "
+                         "values, frame_shape [{}, {}] has {} pixels", s.sum.size(), s.sum2.size(),
+                         s.count.size(), out.shape.rows, out.shape.cols, pixels));
     out.end_state = std::move(s);
   }
   return out;

@@ -482,3 +482,30 @@ TEST(Config, ControlOffLoopbackNeedsCurve) {
   e = expect_error("control: {max_request_bytes: 100}\n");
   EXPECT_EQ(e.key(), "control.max_request_bytes");
 }
+
+TEST(Config, MetricsSectionIsLoopbackOnly) {
+  const gc::Config def = gc::parse("", "empty");
+  EXPECT_FALSE(def.metrics.enabled);
+  EXPECT_EQ(def.metrics.listen, "127.0.0.1:9464");
+  const gc::Config ex = gc::load(kExample);
+  EXPECT_EQ(ex.metrics.enabled, def.metrics.enabled);
+  EXPECT_EQ(ex.metrics.listen, def.metrics.listen);
+
+  const gc::Config c = gc::parse("metrics: {enabled: true, listen: \"[::1]:19464\"}\n");
+  EXPECT_TRUE(c.metrics.enabled);
+  EXPECT_EQ(gc::split_listen(c.metrics.listen), (std::pair<std::string, uint16_t>{"::1", 19464}));
+  EXPECT_EQ(gc::split_listen("localhost:80"), (std::pair<std::string, uint16_t>{"127.0.0.1", 80}));
+  EXPECT_EQ(gc::split_listen("127.1.2.3:65535"),
+            (std::pair<std::string, uint16_t>{"127.1.2.3", 65535}));
+  EXPECT_EQ(gc::parse(gc::to_yaml(c)).metrics.listen, "[::1]:19464");
+
+  for (const char* bad : {"0.0.0.0:9464", "10.0.0.1:9464", "[::]:9464", "127.0.0.1",
+                          "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:+80", "127.0.0.256:80",
+                          "127.0.0.1.5:80", "example.org:9464", ":9464", "127. 0.0.1:80"}) {
+    const auto e = expect_error(std::string("metrics:\n  listen: \"") + bad + "\"\n");
+    EXPECT_EQ(e.key(), "metrics.listen") << bad;
+    EXPECT_EQ(e.line(), 2) << bad;
+    EXPECT_NE(std::string(e.what()).find("allowed: 127.x.x.x:PORT"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(expect_error("metrics: {enabled: true, port: 9464}\n").key(), "metrics.port");
+}

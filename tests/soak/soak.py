@@ -107,6 +107,7 @@ class Soak:
         self.cycles = []
         self.samples = []
         self.tmpfs = None
+        self.last_index = {}  # the last run checked, per run-name prefix (indices only grow)
 
     # -- configuration -----------------------------------------------------------------------
     def write_config(self, n_sigma=5.0, directory=None, broken=False):
@@ -164,6 +165,9 @@ logging: {{level: info}}
             s = self.ctl.json("status")
             last = s.get("last_run")
             if last and last.get("run_index", 0) >= index:
+                if last["run_index"] != index:
+                    raise RuntimeError(f"waited for run {index}, but run {last['run_index']} ended")
+                self.last_index[last["file"][:-10]] = index
                 return s, last
             time.sleep(0.1)
         raise RuntimeError(f"run {index} did not end within {timeout} s")
@@ -173,7 +177,8 @@ logging: {{level: info}}
         deadline = time.time() + 20
         while time.time() < deadline:
             s = self.ctl.json("status")
-            if s.get("state") in ("pedestal", "acquiring") and "run_index" in s:
+            if (s.get("state") in ("pedestal", "acquiring") and
+                    s.get("run_index", 0) > self.last_index.get(s.get("file", "")[:-10], 0)):
                 return s["run_index"]
             time.sleep(0.05)
         raise RuntimeError("no run started (auto_start)")
@@ -213,6 +218,9 @@ logging: {{level: info}}
     def unmount_tmpfs(self):
         if self.tmpfs:
             subprocess.call(["umount", "-l", self.tmpfs])
+            # A fresh tmpfs numbers its runs from 1 again.
+            self.last_index = {k: v for k, v in self.last_index.items()
+                               if not k.startswith(self.tmpfs + "/")}
             self.tmpfs = None
 
     # -- checks ------------------------------------------------------------------------------
@@ -327,7 +335,7 @@ logging: {{level: info}}
         if self.daemon.poll() is not None:
             problems.append(f"glintd exited with {self.daemon.returncode}")
         if kind == "disk_low":
-            os.remove(last["file"])
+            os.remove(last["file"])  # the tmpfs is unmounted below
             self.write_config()
             self.daemon.send_signal(signal.SIGHUP)
             time.sleep(0.5)
@@ -336,7 +344,9 @@ logging: {{level: info}}
             self.wait_run(idx, 30)
             self.unmount_tmpfs()
         else:
-            os.remove(last["file"])  # keeps the disk from filling over a long soak
+            # Emptied, not removed, so that the disk does not fill over a long soak: glintd takes
+            # the next run index from the names in the directory.
+            os.truncate(last["file"], 0)
         rec = dict(cycle=n, kind=kind, run=index, sent=count, seconds=round(time.time() - t0, 2),
                    end_reason=last.get("end_reason"), rss_kb=rss, fds=fds, **info)
         if kind == "storm":

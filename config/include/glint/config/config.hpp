@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace glint::config {
@@ -99,6 +100,13 @@ struct ControlConfig {
   bool curve() const;
 };
 
+/// Prometheus metrics over HTTP (docs/metrics.md): off unless enabled, and only ever on a
+/// loopback address (a scraper or node_exporter on the same host, or a tunnel).
+struct MetricsConfig {
+  bool enabled = false;
+  std::string listen = "127.0.0.1:9464";  ///< 127.x.x.x:PORT, localhost:PORT or [::1]:PORT
+};
+
 struct LoggingConfig {
   std::string level = "info";
 };
@@ -136,6 +144,7 @@ struct Config {
   ControlConfig control;
   LoggingConfig logging;
   ReconstructionConfig reconstruction;
+  MetricsConfig metrics;
 
   std::string source;  ///< where it came from (file path or "<string>")
   std::string yaml;    ///< the text it was parsed from (to_yaml() gives the effective values)
@@ -181,6 +190,9 @@ Config parse(std::string_view yaml_text, std::string source = "<string>");
 Config load(const std::filesystem::path& path);
 /// The configuration as YAML text, every key (parses back to the same values).
 std::string to_yaml(const Config& c);
+/// Host and port of a metrics.listen value that passed validation ("[::1]:9464" -> "::1", 9464).
+std::pair<std::string, uint16_t> split_listen(const std::string& listen);
+
 /// `base` with `overrides` (YAML or JSON text of a partial configuration, same keys) merged on
 /// top, validated again. Only override_keys() may be given; output.directory must be within
 /// base's output.allowed_roots (or be base's directory). Throws ConfigError naming the override

@@ -31,6 +31,8 @@ namespace glint::daemon {
 /// How long the control socket keeps answering after a fatal error before the service stops.
 inline constexpr std::chrono::milliseconds kFatalLinger{2000};
 
+class MetricsServer;
+
 class Daemon {
  public:
   /// Binds the control socket (a "*" port picks a free one, see control_endpoint()) and starts
@@ -119,6 +121,7 @@ class Daemon {
 
   struct Control;
   std::unique_ptr<Control> control_;
+  std::unique_ptr<MetricsServer> metrics_;  ///< config metrics.enabled; fed by housekeeping()
   std::jthread thread_;
 };
 

@@ -1,0 +1,298 @@
+#include "glint/daemon/metrics.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <microhttpd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "glint/config/config.hpp"
+#include "glint/log.hpp"
+#include "glint/pipeline/acquisition.hpp"
+#include "glint/pipeline/sls_stream.hpp"
+
+namespace glint::daemon {
+
+using nlohmann::json;
+
+namespace {
+
+/// Writes metric families: HELP and TYPE once per name, then its samples.
+class Exposition {
+ public:
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    name_ = name;
+    out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  /// One sample of the current family; `labels` already formatted (label_pairs) or empty.
+  void sample(const std::string& labels, double value) {
+    out_ += name_;
+    if (!labels.empty()) out_ += "{" + labels + "}";
+    out_ += ' ';
+    // Counts stay integers in the text; Prometheus reads both forms as float64.
+    if (value == static_cast<double>(static_cast<int64_t>(value)) && value > -1e15 && value < 1e15)
+      out_ += fmt::format("{}", static_cast<int64_t>(value));
+    else
+      out_ += fmt::format("{}", value);
+    out_ += '\n';
+  }
+  void one(std::string_view name, std::string_view type, std::string_view help, double value) {
+    family(name, type, help);
+    sample("", value);
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+  std::string name_;
+};
+
+/// A label value escaped as the exposition format requires (\\, \" and \n).
+std::string escape(std::string_view v) {
+  std::string s;
+  s.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') s += "\\\\";
+    else if (c == '"') s += "\\\"";
+    else if (c == '\n') s += "\\n";
+    else s += c;
+  }
+  return s;
+}
+
+std::string label(std::string_view name, std::string_view value) {
+  return fmt::format("{}=\"{}\"", name, escape(value));
+}
+
+/// The number at `pointer` in the stats, 0 when absent or not a number.
+double num(const json& j, const char* pointer) {
+  const json::json_pointer p(pointer);
+  if (!j.contains(p)) return 0;
+  const json& v = j.at(p);
+  if (v.is_boolean()) return v.get<bool>() ? 1 : 0;
+  return v.is_number() ? v.get<double>() : 0;
+}
+
+std::string str(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+}  // namespace
+
+std::string metrics_text(const json& s, const std::optional<std::filesystem::space_info>& space) {
+  Exposition e;
+  e.family("glint_build_info", "gauge", "glintd's version (the value is always 1).");
+  e.sample(label("version", str(s, "version")), 1);
+  e.one("glint_uptime_seconds", "gauge", "Seconds since glintd started.", num(s, "/uptime_s"));
+  e.one("glint_runs_completed_total", "counter", "Runs ended since glintd started.",
+        num(s, "/runs_completed"));
+  e.one("glint_shutting_down", "gauge", "1 while glintd is shutting down.",
+        num(s, "/shutting_down"));
+
+  e.family("glint_run_state", "gauge",
+           "1 for the state glintd is in (the current run's, else idle or error), 0 for the "
+           "others.");
+  const std::string state = str(s, "state");
+  for (pipeline::RunState st : {pipeline::RunState::idle, pipeline::RunState::pedestal,
+                                pipeline::RunState::acquiring, pipeline::RunState::finishing,
+                                pipeline::RunState::error})
+    e.sample(label("state", pipeline::to_string(st)), state == pipeline::to_string(st) ? 1 : 0);
+  e.one("glint_run_index", "gauge",
+        "Index of the run the run counters describe (the current one, else the last; 0: none).",
+        num(s, "/run_index"));
+  e.one("glint_run_elapsed_seconds", "gauge", "Seconds the run has taken so far.",
+        num(s, "/elapsed_s"));
+  e.family("glint_backend_info", "gauge",
+           "The run's cluster-finder backend and the GPUs it uses (the value is always 1).");
+  std::string gpus;
+  if (s.contains("gpu_ids") && s["gpu_ids"].is_array())
+    for (const json& id : s["gpu_ids"])
+      gpus += (gpus.empty() ? "" : ",") +
+              (id.is_number_integer() ? std::to_string(id.get<int64_t>()) : std::string("?"));
+  e.sample(label("backend", str(s, "backend")) + "," + label("gpu_ids", gpus), 1);
+
+  e.family("glint_frames_total", "counter",
+           "Frames of the run by outcome: dark and data frames processed, incomplete images "
+           "(a port part missing), frame numbers missing from the stream, frames dropped for "
+           "want of a buffer.");
+  for (const char* outcome : {"dark", "data", "incomplete", "missing", "dropped"})
+    e.sample(label("outcome", outcome), num(s, fmt::format("/frames/{}", outcome).c_str()));
+  e.one("glint_frames_received_total", "counter", "Images assembled from port parts in the run.",
+        num(s, "/frames/received"));
+  e.one("glint_frames_processed_total", "counter",
+        "Rows written for received images (dark, data and incomplete) in the run.",
+        num(s, "/frames/processed"));
+  e.one("glint_frame_rows_written_total", "counter",
+        "Rows in the run file's frame table (dropped and missing frames included).",
+        num(s, "/frames/rows_written"));
+  e.one("glint_clusters_total", "counter", "Clusters found in the run.", num(s, "/clusters"));
+  e.one("glint_messages_total", "counter", "Stream messages received in the run.",
+        num(s, "/messages"));
+  e.one("glint_received_bytes_total", "counter", "Bytes of stream messages received in the run.",
+        num(s, "/bytes"));
+  e.one("glint_end_messages_total", "counter", "End-of-acquisition messages received in the run.",
+        num(s, "/end_messages"));
+  e.one("glint_late_parts_total", "counter",
+        "Port parts of images already emitted or dropped, or repeated, discarded in the run.",
+        num(s, "/late_parts"));
+  e.family("glint_malformed_messages_total", "counter",
+           "Stream messages rejected in the run, by reason.");
+  for (std::size_t k = 0; k < pipeline::kBadInputKinds; ++k) {
+    const std::string reason(pipeline::to_string(static_cast<pipeline::BadInput>(k)));
+    e.sample(label("reason", reason), num(s, ("/malformed/" + reason).c_str()));
+  }
+
+  e.one("glint_rate_window_seconds", "gauge",
+        "Span of the samples the rates are taken over (up to 5 s; 0 until there are two).",
+        num(s, "/rates/window_s"));
+  e.one("glint_frames_per_second", "gauge", "Frames processed per second, recently.",
+        num(s, "/rates/frames_per_s"));
+  e.one("glint_received_bytes_per_second", "gauge", "Bytes received per second, recently.",
+        num(s, "/rates/bytes_per_s"));
+  e.one("glint_clusters_per_second", "gauge", "Clusters found per second, recently.",
+        num(s, "/rates/clusters_per_s"));
+
+  e.family("glint_queue_images", "gauge",
+           "Images in the run's queues: pending (waiting for port parts), queued (assembled, "
+           "waiting for the finder).");
+  e.sample(label("queue", "pending"), num(s, "/queues/pending_images"));
+  e.sample(label("queue", "queued"), num(s, "/queues/queued_images"));
+  e.one("glint_staging_frames", "gauge", "Frames in the finder's input staging.",
+        num(s, "/queues/staging_used"));
+  e.one("glint_staging_capacity_frames", "gauge", "Frames the finder's input staging holds.",
+        num(s, "/queues/staging_total"));
+
+  e.one("glint_reconstruction_enabled", "gauge", "1 when the run reconstructs volumes.",
+        num(s, "/reconstruction/enabled"));
+  e.one("glint_reconstruction_frames_total", "counter",
+        "Data frames accumulated into reconstruction hit images in the run.",
+        num(s, "/reconstruction/frames"));
+  e.family("glint_reconstruction_volumes_total", "counter",
+           "Volumes of the run by outcome: done (reconstructed), dropped (the worker was "
+           "busy), failed.");
+  for (const char* outcome : {"done", "dropped", "failed"})
+    e.sample(label("outcome", outcome),
+             num(s, fmt::format("/reconstruction/volumes_{}", outcome).c_str()));
+
+  if (space) {
+    e.one("glint_output_available_bytes", "gauge",
+          "Bytes available to glintd on the output directory's filesystem.",
+          static_cast<double>(space->available));
+    e.one("glint_output_free_bytes", "gauge", "Free bytes on the output directory's filesystem.",
+          static_cast<double>(space->free));
+    e.one("glint_output_size_bytes", "gauge", "Size of the output directory's filesystem.",
+          static_cast<double>(space->capacity));
+  }
+  return e.take();
+}
+
+struct MetricsServer::Http {
+  MHD_Daemon* daemon = nullptr;
+  ~Http() {
+    if (daemon != nullptr) MHD_stop_daemon(daemon);
+  }
+};
+
+namespace {
+
+MHD_Result reply(MHD_Connection* c, unsigned status, const std::string& body, const char* type) {
+  MHD_Response* r = MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()),
+                                                    MHD_RESPMEM_MUST_COPY);
+  if (r == nullptr) return MHD_NO;
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  const MHD_Result ok = MHD_queue_response(c, status, r);
+  MHD_destroy_response(r);
+  return ok;
+}
+
+MHD_Result answer(void* cls, MHD_Connection* c, const char* url, const char* method,
+                  const char* /*version*/, const char* /*upload_data*/,
+                  size_t* upload_size, void** /*state*/) {
+  const auto* self = static_cast<const MetricsServer*>(cls);
+  constexpr const char* kText = "text/plain; charset=utf-8";
+  if (std::strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
+      std::strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+    *upload_size = 0;  // a body is not read
+    return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n", kText);
+  }
+  if (std::strcmp(url, "/metrics") != 0)
+    return reply(c, MHD_HTTP_NOT_FOUND, "only GET /metrics\n", kText);
+  return reply(c, MHD_HTTP_OK, self->render(), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+/// libmicrohttpd's own messages, through glint's log.
+void log_http(void* /*cls*/, const char* fmt, va_list ap) {
+  char line[512];
+  std::vsnprintf(line, sizeof line, fmt, ap);
+  std::string_view s(line);
+  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  log::warn("metrics: {}", s);
+}
+
+}  // namespace
+
+MetricsServer::MetricsServer(const std::string& listen) : http_(std::make_unique<Http>()) {
+  const auto [host, port] = config::split_listen(listen);
+  const bool v6 = host.find(':') != std::string::npos;
+  sockaddr_in a4{};
+  sockaddr_in6 a6{};
+  const sockaddr* addr = nullptr;
+  if (v6) {
+    a6.sin6_family = AF_INET6;
+    a6.sin6_port = htons(port);
+    inet_pton(AF_INET6, host.c_str(), &a6.sin6_addr);
+    addr = reinterpret_cast<const sockaddr*>(&a6);
+  } else {
+    a4.sin_family = AF_INET;
+    a4.sin_port = htons(port);
+    inet_pton(AF_INET, host.c_str(), &a4.sin_addr);
+    addr = reinterpret_cast<const sockaddr*>(&a4);
+  }
+  const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                         (v6 ? static_cast<unsigned>(MHD_USE_IPv6) : 0u);
+  http_->daemon = MHD_start_daemon(flags, port, nullptr, nullptr, &answer, this,
+                                   // first, so that every message of libmicrohttpd goes there
+                                   MHD_OPTION_EXTERNAL_LOGGER, &log_http, nullptr,
+                                   MHD_OPTION_SOCK_ADDR, addr,
+                                   MHD_OPTION_CONNECTION_LIMIT, 16u,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT, size_t{64 * 1024},
+                                   MHD_OPTION_END);
+  if (http_->daemon == nullptr)
+    throw std::runtime_error(
+        fmt::format("metrics.listen {}: cannot listen (port in use?)", listen));
+  url_ = fmt::format("http://{}:{}/metrics", v6 ? "[" + host + "]" : host, port);
+}
+
+MetricsServer::~MetricsServer() = default;
+
+void MetricsServer::publish(json stats, std::filesystem::path output_directory) {
+  std::lock_guard lock(mu_);
+  stats_ = std::move(stats);
+  output_directory_ = std::move(output_directory);
+}
+
+std::string MetricsServer::render() const {
+  json stats;
+  std::filesystem::path dir;
+  {
+    std::lock_guard lock(mu_);
+    stats = stats_;
+    dir = output_directory_;
+  }
+  std::error_code ec;
+  std::optional<std::filesystem::space_info> space;
+  if (!dir.empty()) {
+    const auto si = std::filesystem::space(dir, ec);
+    if (!ec) space = si;
+  }
+  return metrics_text(stats, space);
+}
+
+}  // namespace glint::daemon
