@@ -184,128 +184,70 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-/// Shared scalars of a find block (in the kernel's static shared memory).
-struct FindBlockShared {
-  int nu, ns, left;  ///< undecided pixels, stored clusters, pixels left to resolve
-  /// Profile counters (thread 0 only; in shared memory to spare registers), + the last time stamp.
-  unsigned long long prof[kFindProfileSlots + 1];
-};
-
-/// One block of the persistent find kernel: the segment [p0, p1) of the band that it owns, its
-/// shared memory, and one member function per step of a frame. Every function is inlined into the
-/// kernel, so this is the kernel's code, divided by what each part does.
+/// The persistent find kernel. One block owns the segment [p0, p1) of the band and walks through
+/// the batch's frames. With kResident, the pedestal state of its own pixels stays in shared memory
+/// for the whole launch: only the means (which the neighbouring segments read, double-buffered by
+/// frame parity) go to global memory every frame, sum and sum2 only for pixels whose window is
+/// not full, everything else once at the end. Per frame, on the path that the neighbours wait
+/// for: the halo's frame-start means (loop 1, with the own pixels' f - mean prepared while those
+/// loads are in flight), pass-0 decisions and commits of the segment (loop 2), resolution of the
+/// undecided pixels, then the progress counter. After it: cluster emission, which never waits
+/// for the segment above: window entries that lie there are written one frame later, from the
+/// means that loop 1 of the next frame reads anyway (or at the end of the launch).
 template <int S, bool kResident>
-struct FindBlock {
-  static constexpr int h = S / 2;
-  static constexpr int S2 = S * S;
-
-  const FindLaunch& p;
-  FindBlockShared& sh;
-  // Members in the order the kernel computed them before it was divided into functions (the
-  // order of the generated code, and so its registers, follows it).
-  const int cols, rows;
-  const float inv_cols;
-  const int b, tid, nt;
-  const int halo;
+__global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_constant__ FindLaunch p) {
+  constexpr int h = S / 2;
+  constexpr int S2 = S * S;
+  const int cols = static_cast<int>(p.cols);
+  const int rows = static_cast<int>(p.rows);
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  const int b = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nt = static_cast<int>(blockDim.x);
+  const int halo = h * cols + h;
   // The block's segment of the band in raster order. Segments hold at least `halo` pixels, so a
   // pixel's window reaches into the neighbouring segments only.
-  const long long band0, band_px;
-  const int p0, p1, own_pixels, seg_max;
-  const int base;  // shared index = pixel - base
-  const int band_first, band_last;
-  const cm::Thresholds thr;
-  const double inv_window, window_d;
-  const std::size_t frame_elems;
-  const int frame_first;
+  const long long band0 = static_cast<long long>(p.band_begin) * cols;
+  const long long band_px = static_cast<long long>(p.band_end - p.band_begin) * cols;
+  const int p0 = static_cast<int>(band0 + band_px * b / p.blocks);
+  const int p1 = static_cast<int>(band0 + band_px * (b + 1) / p.blocks);
+  const int own_pixels = p1 - p0;
+  const int seg_max = static_cast<int>(p.segment_max);
+  const int base = p0 - halo;  // shared index = pixel - base
+  const int band_first = static_cast<int>(band0);
+  const int band_last = static_cast<int>(band0 + band_px);
+  const cm::Thresholds thr = p.thresholds;
+  const double inv_window = 1.0 / static_cast<double>(p.window);
+  const double window_d = static_cast<double>(p.window);
+  const std::size_t frame_elems = static_cast<std::size_t>(p.frame_rows) * cols;
+  const int frame_first = static_cast<int>(p.frame_row0) * cols;
   // Frame pixels the block reads: the segment and the halo on both sides, within the rows held.
-  const int q0, q1;
-  const FindLayout lay;
-  double* const sh_d0;
-  double* const sh_dprev;
-  double* const sh_sum;
-  double* const sh_sum2;
-  double* const sh_mean;
-  double* const sh_noise;
-  double* const sh_s2n;  // sum2 / N, as cm::div gives it
+  const int q0 = max(frame_first, base);
+  const int q1 = min(frame_first + static_cast<int>(frame_elems), p1 + halo);
+
+  const FindLayout lay(p.cols, p.segment_max, S, kResident);
+  extern __shared__ __align__(16) unsigned char smem[];
+  double* sh_d0 = reinterpret_cast<double*>(smem + lay.d0);
+  double* sh_dprev = reinterpret_cast<double*>(smem + lay.dprev);
+  double* sh_sum = reinterpret_cast<double*>(smem + lay.state);
+  double* sh_sum2 = sh_sum + seg_max;
+  double* sh_mean = sh_sum2 + seg_max;
+  double* sh_noise = sh_mean + seg_max;
+  double* sh_s2n = sh_noise + seg_max;  // sum2 / N, as cm::div gives it
   // Bounds of f - mean: two double arrays when the state is resident (no conversions), else one
   // float2 array rounded outwards (less shared memory).
-  double* const sh_lo;
-  double* const sh_hi;
-  float2* const sh_lohi;
-  uint32_t* const sh_ulist;
-  uint32_t* const sh_slist;
-  uint32_t* const sh_sorted;  // [2][seg_max], by frame parity within the launch
-  uint16_t* const sh_f;
-  uint8_t* const sh_full;
-  uint8_t* const sh_status;
-  const unsigned long long* const prog_above;
-  const unsigned long long* const prog_below;
-  unsigned long long* const prog_self;
-  // System scope only where a flag crosses to another GPU: the band's first block reads the GPU
-  // above and is read by it, the last block likewise below. Every other hand-off stays on this
-  // GPU at GPU scope (a system-scope release or acquire costs far more).
-  const bool sys_above, sys_below;
-  const bool sys;  // for this block's own flag
-  const PedestalArrays& own;
-  const unsigned long long g0;
-  unsigned long long entry_ns = 0, entry_clk = 0;  // with launch_ts: the block's start
-  // The segment's interior [i0, i1): pixels that no neighbour reads (none when the segment is
-  // shorter than two halos).
-  int i0 = 0, i1 = 0;
-  // The frame being decided (set_frame).
-  int par = 0, nxt = 1, acur = 0;
-  const uint16_t* fcur = nullptr;
-
-  __device__ __forceinline__ FindBlock(const FindLaunch& launch, unsigned char* smem,
-                                       FindBlockShared& shared)
-      : p(launch), sh(shared), cols(static_cast<int>(p.cols)), rows(static_cast<int>(p.rows)),
-        inv_cols(1.0f / static_cast<float>(cols)), b(blockIdx.x),
-        tid(static_cast<int>(threadIdx.x)), nt(static_cast<int>(blockDim.x)),
-        halo(h * cols + h), band0(static_cast<long long>(p.band_begin) * cols),
-        band_px(static_cast<long long>(p.band_end - p.band_begin) * cols),
-        p0(static_cast<int>(band0 + band_px * b / p.blocks)),
-        p1(static_cast<int>(band0 + band_px * (b + 1) / p.blocks)), own_pixels(p1 - p0),
-        seg_max(static_cast<int>(p.segment_max)), base(p0 - halo),
-        band_first(static_cast<int>(band0)), band_last(static_cast<int>(band0 + band_px)),
-        thr(p.thresholds), inv_window(1.0 / static_cast<double>(p.window)),
-        window_d(static_cast<double>(p.window)),
-        frame_elems(static_cast<std::size_t>(p.frame_rows) * cols),
-        frame_first(static_cast<int>(p.frame_row0) * cols), q0(max(frame_first, base)),
-        q1(min(frame_first + static_cast<int>(frame_elems), p1 + halo)),
-        lay(p.cols, p.segment_max, S, kResident),
-        sh_d0(reinterpret_cast<double*>(smem + lay.d0)),
-        sh_dprev(reinterpret_cast<double*>(smem + lay.dprev)),
-        sh_sum(reinterpret_cast<double*>(smem + lay.state)), sh_sum2(sh_sum + seg_max),
-        sh_mean(sh_sum2 + seg_max), sh_noise(sh_mean + seg_max), sh_s2n(sh_noise + seg_max),
-        sh_lo(reinterpret_cast<double*>(smem + lay.lohi)), sh_hi(sh_lo + (seg_max + halo)),
-        sh_lohi(reinterpret_cast<float2*>(smem + lay.lohi)),
-        sh_ulist(reinterpret_cast<uint32_t*>(smem + lay.lists)), sh_slist(sh_ulist + seg_max),
-        sh_sorted(sh_slist + seg_max), sh_f(reinterpret_cast<uint16_t*>(smem + lay.f)),
-        sh_full(smem + lay.full), sh_status(smem + lay.status),
-        prog_above(b > 0 ? &p.progress[b - 1] : p.progress_above),
-        prog_below(b + 1 < static_cast<int>(p.blocks) ? &p.progress[b + 1] : p.progress_below),
-        prog_self(&p.progress[b]), sys_above(b == 0 && p.progress_above != nullptr),
-        sys_below(b + 1 == static_cast<int>(p.blocks) && p.progress_below != nullptr),
-        sys(sys_above || sys_below), own(p.own), g0(__ldcg(p.frames_done)) {
-    if (p.launch_ts != nullptr && tid == 0) {
-      entry_ns = global_ns();
-      entry_clk = clock64();
-    }
-    if (tid <= kFindProfileSlots) sh.prof[tid] = tid == kFindProfileSlots ? clock64() : 0;
-    i0 = min(halo, own_pixels);
-    i1 = max(i0, own_pixels - halo);
-    fcur = sh_f;
-  }
-
-  __device__ __forceinline__ void put_bounds(int s, double lo, double hi) {
+  double* sh_lo = reinterpret_cast<double*>(smem + lay.lohi);
+  double* sh_hi = sh_lo + (seg_max + halo);
+  float2* sh_lohi = reinterpret_cast<float2*>(smem + lay.lohi);
+  const auto put_bounds = [&](int s, double lo, double hi) {
     if constexpr (kResident) {
       sh_lo[s] = lo;
       sh_hi[s] = hi;
     } else {
       sh_lohi[s] = make_float2(__double2float_rd(lo), __double2float_ru(hi));
     }
-  }
-  __device__ __forceinline__ void get_bounds(int s, double& lo, double& hi) const {
+  };
+  const auto get_bounds = [&](int s, double& lo, double& hi) {
     if constexpr (kResident) {
       lo = sh_lo[s];
       hi = sh_hi[s];
@@ -314,30 +256,56 @@ struct FindBlock {
       lo = q.x;
       hi = q.y;
     }
-  }
+  };
+  uint32_t* sh_ulist = reinterpret_cast<uint32_t*>(smem + lay.lists);
+  uint32_t* sh_slist = sh_ulist + seg_max;
+  uint32_t* sh_sorted = sh_slist + seg_max;  // [2][seg_max], by frame parity within the launch
+  uint16_t* sh_f = reinterpret_cast<uint16_t*>(smem + lay.f);
+  uint8_t* sh_full = smem + lay.full;
+  uint8_t* sh_status = smem + lay.status;
+  __shared__ int sh_nu, sh_ns, sh_left;
 
-  __device__ __forceinline__ void lap(int phase) {
+  const unsigned long long* prog_above = b > 0 ? &p.progress[b - 1] : p.progress_above;
+  const unsigned long long* prog_below =
+      b + 1 < static_cast<int>(p.blocks) ? &p.progress[b + 1] : p.progress_below;
+  unsigned long long* prog_self = &p.progress[b];
+  // System scope only where a flag crosses to another GPU: the band's first block reads the GPU
+  // above and is read by it, the last block likewise below. Every other hand-off stays on this
+  // GPU at GPU scope (a system-scope release or acquire costs far more).
+  const bool sys_above = b == 0 && p.progress_above != nullptr;
+  const bool sys_below = b + 1 == static_cast<int>(p.blocks) && p.progress_below != nullptr;
+  const bool sys = sys_above || sys_below;  // for this block's own flag
+  const PedestalArrays& own = p.own;
+
+  const unsigned long long g0 = __ldcg(p.frames_done);
+  unsigned long long entry_ns = 0, entry_clk = 0;
+  if (p.launch_ts != nullptr && tid == 0) {
+    entry_ns = global_ns();
+    entry_clk = clock64();
+  }
+  // Profile counters (thread 0 only; in shared memory to spare registers).
+  __shared__ unsigned long long sh_prof[kFindProfileSlots + 1];  // + the last time stamp
+  if (tid <= kFindProfileSlots) sh_prof[tid] = tid == kFindProfileSlots ? clock64() : 0;
+  const auto lap = [&](int phase) {
     if (p.profile != nullptr && tid == 0) {
       const unsigned long long now = clock64();
-      sh.prof[phase] += now - sh.prof[kFindProfileSlots];
-      sh.prof[kFindProfileSlots] = now;
+      sh_prof[phase] += now - sh_prof[kFindProfileSlots];
+      sh_prof[kFindProfileSlots] = now;
     }
-  }
+  };
 
-  /// The arrays that hold pixel j (this GPU's, or a neighbouring GPU's).
-  __device__ __forceinline__ const PedestalArrays& arrays_for(int j) const {
+  // The arrays that hold pixel j (this GPU's, or a neighbouring GPU's).
+  const auto arrays_for = [&](int j) -> const PedestalArrays& {
     return j < band_first ? p.above : (j >= band_last ? p.below : p.own);
-  }
+  };
 
   // Frame k's values of [q0, q1) go to sh_f buffer k & 1 by 4-byte asynchronous copies from an
   // aligned start a0(k) (q0 or q0 - 1); pixel j sits at j - a0(k).
-  __device__ __forceinline__ const uint16_t* frame_src(uint32_t k) const {
-    return p.frames + k * frame_elems - frame_first;
-  }
-  __device__ __forceinline__ int frame_a0(uint32_t k) const {
+  const auto frame_src = [&](uint32_t k) { return p.frames + k * frame_elems - frame_first; };
+  const auto frame_a0 = [&](uint32_t k) {
     return q0 - static_cast<int>((reinterpret_cast<uintptr_t>(frame_src(k) + q0) >> 1) & 1u);
-  }
-  __device__ __forceinline__ void fetch_frame(uint32_t k) {
+  };
+  const auto fetch_frame = [&](uint32_t k) {
     const uint16_t* src = frame_src(k);
     const int a0 = frame_a0(k);
     uint16_t* dst = sh_f + (k & 1u) * lay.f_stride;
@@ -352,14 +320,14 @@ struct FindBlock {
       }
     }
     cp_async_commit();
-  }
+  };
 
   // Bounds [lo, hi] of pixel j's f - mean as a successor in raster order sees it: both the
   // frame-start value d0 and d1 = f - (mean after this frame's update). With a full window
   // (count == N) the mean moves by d0/N up to rounding, so an interval with a generous rounding
   // slack needs no division; otherwise d1 is computed.
-  __device__ __forceinline__ void store_bounds(int j, double f, double d0, double m0, bool full,
-                                               double s, double s2) {
+  const auto store_bounds = [&](int j, double f, double d0, double m0, bool full, double s,
+                                double s2) {
     double lo, hi;
     if (full) {
       const double step = d0 * inv_window;  // d1 - d0 is about -step
@@ -373,10 +341,10 @@ struct FindBlock {
       hi = d1 < d0 ? d0 : d1;
     }
     put_bounds(j - base, lo, hi);
-  }
+  };
 
   // d0 and bounds of the own pixels for frame k, from their state at the start of frame k.
-  __device__ __forceinline__ void prepare_own(uint32_t k) {
+  const auto prepare_own = [&](uint32_t k) {
     const uint16_t* fk = sh_f + (k & 1u) * lay.f_stride;
     const int ak = frame_a0(k);
     const int park = static_cast<int>((g0 + k) & 1ull);
@@ -402,13 +370,12 @@ struct FindBlock {
       sh_d0[j - base] = d0;
       store_bounds(j, f, d0, m0, full, s, s2);
     }
-  }
+  };
 
   // Writes the entries of frame kp's clusters that lie in the segment above (left out when the
   // frame was emitted), with final_d(jj) = f - that segment's final mean of frame kp.
-  template <class FinalD>
-  __device__ __forceinline__ void patch_above(uint32_t kp, int nsp, const uint32_t* sorted,
-                                              int stride, FinalD&& final_d) {
+  const auto patch_above = [&](uint32_t kp, int nsp, const uint32_t* sorted, int stride,
+                               auto&& final_d) {
     const std::size_t region = static_cast<std::size_t>(kp) * p.blocks + b;
     const int n_write = min(nsp, static_cast<int>(p.region_capacity));
     for (int e = tid; e < n_write * S2; e += stride) {
@@ -426,21 +393,26 @@ struct FindBlock {
       const std::size_t slot = region * p.region_capacity + c;
       p.region_data[slot * S2 + w] = cm::cluster_value(final_d(jj));
     }
-  }
+  };
 
-  __device__ __forceinline__ void set_frame(uint32_t k) {
+  // The segment's interior [i0, i1): pixels that no neighbour reads (none when the segment is
+  // shorter than two halos).
+  const int i0 = min(halo, own_pixels);
+  const int i1 = max(i0, own_pixels - halo);
+  // The frame being decided (set_frame).
+  int par = 0, nxt = 1, acur = 0;
+  const uint16_t* fcur = sh_f;
+  const auto set_frame = [&](uint32_t k) {
     par = static_cast<int>((g0 + k) & 1ull);
     nxt = par ^ 1;
     fcur = sh_f + (k & 1u) * lay.f_stride;
     acur = frame_a0(k);
-  }
-  __device__ __forceinline__ double fval(int j) const {
-    return static_cast<double>(fcur[j - acur]);
-  }
+  };
+  const auto fval = [&](int j) -> double { return static_cast<double>(fcur[j - acur]); };
 
   // Commit of own pixel o from its frame-start sum and sum2: the fast push (new state; the mean
   // into the next buffer), or the unchanged mean into the next buffer.
-  __device__ __forceinline__ void commit(int o, bool update, double s, double s2) {
+  const auto commit = [&](int o, bool update, double s, double s2) {
     const int j = p0 + o;
     const bool full = sh_full[j - base] != 0;
     double m1;
@@ -480,9 +452,9 @@ struct FindBlock {
       __stcg(own.sum[nxt] + j, s);
       __stcg(own.sum2[nxt] + j, s2);
     }
-  }
+  };
   // An own pixel's frame-start noise, sum and sum2.
-  __device__ __forceinline__ void start_state(int o, double& rms, double& s, double& s2) const {
+  const auto start_state = [&](int o, double& rms, double& s, double& s2) {
     if constexpr (kResident) {
       rms = sh_noise[o];
       s = sh_sum[o];
@@ -493,102 +465,15 @@ struct FindBlock {
       s = __ldcg(own.sum[par] + j);
       s2 = __ldcg(own.sum2[par] + j);
     }
-  }
+  };
   // This frame's final f - mean of an own pixel whose decision is final.
-  __device__ __forceinline__ double final_own(int jj) const {
+  const auto final_own = [&](int jj) -> double {
     const double m = kResident ? sh_mean[jj - p0] : __ldcg(own.mean[nxt] + jj);
     return cm::sub(fval(jj), m);
-  }
+  };
 
-  /// Launch start: count flags of [q0, p1), the resident state, frame 0's values.
-  __device__ __forceinline__ void start() {
-    const int par0 = static_cast<int>(g0 & 1ull);
-    fetch_frame(0);
-    for (int j = q0 + tid; j < p1; j += nt)
-      sh_full[j - base] = __ldg(arrays_for(j).count + j) == p.window ? 1 : 0;
-    if constexpr (kResident) {
-      for (int o = tid; o < own_pixels; o += nt) {
-        const int j = p0 + o;
-        sh_sum[o] = __ldcg(own.sum[par0] + j);
-        sh_sum2[o] = __ldcg(own.sum2[par0] + j);
-        sh_mean[o] = __ldcg(own.mean[par0] + j);
-        sh_noise[o] = __ldcg(own.noise + j);
-        sh_s2n[o] = div_known(sh_sum2[o], window_d, inv_window);
-      }
-    }
-    cp_async_wait_all();
-    __syncthreads();
-  }
-
-  /// Waits until the neighbours' frame g-1 state (this segment's halo) is final. Progress
-  /// counter of a segment: g+1 once frame g's decisions and state are final there; once the
-  /// neighbours are at g they are past reading this segment's frame g-1 start means, the buffers
-  /// frame g writes.
-  __device__ __forceinline__ void wait_for_neighbours(uint32_t k, unsigned long long g) {
-    if (tid == 0) {
-      if (prog_above && load_acquire(prog_above, sys_above) < g) {
-        while (load_acquire(prog_above, sys_above) < g) __nanosleep(20);
-        if (p.profile != nullptr && b > 0 && k > 0) {
-          sh.prof[kPhases] +=
-              global_ns() - __ldcg(p.release_ns + ((g - 1) & 1ull) * p.blocks + (b - 1));
-          ++sh.prof[kPhases + 1];
-        }
-      }
-      sh.nu = 0;
-      sh.ns = 0;
-    } else if (tid == 32) {
-      if (prog_below) while (load_acquire(prog_below, sys_below) < g) __nanosleep(20);
-    }
-    __syncthreads();
-  }
-
-  /// Loop 1: d0 of the halo pixels with the neighbours' frame-start means, bounds for the halo
-  /// above, and its previous frame's final f - mean (from `fprev`, at `aprev`) for the deferred
-  /// cluster entries; d0 and bounds of the own pixels from the resident state.
-  __device__ __forceinline__ void load_halo(uint32_t k, const uint16_t* fprev, int aprev) {
-    const int n_above = p0 - q0;
-    const int n_halo = n_above + (q1 - p1);
-    const auto halo_pixel = [&](int i) { return i < n_above ? q0 + i : p1 + (i - n_above); };
-    const auto halo_pass = [&](int j, double m, double s, double s2) {
-      const double f = fval(j);
-      const double d0 = cm::sub(f, m);
-      sh_d0[j - base] = d0;
-      if (j < p0) {
-        store_bounds(j, f, d0, m, sh_full[j - base] != 0, s, s2);
-        if (k > 0) sh_dprev[j - base] = cm::sub(static_cast<double>(fprev[j - aprev]), m);
-      }
-    };
-    const auto halo_load = [&](int j, double& m, double& s, double& s2) {
-      const PedestalArrays& a = arrays_for(j);
-      m = __ldcg(a.mean[par] + j);
-      if (j < p0 && !sh_full[j - base]) {
-        s = __ldcg(a.sum[par] + j);
-        s2 = __ldcg(a.sum2[par] + j);
-      }
-    };
-    // Up to two halo pixels per thread: loads first, the own pixels' d0 and bounds (shared
-    // memory) while they are in flight.
-    {
-      const int ja = halo_pixel(min(tid, n_halo - 1)), jb = halo_pixel(min(tid + nt, n_halo - 1));
-      double ma = 0.0, sa = 0.0, s2a = 0.0, mb = 0.0, sb = 0.0, s2b = 0.0;
-      if (tid < n_halo) halo_load(ja, ma, sa, s2a);
-      if (tid + nt < n_halo) halo_load(jb, mb, sb, s2b);
-      prepare_own(k);
-      if (tid < n_halo) halo_pass(ja, ma, sa, s2a);
-      if (tid + nt < n_halo) halo_pass(jb, mb, sb, s2b);
-    }
-    for (int i = tid + 2 * nt; i < n_halo; i += nt) {
-      const int j = halo_pixel(i);
-      double m = 0.0, s = 0.0, s2 = 0.0;
-      halo_load(j, m, s, s2);
-      halo_pass(j, m, s, s2);
-    }
-    __syncthreads();
-  }
-
-  /// Pass 0 (loop 2): decides every own pixel from bounds of its window, commits the certain
-  /// ones and lists the undecided ones and the stored clusters.
-  __device__ __forceinline__ void decide_segment() {
+  // Pass 0: decide the own pixels, commit the certain ones.
+  const auto pass0 = [&]() {
     for (int o = tid; o < own_pixels; o += nt) {
       const int j = p0 + o;
       const int y = row_of(j, cols, inv_cols);
@@ -644,25 +529,122 @@ struct FindBlock {
       }
       if (d.update != kUnknown) commit(o, d.update == kYes, s_old, s2_old);
       if (d.update == kUnknown || d.stored == kUnknown) {
-        sh_ulist[atomicAdd(&sh.nu, 1)] = static_cast<uint32_t>(o);
+        sh_ulist[atomicAdd(&sh_nu, 1)] = static_cast<uint32_t>(o);
       } else if (d.stored == kYes) {
-        sh_slist[atomicAdd(&sh.ns, 1)] = static_cast<uint32_t>(o);
+        sh_slist[atomicAdd(&sh_ns, 1)] = static_cast<uint32_t>(o);
       }
       sh_status[o] = static_cast<uint8_t>(d.update | (d.stored << 2));
     }
+  };
+
+  // Launch start: count flags of [q0, p1), the resident state, frame 0's values.
+  {
+    const int par0 = static_cast<int>(g0 & 1ull);
+    fetch_frame(0);
+    for (int j = q0 + tid; j < p1; j += nt)
+      sh_full[j - base] = __ldg(arrays_for(j).count + j) == p.window ? 1 : 0;
+    if constexpr (kResident) {
+      for (int o = tid; o < own_pixels; o += nt) {
+        const int j = p0 + o;
+        sh_sum[o] = __ldcg(own.sum[par0] + j);
+        sh_sum2[o] = __ldcg(own.sum2[par0] + j);
+        sh_mean[o] = __ldcg(own.mean[par0] + j);
+        sh_noise[o] = __ldcg(own.noise + j);
+        sh_s2n[o] = div_known(sh_sum2[o], window_d, inv_window);
+      }
+    }
+    cp_async_wait_all();
     __syncthreads();
   }
 
-  /// Resolution of the undecided pixels of frame g. A pixel is re-decided once none of its
-  /// predecessors in the segment is undecided; rounds of such pixels run in parallel, which gives
-  /// the raster-order result (each depends only on its window's predecessors). Predecessors in
-  /// the segment above enter first by their bounds; only a pixel that these leave undecided waits
-  /// for that segment's final means.
-  __device__ __forceinline__ void resolve(unsigned long long g) {
-    const int nu = sh.nu;
+  int prev_ns = 0;  // clusters of the previous frame (uniform)
+  for (uint32_t k = 0; k < p.n_frames; ++k) {
+    const unsigned long long g = g0 + k;
+    set_frame(k);
+    const uint16_t* fprev = sh_f + ((k & 1u) ^ 1u) * lay.f_stride;
+    const int aprev = k > 0 ? frame_a0(k - 1) : 0;
+    uint32_t* sorted_cur = sh_sorted + (k & 1u) * seg_max;
+    const uint32_t* sorted_prev = sh_sorted + ((k & 1u) ^ 1u) * seg_max;
+
+    // Progress counter of a segment: g+1 once frame g's decisions and state are final there.
+    // This frame starts when the neighbours' frame g-1 state (our halo) is final; they are then
+    // past reading our frame g-1 start means, the buffers this frame writes.
+    if (tid == 0) {
+      if (prog_above && load_acquire(prog_above, sys_above) < g) {
+        while (load_acquire(prog_above, sys_above) < g) __nanosleep(20);
+        if (p.profile != nullptr && b > 0 && k > 0) {
+          sh_prof[kPhases] +=
+              global_ns() - __ldcg(p.release_ns + ((g - 1) & 1ull) * p.blocks + (b - 1));
+          ++sh_prof[kPhases + 1];
+        }
+      }
+      sh_nu = 0;
+      sh_ns = 0;
+    } else if (tid == 32) {
+      if (prog_below) while (load_acquire(prog_below, sys_below) < g) __nanosleep(20);
+    }
+    __syncthreads();
+    lap(kWait);
+
+    // Loop 1: d0 of the halo pixels with the neighbours' frame-start means, bounds for the halo
+    // above, and its previous frame's final f - mean for the deferred cluster entries; d0 and
+    // bounds of the own pixels from the resident state.
+    const int n_above = p0 - q0;
+    const int n_halo = n_above + (q1 - p1);
+    const auto halo_pixel = [&](int i) { return i < n_above ? q0 + i : p1 + (i - n_above); };
+    const auto halo_pass = [&](int j, double m, double s, double s2) {
+      const double f = fval(j);
+      const double d0 = cm::sub(f, m);
+      sh_d0[j - base] = d0;
+      if (j < p0) {
+        store_bounds(j, f, d0, m, sh_full[j - base] != 0, s, s2);
+        if (k > 0) sh_dprev[j - base] = cm::sub(static_cast<double>(fprev[j - aprev]), m);
+      }
+    };
+    const auto halo_load = [&](int j, double& m, double& s, double& s2) {
+      const PedestalArrays& a = arrays_for(j);
+      m = __ldcg(a.mean[par] + j);
+      if (j < p0 && !sh_full[j - base]) {
+        s = __ldcg(a.sum[par] + j);
+        s2 = __ldcg(a.sum2[par] + j);
+      }
+    };
+    // Up to two halo pixels per thread: loads first, the own pixels' d0 and bounds (shared
+    // memory) while they are in flight.
+    {
+      const int ja = halo_pixel(min(tid, n_halo - 1)), jb = halo_pixel(min(tid + nt, n_halo - 1));
+      double ma = 0.0, sa = 0.0, s2a = 0.0, mb = 0.0, sb = 0.0, s2b = 0.0;
+      if (tid < n_halo) halo_load(ja, ma, sa, s2a);
+      if (tid + nt < n_halo) halo_load(jb, mb, sb, s2b);
+      prepare_own(k);
+      if (tid < n_halo) halo_pass(ja, ma, sa, s2a);
+      if (tid + nt < n_halo) halo_pass(jb, mb, sb, s2b);
+    }
+    for (int i = tid + 2 * nt; i < n_halo; i += nt) {
+      const int j = halo_pixel(i);
+      double m = 0.0, s = 0.0, s2 = 0.0;
+      halo_load(j, m, s, s2);
+      halo_pass(j, m, s, s2);
+    }
+    __syncthreads();
+    lap(kLoop1);
+    // The previous frame's buffer is free: the next frame's values are copied meanwhile.
+    if (k + 1 < p.n_frames) fetch_frame(k + 1);
+
+    // Loop 2 (pass 0): decide every pixel of the segment, commit the certain ones.
+    pass0();
+    __syncthreads();
+    lap(kLoop2);
+
+    // Resolution of the undecided pixels. A pixel is re-decided once none of its predecessors in
+    // the segment is undecided; rounds of such pixels run in parallel, which gives the
+    // raster-order result (each depends only on its window's predecessors). Predecessors in the
+    // segment above enter first by their bounds; only a pixel that these leave undecided waits
+    // for that segment's final means.
+    const int nu = sh_nu;
     if (nu > 0) {
       for (;;) {
-        if (tid == 0) sh.left = 0;
+        if (tid == 0) sh_left = 0;
         __syncthreads();
         for (int t = tid; t < nu; t += nt) {
           const int o = static_cast<int>(sh_ulist[t]);
@@ -685,7 +667,7 @@ struct FindBlock {
             }
           }
           if (!ready) {
-            atomicAdd(&sh.left, 1);
+            atomicAdd(&sh_left, 1);
             continue;
           }
           __threadfence_block();  // the predecessors' statuses before their committed means
@@ -742,187 +724,130 @@ struct FindBlock {
           __threadfence_block();  // the commit's mean before the status that releases successors
           sh_status[o] = static_cast<uint8_t>(0x10 | (update ? kYes : kNo) |
                                               ((stored ? kYes : kNo) << 2));
-          if (stored) sh_slist[atomicAdd(&sh.ns, 1)] = static_cast<uint32_t>(o);
+          if (stored) sh_slist[atomicAdd(&sh_ns, 1)] = static_cast<uint32_t>(o);
         }
         __syncthreads();
-        if (sh.left == 0) break;
-        __syncthreads();  // everyone has read sh.left before it is reset
+        if (sh_left == 0) break;
+        __syncthreads();  // everyone has read sh_left before it is reset
       }
     }
-  }
-
-  /// The last warp publishes that frame g is final in this segment (every commit precedes the
-  /// last barrier); it arrives at the emission barrier first, so the other warps need not wait
-  /// for the release's memory fence.
-  __device__ __forceinline__ void release(unsigned long long g) {
-    named_arrive(1, nt);
-    if (tid == nt - 32) {
-      const long long t0 = clock64();
-      if (p.profile != nullptr) __stcg(p.release_ns + (g & 1ull) * p.blocks + b, global_ns());
-      store_release(prog_self, g + 1, sys);
-      if (p.profile != nullptr)
-        sh.prof[kRelease] += static_cast<unsigned long long>(clock64() - t0);
-    }
-  }
-
-  /// Emission of frame k's ns clusters (the other warps, `workers` threads): the previous
-  /// frame's entries in the segment above (`prev_ns` clusters, `sorted_prev`), then this frame's
-  /// clusters in raster order (sorted into `sorted_cur`) into this (frame, segment) region.
-  __device__ __forceinline__ void emit(uint32_t k, int ns, int prev_ns, uint32_t* sorted_cur,
-                                       const uint32_t* sorted_prev, int workers) {
-    if (k > 0 && prev_ns > 0 && static_cast<int>(sorted_prev[0]) < halo)
-      patch_above(k - 1, prev_ns, sorted_prev, workers,
-                  [&](int jj) { return sh_dprev[jj - base]; });
-    for (int t = tid; t < ns; t += workers) {
-      const uint32_t v = sh_slist[t];
-      int rank = 0;
-      for (int u = 0; u < ns; ++u) rank += sh_slist[u] < v;
-      sorted_cur[rank] = v;
-    }
-    named_sync(1, nt);
-    if (ns > 0) {
-      const std::size_t region = static_cast<std::size_t>(k) * p.blocks + b;
-      const int n_write = min(ns, static_cast<int>(p.region_capacity));
-      for (int e = tid; e < n_write * S2; e += workers) {
-        const int c = e / S2;
-        const int w = e - c * S2;
-        const int j = p0 + static_cast<int>(sorted_cur[c]);
-        const int y = row_of(j, cols, inv_cols);
-        const int x = j - y * cols;
-        const int dy = w / S - h;
-        const int dx = w - (w / S) * S - h;
-        const int yy = y + dy, xx = x + dx;
-        const std::size_t slot = region * p.region_capacity + c;
-        if (w == 0)
-          p.region_xy[slot] = static_cast<uint32_t>(x) | (static_cast<uint32_t>(y) << 16);
-        int32_t value = 0;
-        if (yy >= 0 && yy < rows && xx >= 0 && xx < cols) {
-          const int jj = j + dy * cols + dx;
-          if (!(dy < 0 || (dy == 0 && dx < 0))) {
-            value = cm::cluster_value(sh_d0[jj - base]);
-          } else if (jj >= p0) {
-            value = cm::cluster_value(final_own(jj));
-          } else {
-            continue;  // in the segment above: written with the next frame (patch_above)
+    lap(kResolve);
+    // Frame g is final in this segment (every commit precedes the last barrier). The last warp
+    // publishes it; it arrives at the emission barrier first, so the other warps need not wait
+    // for the release's memory fence. Off the neighbours' path from here on.
+    const int ns = sh_ns;
+    const int workers = nt - 32;
+    if (tid >= workers) {
+      named_arrive(1, nt);
+      if (tid == workers) {
+        const long long t0 = clock64();
+        if (p.profile != nullptr) __stcg(p.release_ns + (g & 1ull) * p.blocks + b, global_ns());
+        store_release(prog_self, g + 1, sys);
+        if (p.profile != nullptr) sh_prof[kRelease] += static_cast<unsigned long long>(clock64() - t0);
+      }
+    } else {
+      // The previous frame's entries in the segment above.
+      if (k > 0 && prev_ns > 0 && static_cast<int>(sorted_prev[0]) < halo)
+        patch_above(k - 1, prev_ns, sorted_prev, workers,
+                    [&](int jj) { return sh_dprev[jj - base]; });
+      // Emission: the segment's clusters in raster order into this (frame, segment) region.
+      for (int t = tid; t < ns; t += workers) {
+        const uint32_t v = sh_slist[t];
+        int rank = 0;
+        for (int u = 0; u < ns; ++u) rank += sh_slist[u] < v;
+        sorted_cur[rank] = v;
+      }
+      named_sync(1, nt);
+      if (ns > 0) {
+        const std::size_t region = static_cast<std::size_t>(k) * p.blocks + b;
+        const int n_write = min(ns, static_cast<int>(p.region_capacity));
+        for (int e = tid; e < n_write * S2; e += workers) {
+          const int c = e / S2;
+          const int w = e - c * S2;
+          const int j = p0 + static_cast<int>(sorted_cur[c]);
+          const int y = row_of(j, cols, inv_cols);
+          const int x = j - y * cols;
+          const int dy = w / S - h;
+          const int dx = w - (w / S) * S - h;
+          const int yy = y + dy, xx = x + dx;
+          const std::size_t slot = region * p.region_capacity + c;
+          if (w == 0) p.region_xy[slot] = static_cast<uint32_t>(x) | (static_cast<uint32_t>(y) << 16);
+          int32_t value = 0;
+          if (yy >= 0 && yy < rows && xx >= 0 && xx < cols) {
+            const int jj = j + dy * cols + dx;
+            if (!(dy < 0 || (dy == 0 && dx < 0))) {
+              value = cm::cluster_value(sh_d0[jj - base]);
+            } else if (jj >= p0) {
+              value = cm::cluster_value(final_own(jj));
+            } else {
+              continue;  // in the segment above: written with the next frame (patch_above)
+            }
           }
+          p.region_data[slot * S2 + w] = value;
         }
-        p.region_data[slot * S2 + w] = value;
+      }
+      if (tid == 0) {
+        p.region_counts[static_cast<std::size_t>(k) * p.blocks + b] = static_cast<uint32_t>(ns);
+        if (ns > 0) atomicAdd(&p.frame_totals[k], static_cast<uint32_t>(ns));
       }
     }
-    if (tid == 0) {
-      p.region_counts[static_cast<std::size_t>(k) * p.blocks + b] = static_cast<uint32_t>(ns);
-      if (ns > 0) atomicAdd(&p.frame_totals[k], static_cast<uint32_t>(ns));
-    }
-  }
-
-  /// Launch end: the last frame's cluster entries in the segment above (once that segment has
-  /// finished it; `prev_ns` clusters), and the resident state back to global memory.
-  __device__ __forceinline__ void finish(int prev_ns) {
-    const int fin = static_cast<int>((g0 + p.n_frames) & 1ull);
-    if (p.n_frames > 0 && prev_ns > 0) {
-      const uint32_t kl = p.n_frames - 1;
-      const uint32_t* sorted_last = sh_sorted + (kl & 1u) * seg_max;
-      if (static_cast<int>(sorted_last[0]) < halo) {
-        if (tid == 0 && prog_above)
-          while (load_acquire(prog_above, sys_above) < g0 + p.n_frames) __nanosleep(20);
-        __syncthreads();
-        const uint16_t* fl = sh_f + (kl & 1u) * lay.f_stride;
-        const int al = frame_a0(kl);
-        patch_above(kl, prev_ns, sorted_last, nt, [&](int jj) {
-          return cm::sub(static_cast<double>(fl[jj - al]), __ldcg(arrays_for(jj).mean[fin] + jj));
-        });
-      }
-    }
-    if constexpr (kResident) {
-      for (int o = tid; o < own_pixels; o += nt) {
-        const int j = p0 + o;
-        __stcg(own.mean[fin] + j, sh_mean[o]);
-        __stcg(own.sum[fin] + j, sh_sum[o]);
-        __stcg(own.sum2[fin] + j, sh_sum2[o]);
-        __stcg(own.noise + j, sh_noise[o]);
-      }
-    }
-  }
-
-  /// The last block to finish advances the frame counter (every block has read it by then).
-  __device__ __forceinline__ void count_frames() {
-    if (tid == 0) {
-      __threadfence();
-      const unsigned int prev = atomicAdd(p.blocks_done, 1u);
-      if (prev + 1 == p.blocks) {
-        *p.frames_done = g0 + p.n_frames;
-        *p.blocks_done = 0;
-        __threadfence();
-      }
-    }
-  }
-};
-
-/// The persistent find kernel. One block owns the segment [p0, p1) of the band and walks through
-/// the batch's frames. With kResident, the pedestal state of its own pixels stays in shared memory
-/// for the whole launch: only the means (which the neighbouring segments read, double-buffered by
-/// frame parity) go to global memory every frame, sum and sum2 only for pixels whose window is
-/// not full, everything else once at the end. Per frame, on the path that the neighbours wait
-/// for: the halo's frame-start means (loop 1, with the own pixels' f - mean prepared while those
-/// loads are in flight), pass-0 decisions and commits of the segment (loop 2), resolution of the
-/// undecided pixels, then the progress counter. After it: cluster emission, which never waits
-/// for the segment above: window entries that lie there are written one frame later, from the
-/// means that loop 1 of the next frame reads anyway (or at the end of the launch).
-template <int S, bool kResident>
-__global__ void __launch_bounds__(kFindThreadsMax)
-    find_kernel(const __grid_constant__ FindLaunch p) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ FindBlockShared sh;
-  FindBlock<S, kResident> blk(p, smem, sh);
-  const int tid = blk.tid;
-  blk.start();
-  int prev_ns = 0;  // clusters of the previous frame (uniform)
-  for (uint32_t k = 0; k < p.n_frames; ++k) {
-    const unsigned long long g = blk.g0 + k;
-    blk.set_frame(k);
-    const uint16_t* fprev = blk.sh_f + ((k & 1u) ^ 1u) * blk.lay.f_stride;
-    const int aprev = k > 0 ? blk.frame_a0(k - 1) : 0;
-    uint32_t* sorted_cur = blk.sh_sorted + (k & 1u) * blk.seg_max;
-    const uint32_t* sorted_prev = blk.sh_sorted + ((k & 1u) ^ 1u) * blk.seg_max;
-
-    blk.wait_for_neighbours(k, g);
-    blk.lap(kWait);
-    blk.load_halo(k, fprev, aprev);
-    blk.lap(kLoop1);
-    // The previous frame's buffer is free: the next frame's values are copied meanwhile.
-    if (k + 1 < p.n_frames) blk.fetch_frame(k + 1);
-    blk.decide_segment();
-    blk.lap(kLoop2);
-    blk.resolve(g);
-    blk.lap(kResolve);
-    // Frame g is final in this segment; off the neighbours' path from here on.
-    const int ns = sh.ns;
-    const int workers = blk.nt - 32;
-    if (tid >= workers)
-      blk.release(g);
-    else
-      blk.emit(k, ns, prev_ns, sorted_cur, sorted_prev, workers);
     prev_ns = ns;
     // The next frame's values have arrived (its own d0 is prepared in its loop 1).
     cp_async_wait_all();
     __syncthreads();
-    blk.lap(kEmit);
+    lap(kEmit);
   }
-  blk.finish(prev_ns);
+
+  // The last frame's cluster entries in the segment above, once that segment has finished it.
+  const int fin = static_cast<int>((g0 + p.n_frames) & 1ull);
+  if (p.n_frames > 0 && prev_ns > 0) {
+    const uint32_t kl = p.n_frames - 1;
+    const uint32_t* sorted_last = sh_sorted + (kl & 1u) * seg_max;
+    if (static_cast<int>(sorted_last[0]) < halo) {
+      if (tid == 0 && prog_above)
+        while (load_acquire(prog_above, sys_above) < g0 + p.n_frames) __nanosleep(20);
+      __syncthreads();
+      const uint16_t* fl = sh_f + (kl & 1u) * lay.f_stride;
+      const int al = frame_a0(kl);
+      patch_above(kl, prev_ns, sorted_last, nt, [&](int jj) {
+        return cm::sub(static_cast<double>(fl[jj - al]), __ldcg(arrays_for(jj).mean[fin] + jj));
+      });
+    }
+  }
+  // The resident state back to global memory.
+  if constexpr (kResident) {
+    for (int o = tid; o < own_pixels; o += nt) {
+      const int j = p0 + o;
+      __stcg(own.mean[fin] + j, sh_mean[o]);
+      __stcg(own.sum[fin] + j, sh_sum[o]);
+      __stcg(own.sum2[fin] + j, sh_sum2[o]);
+      __stcg(own.noise + j, sh_noise[o]);
+    }
+  }
 
   if (p.launch_ts != nullptr && tid == 0 && p.n_frames > 0) {
-    const std::size_t rec = static_cast<std::size_t>((blk.g0 / p.n_frames) % kLaunchRecords);
-    unsigned long long* ts = p.launch_ts + (rec * p.blocks + blk.b) * 4;
-    ts[0] = blk.entry_ns;
-    ts[1] = blk.entry_clk;
+    const std::size_t rec = static_cast<std::size_t>((g0 / p.n_frames) % kLaunchRecords);
+    unsigned long long* ts = p.launch_ts + (rec * p.blocks + b) * 4;
+    ts[0] = entry_ns;
+    ts[1] = entry_clk;
     ts[2] = global_ns();
     ts[3] = clock64();
   }
   if (p.profile != nullptr && tid == 0) {
-    unsigned long long* slot = p.profile + static_cast<std::size_t>(blk.b) * kFindProfileSlots;
-    for (int i = 0; i < kFindProfileSlots; ++i) atomicAdd(slot + i, sh.prof[i]);
+    unsigned long long* slot = p.profile + static_cast<std::size_t>(b) * kFindProfileSlots;
+    for (int i = 0; i < kFindProfileSlots; ++i) atomicAdd(slot + i, sh_prof[i]);
   }
-  blk.count_frames();
+
+  // The last block to finish advances the frame counter (every block has read it by then).
+  if (tid == 0) {
+    __threadfence();
+    const unsigned int prev = atomicAdd(p.blocks_done, 1u);
+    if (prev + 1 == p.blocks) {
+      *p.frames_done = g0 + p.n_frames;
+      *p.blocks_done = 0;
+      __threadfence();
+    }
+  }
 }
 
 template <int S>
@@ -989,8 +914,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
   const uint32_t total = p.frame_totals[f];
   if (threadIdx.x == 0 && blockIdx.y == 0) {
     p.out_counts[f] = total;
-    if (frame_base + total > p.out_capacity)
-      *reinterpret_cast<volatile uint32_t*>(p.out_overflow) = 1;
+    if (frame_base + total > p.out_capacity) *reinterpret_cast<volatile uint32_t*>(p.out_overflow) = 1;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int S2 = p.values;
