@@ -47,14 +47,15 @@ std::string hdf5_message() {
   return text.empty() ? "HDF5 error" : text;
 }
 
+/// HDF5's clean-up at exit closes every identifier still open, again also a file whose close
+/// failed after a failed write, which HDF5 1.10 has already freed (an invalid read, then a crash
+/// at exit, seen on a full tmpfs). glint closes its files itself, so the clean-up is skipped.
+/// H5dont_atexit works only before the library initialises, hence at static initialisation.
+[[maybe_unused]] const bool kSkipHdf5AtExit = [] { return H5dont_atexit() >= 0; }();
+
 /// Switches HDF5's printing of errors off for the calling thread (HDF5 keeps that setting per
 /// thread): called on entry to everything here that makes HDF5 calls, since a writer's methods
 /// run on the run's thread and the reconstruction thread, and each run has a thread of its own.
-/// HDF5's clean-up at exit closes every identifier still open; a run file given up after a
-/// failed write (Impl::abandon) must not be closed then either. H5dont_atexit works only before
-/// the library initialises, hence at static initialisation of this file.
-[[maybe_unused]] const bool kSkipHdf5AtExit = [] { return H5dont_atexit() >= 0; }();
-
 void silence_hdf5() {
   thread_local const bool done = [] {
     hdf5::silence_errors();
@@ -430,22 +431,6 @@ struct RunFileWriter::Impl {
                    &flushed_rows})
       h->reset();
   }
-
-  /// After a failed write the file is not closed through HDF5: closing a file whose write
-  /// failed makes HDF5 1.10 free its objects twice (heap corruption, then a crash at exit, seen
-  /// on a full tmpfs). Its identifiers are given up instead; they stay open, writing nowhere
-  /// (detach_from_disk), until the process ends, when HDF5's own clean-up is skipped
-  /// (H5dont_atexit, see kSkipHdf5AtExit). The cost is the file's metadata cache, once per run
-  /// that lost its disk.
-  void abandon() {
-    for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
-                   &c_frame_number, &c_x, &c_y, &c_data, &p_start_mean, &p_start_noise,
-                   &p_end_mean, &p_end_noise, &p_end_sum, &p_end_sum2, &p_end_count,
-                   &flushed_rows, &r_input, &r_output, &r_first_frame, &r_last_frame, &r_slices,
-                   &r_iterations, &r_solve_seconds, &r_status, &r_device, &device_type})
-      h->release();
-    file.release();
-  }
 };
 
 RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta, bool overwrite)
@@ -794,7 +779,11 @@ void RunFileWriter::close(const PedestalState* end) {
   m.recon_closed = true;
   std::lock_guard io(m.io_mu);
   if (m.write_failed.load()) {
-    m.abandon();
+    // Closing writes metadata: it goes to the discarding descriptor (see detach_from_disk).
+    m.close_all();
+    m.close_recon();
+    if (m.file.reset() < 0)
+      log::error("{}: closing after the failed write: {}", m.path.string(), hdf5_message());
     log::warn("{}: kept as of its last flush (/entry/flushed_rows); open it in SWMR read mode, "
               "or run `h5clear -s` on it for a plain open", m.path.string());
     return;
@@ -819,7 +808,9 @@ void RunFileWriter::close(const PedestalState* end) {
       m.write_flushed_rows();
     });
   } catch (const OutputError&) {
-    m.abandon();  // the write failed: the file stays as of its last flush
+    m.close_all();  // into the discarding descriptor
+    m.close_recon();
+    m.file.reset();
     throw;
   }
   m.close_all();
@@ -846,11 +837,10 @@ void RunFileWriter::close(const PedestalState* end) {
     if (!m.end_reason.empty()) write_string_attr(m.ctx, entry.get(), "end_reason", m.end_reason);
     if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) m.ctx.fail("flushing (disk full?)");
   } catch (const OutputError&) {
-    // Out of space even for these (beyond the reserve): nothing more reaches the file, and it
-    // is not closed through HDF5 (see Impl::abandon).
+    // Out of space even for these (beyond the reserve): nothing more reaches the file.
     detach_from_disk(file.get());
-    entry.release();
-    file.release();
+    entry.reset();
+    file.reset();
     throw;
   }
   entry.reset();

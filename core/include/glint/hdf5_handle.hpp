@@ -38,8 +38,6 @@ class Handle {
     id_ = H5I_INVALID_HID;
     return status;
   }
-  /// Gives the identifier up without closing it (it stays open in HDF5 until the process ends).
-  hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }
 
  private:
   hid_t id_ = H5I_INVALID_HID;
