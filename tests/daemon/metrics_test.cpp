@@ -20,10 +20,7 @@
 #include "process.hpp"
 
 using namespace glint;
-using namespace std::chrono_literals;
-using nlohmann::json;
-using glint::testing::Process;
-namespace fs = std::filesystem;
+using namespace glint::testing::glintd_names;
 
 namespace {
 
