@@ -23,34 +23,35 @@ using nlohmann::json;
 
 namespace {
 
+/// One sample of a family: its labels already formatted (label()) or empty, and its value.
+struct Sample {
+  std::string labels;
+  double value;
+};
+
 /// Writes metric families: HELP and TYPE once per name, then its samples.
 class Exposition {
  public:
-  void family(std::string_view name, std::string_view type, std::string_view help) {
-    name_ = name;
+  void family(std::string_view name, std::string_view type, std::string_view help,
+              const std::vector<Sample>& samples) {
     out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-  }
-  /// One sample of the current family; `labels` already formatted (label_pairs) or empty.
-  void sample(const std::string& labels, double value) {
-    out_ += name_;
-    if (!labels.empty()) out_ += "{" + labels + "}";
-    out_ += ' ';
-    // Counts stay integers in the text; Prometheus reads both forms as float64.
-    if (value == static_cast<double>(static_cast<int64_t>(value)) && value > -1e15 && value < 1e15)
-      out_ += fmt::format("{}", static_cast<int64_t>(value));
-    else
-      out_ += fmt::format("{}", value);
-    out_ += '\n';
-  }
-  void one(std::string_view name, std::string_view type, std::string_view help, double value) {
-    family(name, type, help);
-    sample("", value);
+    for (const Sample& sample : samples) {
+      out_ += name;
+      if (!sample.labels.empty()) out_ += "{" + sample.labels + "}";
+      out_ += ' ';
+      // Counts stay integers in the text; Prometheus reads both forms as float64.
+      const double v = sample.value;
+      if (v == static_cast<double>(static_cast<int64_t>(v)) && v > -1e15 && v < 1e15)
+        out_ += fmt::format("{}", static_cast<int64_t>(v));
+      else
+        out_ += fmt::format("{}", v);
+      out_ += '\n';
+    }
   }
   std::string take() { return std::move(out_); }
 
  private:
   std::string out_;
-  std::string name_;
 };
 
 /// A label value escaped as the exposition format requires (\\, \" and \n).
@@ -83,111 +84,137 @@ std::string str(const json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
 
+/// A family of one sample, its value at `pointer` in the stats.
+struct Scalar {
+  std::string_view name, type, help;
+  const char* pointer;
+};
+
+void scalars(Exposition& e, const json& s, std::initializer_list<Scalar> list) {
+  for (const Scalar& m : list) e.family(m.name, m.type, m.help, {{"", num(s, m.pointer)}});
+}
+
+/// Samples labelled key="v" for each v of `values`, each the number at prefix + v in the stats.
+std::vector<Sample> by_label(const json& s, std::string_view key,
+                             const std::vector<std::string>& values, const std::string& prefix) {
+  std::vector<Sample> out;
+  for (const std::string& v : values) out.push_back({label(key, v), num(s, (prefix + v).c_str())});
+  return out;
+}
+
 }  // namespace
 
 std::string metrics_text(const json& s, const std::optional<std::filesystem::space_info>& space) {
   Exposition e;
-  e.family("glint_build_info", "gauge", "glintd's version (the value is always 1).");
-  e.sample(label("version", str(s, "version")), 1);
-  e.one("glint_uptime_seconds", "gauge", "Seconds since glintd started.", num(s, "/uptime_s"));
-  e.one("glint_runs_completed_total", "counter", "Runs ended since glintd started.",
-        num(s, "/runs_completed"));
-  e.one("glint_shutting_down", "gauge", "1 while glintd is shutting down.",
-        num(s, "/shutting_down"));
+  e.family("glint_build_info", "gauge", "glintd's version (the value is always 1).",
+           {{label("version", str(s, "version")), 1}});
+  scalars(e, s,
+          {{"glint_uptime_seconds", "gauge", "Seconds since glintd started.", "/uptime_s"},
+           {"glint_runs_completed_total", "counter", "Runs ended since glintd started.",
+            "/runs_completed"},
+           {"glint_shutting_down", "gauge", "1 while glintd is shutting down.",
+            "/shutting_down"}});
 
-  e.family("glint_run_state", "gauge",
-           "1 for the state glintd is in (the current run's, else idle or error), 0 for the "
-           "others.");
   const std::string state = str(s, "state");
+  std::vector<Sample> states;
   for (pipeline::RunState st : {pipeline::RunState::idle, pipeline::RunState::pedestal,
                                 pipeline::RunState::acquiring, pipeline::RunState::finishing,
                                 pipeline::RunState::error})
-    e.sample(label("state", pipeline::to_string(st)), state == pipeline::to_string(st) ? 1 : 0);
-  e.one("glint_run_index", "gauge",
-        "Index of the run the run counters describe (the current one, else the last; 0: none).",
-        num(s, "/run_index"));
-  e.one("glint_run_elapsed_seconds", "gauge", "Seconds the run has taken so far.",
-        num(s, "/elapsed_s"));
-  e.family("glint_backend_info", "gauge",
-           "The run's cluster-finder backend and the GPUs it uses (the value is always 1).");
+    states.push_back({label("state", pipeline::to_string(st)),
+                      state == pipeline::to_string(st) ? 1.0 : 0.0});
+  e.family("glint_run_state", "gauge",
+           "1 for the state glintd is in (the current run's, else idle or error), 0 for the "
+           "others.",
+           states);
+  scalars(e, s,
+          {{"glint_run_index", "gauge",
+            "Index of the run the run counters describe (the current one, else the last; 0: "
+            "none).",
+            "/run_index"},
+           {"glint_run_elapsed_seconds", "gauge", "Seconds the run has taken so far.",
+            "/elapsed_s"}});
   std::string gpus;
   if (s.contains("gpu_ids") && s["gpu_ids"].is_array())
-    for (const json& id : s["gpu_ids"])
-      gpus += (gpus.empty() ? "" : ",") +
-              (id.is_number_integer() ? std::to_string(id.get<int64_t>()) : std::string("?"));
-  e.sample(label("backend", str(s, "backend")) + "," + label("gpu_ids", gpus), 1);
+    for (const json& id : s["gpu_ids"]) {
+      if (!gpus.empty()) gpus += ',';
+      gpus += id.is_number_integer() ? std::to_string(id.get<int64_t>()) : std::string("?");
+    }
+  e.family("glint_backend_info", "gauge",
+           "The run's cluster-finder backend and the GPUs it uses (the value is always 1).",
+           {{label("backend", str(s, "backend")) + "," + label("gpu_ids", gpus), 1}});
 
   e.family("glint_frames_total", "counter",
            "Frames of the run by outcome: dark and data frames processed, incomplete images "
            "(a port part missing), frame numbers missing from the stream, frames dropped for "
-           "want of a buffer.");
-  for (const char* outcome : {"dark", "data", "incomplete", "missing", "dropped"})
-    e.sample(label("outcome", outcome), num(s, fmt::format("/frames/{}", outcome).c_str()));
-  e.one("glint_frames_received_total", "counter", "Images assembled from port parts in the run.",
-        num(s, "/frames/received"));
-  e.one("glint_frames_processed_total", "counter",
+           "want of a buffer.",
+           by_label(s, "outcome", {"dark", "data", "incomplete", "missing", "dropped"},
+                    "/frames/"));
+  scalars(
+      e, s,
+      {{"glint_frames_received_total", "counter", "Images assembled from port parts in the run.",
+        "/frames/received"},
+       {"glint_frames_processed_total", "counter",
         "Rows written for received images (dark, data and incomplete) in the run.",
-        num(s, "/frames/processed"));
-  e.one("glint_frame_rows_written_total", "counter",
+        "/frames/processed"},
+       {"glint_frame_rows_written_total", "counter",
         "Rows in the run file's frame table (dropped and missing frames included).",
-        num(s, "/frames/rows_written"));
-  e.one("glint_clusters_total", "counter", "Clusters found in the run.", num(s, "/clusters"));
-  e.one("glint_messages_total", "counter", "Stream messages received in the run.",
-        num(s, "/messages"));
-  e.one("glint_received_bytes_total", "counter", "Bytes of stream messages received in the run.",
-        num(s, "/bytes"));
-  e.one("glint_end_messages_total", "counter", "End-of-acquisition messages received in the run.",
-        num(s, "/end_messages"));
-  e.one("glint_late_parts_total", "counter",
+        "/frames/rows_written"},
+       {"glint_clusters_total", "counter", "Clusters found in the run.", "/clusters"},
+       {"glint_messages_total", "counter", "Stream messages received in the run.", "/messages"},
+       {"glint_received_bytes_total", "counter", "Bytes of stream messages received in the run.",
+        "/bytes"},
+       {"glint_end_messages_total", "counter", "End-of-acquisition messages received in the run.",
+        "/end_messages"},
+       {"glint_late_parts_total", "counter",
         "Port parts of images already emitted or dropped, or repeated, discarded in the run.",
-        num(s, "/late_parts"));
+        "/late_parts"}});
+  std::vector<std::string> reasons;
+  for (std::size_t k = 0; k < pipeline::kBadInputKinds; ++k)
+    reasons.emplace_back(pipeline::to_string(static_cast<pipeline::BadInput>(k)));
   e.family("glint_malformed_messages_total", "counter",
-           "Stream messages rejected in the run, by reason.");
-  for (std::size_t k = 0; k < pipeline::kBadInputKinds; ++k) {
-    const std::string reason(pipeline::to_string(static_cast<pipeline::BadInput>(k)));
-    e.sample(label("reason", reason), num(s, ("/malformed/" + reason).c_str()));
-  }
+           "Stream messages rejected in the run, by reason.",
+           by_label(s, "reason", reasons, "/malformed/"));
 
-  e.one("glint_rate_window_seconds", "gauge",
-        "Span of the samples the rates are taken over (up to 5 s; 0 until there are two).",
-        num(s, "/rates/window_s"));
-  e.one("glint_frames_per_second", "gauge", "Frames processed per second, recently.",
-        num(s, "/rates/frames_per_s"));
-  e.one("glint_received_bytes_per_second", "gauge", "Bytes received per second, recently.",
-        num(s, "/rates/bytes_per_s"));
-  e.one("glint_clusters_per_second", "gauge", "Clusters found per second, recently.",
-        num(s, "/rates/clusters_per_s"));
+  scalars(e, s,
+          {{"glint_rate_window_seconds", "gauge",
+            "Span of the samples the rates are taken over (up to 5 s; 0 until there are two).",
+            "/rates/window_s"},
+           {"glint_frames_per_second", "gauge", "Frames processed per second, recently.",
+            "/rates/frames_per_s"},
+           {"glint_received_bytes_per_second", "gauge", "Bytes received per second, recently.",
+            "/rates/bytes_per_s"},
+           {"glint_clusters_per_second", "gauge", "Clusters found per second, recently.",
+            "/rates/clusters_per_s"}});
 
   e.family("glint_queue_images", "gauge",
            "Images in the run's queues: pending (waiting for port parts), queued (assembled, "
-           "waiting for the finder).");
-  e.sample(label("queue", "pending"), num(s, "/queues/pending_images"));
-  e.sample(label("queue", "queued"), num(s, "/queues/queued_images"));
-  e.one("glint_staging_frames", "gauge", "Frames in the finder's input staging.",
-        num(s, "/queues/staging_used"));
-  e.one("glint_staging_capacity_frames", "gauge", "Frames the finder's input staging holds.",
-        num(s, "/queues/staging_total"));
-
-  e.one("glint_reconstruction_enabled", "gauge", "1 when the run reconstructs volumes.",
-        num(s, "/reconstruction/enabled"));
-  e.one("glint_reconstruction_frames_total", "counter",
-        "Data frames accumulated into reconstruction hit images in the run.",
-        num(s, "/reconstruction/frames"));
+           "waiting for the finder).",
+           {{label("queue", "pending"), num(s, "/queues/pending_images")},
+            {label("queue", "queued"), num(s, "/queues/queued_images")}});
+  scalars(e, s,
+          {{"glint_staging_frames", "gauge", "Frames in the finder's input staging.",
+            "/queues/staging_used"},
+           {"glint_staging_capacity_frames", "gauge", "Frames the finder's input staging holds.",
+            "/queues/staging_total"},
+           {"glint_reconstruction_enabled", "gauge", "1 when the run reconstructs volumes.",
+            "/reconstruction/enabled"},
+           {"glint_reconstruction_frames_total", "counter",
+            "Data frames accumulated into reconstruction hit images in the run.",
+            "/reconstruction/frames"}});
   e.family("glint_reconstruction_volumes_total", "counter",
            "Volumes of the run by outcome: done (reconstructed), dropped (the worker was "
-           "busy), failed.");
-  for (const char* outcome : {"done", "dropped", "failed"})
-    e.sample(label("outcome", outcome),
-             num(s, fmt::format("/reconstruction/volumes_{}", outcome).c_str()));
+           "busy), failed.",
+           by_label(s, "outcome", {"done", "dropped", "failed"}, "/reconstruction/volumes_"));
 
   if (space) {
-    e.one("glint_output_available_bytes", "gauge",
-          "Bytes available to glintd on the output directory's filesystem.",
-          static_cast<double>(space->available));
-    e.one("glint_output_free_bytes", "gauge", "Free bytes on the output directory's filesystem.",
-          static_cast<double>(space->free));
-    e.one("glint_output_size_bytes", "gauge", "Size of the output directory's filesystem.",
-          static_cast<double>(space->capacity));
+    e.family("glint_output_available_bytes", "gauge",
+             "Bytes available to glintd on the output directory's filesystem.",
+             {{"", static_cast<double>(space->available)}});
+    e.family("glint_output_free_bytes", "gauge",
+             "Free bytes on the output directory's filesystem.",
+             {{"", static_cast<double>(space->free)}});
+    e.family("glint_output_size_bytes", "gauge", "Size of the output directory's filesystem.",
+             {{"", static_cast<double>(space->capacity)}});
   }
   return e.take();
 }

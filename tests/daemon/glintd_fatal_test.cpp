@@ -14,12 +14,7 @@
 #include "process.hpp"
 
 using namespace glint;
-using namespace std::chrono_literals;
-using nlohmann::json;
-using glint::testing::control;
-using glint::testing::Process;
-using glint::testing::wait_status;
-namespace fs = std::filesystem;
+using namespace glint::testing::glintd_names;
 
 TEST(GlintdFatal, StickyDeviceErrorClosesTheFileReportsAndExitsNonZero) {
   glint::testing::GlintdRig c("sticky");

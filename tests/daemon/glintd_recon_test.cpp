@@ -16,12 +16,7 @@
 #include "process.hpp"
 
 using namespace glint;
-using namespace std::chrono_literals;
-using nlohmann::json;
-using glint::testing::control;
-using glint::testing::Process;
-using glint::testing::wait_status;
-namespace fs = std::filesystem;
+using namespace glint::testing::glintd_names;
 
 namespace {
 

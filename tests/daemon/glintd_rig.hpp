@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../pipeline/stream_test_util.hpp"
+#include "control_client.hpp"
 #include "glint/cluster_finder.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
@@ -93,3 +94,15 @@ struct GlintdRig : GlintdConfig {
 };
 
 }  // namespace glint::testing
+
+/// The names the end-to-end glintd tests use unqualified, for
+/// `using namespace glint::testing::glintd_names;` at the top of a test file.
+namespace glint::testing::glintd_names {
+using namespace std::chrono_literals;
+using glint::testing::bin;
+using glint::testing::control;
+using glint::testing::Process;
+using glint::testing::wait_status;
+using nlohmann::json;
+namespace fs = std::filesystem;
+}  // namespace glint::testing::glintd_names

@@ -15,15 +15,9 @@
 #include "process.hpp"
 
 using namespace glint;
-using namespace std::chrono_literals;
-using glint::testing::bin;
-using glint::testing::control;
+using namespace glint::testing::glintd_names;
 using glint::testing::control_raw;
 using glint::testing::CurveClient;
-using glint::testing::Process;
-using glint::testing::wait_status;
-using nlohmann::json;
-namespace fs = std::filesystem;
 
 namespace {
 

@@ -18,13 +18,7 @@
 #include "process.hpp"
 #include "../pipeline/stream_test_util.hpp"
 
-using namespace std::chrono_literals;
-using glint::testing::bin;
-using glint::testing::control;
-using glint::testing::Process;
-using glint::testing::wait_status;
-using nlohmann::json;
-namespace fs = std::filesystem;
+using namespace glint::testing::glintd_names;
 
 namespace {
 

@@ -20,10 +20,7 @@
 #include "process.hpp"
 
 using namespace glint;
-using namespace std::chrono_literals;
-using nlohmann::json;
-using glint::testing::Process;
-namespace fs = std::filesystem;
+using namespace glint::testing::glintd_names;
 
 namespace {
 
@@ -119,58 +116,39 @@ TEST(Metrics, ExpositionOfAStatsReply) {
   std::filesystem::space_info space{1000000, 400000, 300000};
   const std::string text = daemon::metrics_text(stats_reply(), space);
   const auto m = parse_exposition(text);
-  const std::map<std::string, double> want = {
-      {R"(glint_build_info{version="0.1.0"})", 1},
-      {"glint_uptime_seconds", 12.5},
-      {"glint_runs_completed_total", 3},
-      {"glint_shutting_down", 0},
-      {R"(glint_run_state{state="idle"})", 0},
-      {R"(glint_run_state{state="pedestal"})", 0},
-      {R"(glint_run_state{state="acquiring"})", 1},
-      {R"(glint_run_state{state="finishing"})", 0},
-      {R"(glint_run_state{state="error"})", 0},
-      {"glint_run_index", 7},
-      {"glint_run_elapsed_seconds", 4.25},
+  // Families without labels: name and value; labelled ones: name, the label, its values.
+  std::map<std::string, double> want = {
+      {"glint_uptime_seconds", 12.5}, {"glint_runs_completed_total", 3},
+      {"glint_shutting_down", 0}, {"glint_run_index", 7},
+      {"glint_run_elapsed_seconds", 4.25}, {"glint_frames_received_total", 1100},
+      {"glint_frames_processed_total", 1090}, {"glint_frame_rows_written_total", 1100},
+      {"glint_clusters_total", 123456}, {"glint_messages_total", 1200},
+      {"glint_received_bytes_total", 384000000}, {"glint_end_messages_total", 0},
+      {"glint_late_parts_total", 9}, {"glint_rate_window_seconds", 5},
+      {"glint_frames_per_second", 250.5}, {"glint_received_bytes_per_second", 8e7},
+      {"glint_clusters_per_second", 30000}, {"glint_staging_frames", 64},
+      {"glint_staging_capacity_frames", 512}, {"glint_reconstruction_enabled", 1},
+      {"glint_reconstruction_frames_total", 900}, {"glint_output_available_bytes", 300000},
+      {"glint_output_free_bytes", 400000}, {"glint_output_size_bytes", 1000000},
       {R"x(glint_backend_info{backend="gpu (2 devices)",gpu_ids="0,2"})x", 1},
-      {R"(glint_frames_total{outcome="dark"})", 100},
-      {R"(glint_frames_total{outcome="data"})", 980},
-      {R"(glint_frames_total{outcome="incomplete"})", 10},
-      {R"(glint_frames_total{outcome="missing"})", 4},
-      {R"(glint_frames_total{outcome="dropped"})", 6},
-      {"glint_frames_received_total", 1100},
-      {"glint_frames_processed_total", 1090},
-      {"glint_frame_rows_written_total", 1100},
-      {"glint_clusters_total", 123456},
-      {"glint_messages_total", 1200},
-      {"glint_received_bytes_total", 384000000},
-      {"glint_end_messages_total", 0},
-      {"glint_late_parts_total", 9},
-      {R"(glint_malformed_messages_total{reason="malformed_json"})", 2},
-      {R"(glint_malformed_messages_total{reason="missing_field"})", 0},
-      {R"(glint_malformed_messages_total{reason="size_mismatch"})", 5},
-      {R"(glint_malformed_messages_total{reason="wrong_shape"})", 0},
-      {R"(glint_malformed_messages_total{reason="oversize"})", 4},
-      {R"(glint_malformed_messages_total{reason="unknown_bitmode"})", 1},
-      {R"(glint_malformed_messages_total{reason="data_without_header"})", 0},
-      {R"(glint_malformed_messages_total{reason="frame_backwards"})", 0},
-      {R"(glint_malformed_messages_total{reason="unknown_port"})", 3},
-      {"glint_rate_window_seconds", 5},
-      {"glint_frames_per_second", 250.5},
-      {"glint_received_bytes_per_second", 8e7},
-      {"glint_clusters_per_second", 30000},
-      {R"(glint_queue_images{queue="pending"})", 2},
-      {R"(glint_queue_images{queue="queued"})", 17},
-      {"glint_staging_frames", 64},
-      {"glint_staging_capacity_frames", 512},
-      {"glint_reconstruction_enabled", 1},
-      {"glint_reconstruction_frames_total", 900},
-      {R"(glint_reconstruction_volumes_total{outcome="done"})", 1},
-      {R"(glint_reconstruction_volumes_total{outcome="dropped"})", 2},
-      {R"(glint_reconstruction_volumes_total{outcome="failed"})", 0},
-      {"glint_output_available_bytes", 300000},
-      {"glint_output_free_bytes", 400000},
-      {"glint_output_size_bytes", 1000000},
   };
+  const auto labelled = [&want](const std::string& name, const std::string& key,
+                                const std::vector<std::pair<std::string, double>>& samples) {
+    for (const auto& [value, v] : samples) want[name + "{" + key + "=\"" + value + "\"}"] = v;
+  };
+  labelled("glint_build_info", "version", {{"0.1.0", 1}});
+  labelled("glint_run_state", "state",
+           {{"idle", 0}, {"pedestal", 0}, {"acquiring", 1}, {"finishing", 0}, {"error", 0}});
+  labelled("glint_frames_total", "outcome",
+           {{"dark", 100}, {"data", 980}, {"incomplete", 10}, {"missing", 4}, {"dropped", 6}});
+  labelled("glint_malformed_messages_total", "reason",
+           {{"malformed_json", 2}, {"missing_field", 0}, {"size_mismatch", 5}, {"wrong_shape", 0},
+            {"oversize", 4}, {"unknown_bitmode", 1}, {"data_without_header", 0},
+            {"frame_backwards", 0}, {"unknown_port", 3}});
+  labelled("glint_queue_images", "queue", {{"pending", 2}, {"queued", 17}});
+  labelled("glint_reconstruction_volumes_total", "outcome",
+           {{"done", 1}, {"dropped", 2}, {"failed", 0}});
+  ASSERT_EQ(want.size(), 50u) << "every sample of the exposition is expected";
   EXPECT_EQ(m, want) << text;
   EXPECT_NE(text.find("glint_received_bytes_total 384000000\n"), std::string::npos) << text;
   EXPECT_NE(text.find("# TYPE glint_frames_total counter\n"), std::string::npos) << text;
