@@ -709,7 +709,7 @@ bool override_allowed(const std::string& section, const std::string& key) {
 void check_override_keys(const YAML::Node& over, const std::string& src) {
   for (auto it = over.begin(); it != over.end(); ++it) {
     const std::string section = it->first.Scalar();
-    const YAML::Node& body = it->second;
+    const YAML::Node body = it->second;  // a copy: the iterator's pair is a temporary
     if (!body.IsMap()) {
       throw ConfigError(src, section, line_of(it->first),
                         "expected a mapping of keys, e.g. {\"run\": {\"max_frames\": 100}}");
