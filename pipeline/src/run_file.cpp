@@ -793,6 +793,14 @@ void RunFileWriter::close(const PedestalState* end) {
   std::unique_lock recon_lock(m.recon_mu);
   m.recon_closed = true;
   std::lock_guard io(m.io_mu);
+  // Whichever way the close ends (the reopened file below closed first), the space kept beyond
+  // the file's end goes back to the file system.
+  struct ReleaseReserve {
+    Impl& m;
+    ~ReleaseReserve() {
+      if (m.guard) m.guard->release_reserve();
+    }
+  } release_reserve{m};
   if (m.write_failed.load()) {
     m.abandon();
     log::warn("{}: kept as of its last flush (/entry/flushed_rows); open it in SWMR read mode, "
@@ -832,6 +840,8 @@ void RunFileWriter::close(const PedestalState* end) {
                       "or replaced); end_time is not written through it");
   // SWMR forbids new attributes; the end time, the end reason and the reconstruction totals
   // (small attributes; the volumes are already in place) are added once the file is closed.
+  // HDF5 truncated the file to its end at close, and with it the space claimed beyond.
+  m.guard->claim_for_reopen();
   Hid fapl = make_fapl();
   Hid file(m.ctx.id(H5Fopen(m.path.c_str(), H5F_ACC_RDWR, fapl.get()), "reopening"),
            H5Fclose);
@@ -899,10 +909,17 @@ std::vector<T> read_numeric_attr(const Context& c, hid_t obj, const char* name) 
 template <class T>
 std::vector<T> read_all(const Context& c, hid_t file, const char* name) {
   Hid ds(c.id(H5Dopen2(file, name, H5P_DEFAULT), name), H5Dclose);
-  Hid space(H5Dget_space(ds.get()), H5Sclose);
+  Hid space(c.id(H5Dget_space(ds.get()), name), H5Sclose);
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  std::vector<T> v(static_cast<std::size_t>(n));
-  if (n > 0) c.check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), name);
+  std::vector<T> v(static_cast<std::size_t>(std::max<hssize_t>(n, 0)));
+  if (n <= 0) return v;
+  // The extent read above, not H5S_ALL: in the process writing the file, HDF5 shares the
+  // dataset with the writer, which may extend it between the two calls (H5S_ALL would then
+  // read the new extent into the buffer sized for the old one).
+  const hsize_t count = hsize_t(n);
+  Hid mem(c.id(H5Screate_simple(1, &count, nullptr), name), H5Sclose);
+  c.check(H5Dread(ds.get(), native_type<T>(), mem.get(), space.get(), H5P_DEFAULT, v.data()),
+          name);
   return v;
 }
 
@@ -979,7 +996,11 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
   std::vector<char> devices(static_cast<std::size_t>(n_dev) * kDeviceChars);
   if (n_dev > 0) {
     Hid type = make_device_type();
-    c.check(H5Dread(dev.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, devices.data()),
+    // The extent read above (see read_all).
+    Hid mem(c.id(H5Screate_simple(1, &n_dev, nullptr), "/entry/reconstruction/device"),
+            H5Sclose);
+    c.check(H5Dread(dev.get(), type.get(), mem.get(), dev_space.get(), H5P_DEFAULT,
+                    devices.data()),
             "/entry/reconstruction/device");
   }
 
