@@ -50,9 +50,9 @@ std::string hdf5_message() {
 /// Switches HDF5's printing of errors off for the calling thread (HDF5 keeps that setting per
 /// thread): called on entry to everything here that makes HDF5 calls, since a writer's methods
 /// run on the run's thread and the reconstruction thread, and each run has a thread of its own.
-/// HDF5's clean-up at exit closes every identifier still open; a run file given up after a
-/// failed write (Impl::abandon) must not be closed then either. H5dont_atexit works only before
-/// the library initialises, hence at static initialisation of this file.
+/// HDF5's clean-up at exit, which closes every identifier still open, is skipped: the files
+/// here are closed by their writers. H5dont_atexit works only before the library initialises,
+/// hence at static initialisation of this file.
 [[maybe_unused]] const bool kSkipHdf5AtExit = [] { return H5dont_atexit() >= 0; }();
 
 void silence_hdf5() {
@@ -431,20 +431,16 @@ struct RunFileWriter::Impl {
       h->reset();
   }
 
-  /// After a failed write the file is not closed through HDF5: closing a file whose write
-  /// failed makes HDF5 1.10 free its objects twice (heap corruption, then a crash at exit, seen
-  /// on a full tmpfs). Its identifiers are given up instead; they stay open, writing nowhere
-  /// (detach_from_disk), until the process ends, when HDF5's own clean-up is skipped
-  /// (H5dont_atexit, see kSkipHdf5AtExit). The cost is the file's metadata cache, once per run
-  /// that lost its disk.
+  /// After a failed write: the file is closed with its descriptor detached (detach_from_disk),
+  /// so that what HDF5 writes at close goes nowhere and the file stays as of its last flush.
+  /// (Closing it is safe: the heap corruption once blamed on closing a file whose write failed
+  /// was a reader in the same process overrunning its buffer, see read_all; a file left open
+  /// here also kept HDF5 from opening the path again in this process, or a new file that got
+  /// the same device and inode.) Close errors are expected here and ignored.
   void abandon() {
-    for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
-                   &c_frame_number, &c_x, &c_y, &c_data, &p_start_mean, &p_start_noise,
-                   &p_end_mean, &p_end_noise, &p_end_sum, &p_end_sum2, &p_end_count,
-                   &flushed_rows, &r_input, &r_output, &r_first_frame, &r_last_frame, &r_slices,
-                   &r_iterations, &r_solve_seconds, &r_status, &r_device, &device_type})
-      h->release();
-    file.release();
+    close_all();
+    close_recon();
+    if (file.reset() < 0) H5Eclear2(H5E_DEFAULT);
   }
 };
 
@@ -856,11 +852,11 @@ void RunFileWriter::close(const PedestalState* end) {
     if (!m.end_reason.empty()) write_string_attr(m.ctx, entry.get(), "end_reason", m.end_reason);
     if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) m.ctx.fail("flushing (disk full?)");
   } catch (const OutputError&) {
-    // Out of space even for these (beyond the reserve): nothing more reaches the file, and it
-    // is not closed through HDF5 (see Impl::abandon).
+    // Out of space even for these (beyond the reserve): nothing more reaches the file (see
+    // Impl::abandon).
     detach_from_disk(file.get());
-    entry.release();
-    file.release();
+    entry.reset();
+    if (file.reset() < 0) H5Eclear2(H5E_DEFAULT);
     throw;
   }
   entry.reset();
