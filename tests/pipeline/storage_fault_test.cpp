@@ -8,10 +8,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "glint/pipeline/run_file.hpp"
@@ -300,6 +302,51 @@ TEST_F(StorageFault, TheReserveIsPreallocatedWhileWritingAndReleasedAtClose) {
   EXPECT_EQ(r.frames.size(), next - kFirstFrame);
   expect_rows_intact(r, 10);
   ASSERT_TRUE(opens_plainly(file));
+}
+
+// A reader in the process writing the file shares HDF5's objects with the writer, which extends
+// the datasets between the reader's calls: every read sees whole rows, never more than its
+// buffer holds (a read of the whole dataset once overran its buffer here, corrupting the heap).
+TEST_F(StorageFault, ReadingWhileWritingInTheSameProcess) {
+  fs::create_directories(base());
+  const fs::path file = base() / "run_000001.h5";
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> written{0};
+  {
+    RunFileWriter w(file, metadata());
+    w.write_start_pedestal(pedestal(metadata().finder.shape));
+    std::thread writer([&] {
+      uint64_t next = kFirstFrame;
+      for (int a = 0; a < 4000; ++a) {
+        w.append(frames_from(next, 16, 6));
+        next += 16;
+        if (a % 4 == 3) (void)w.flush();
+      }
+      written = next - kFirstFrame;
+      done = true;
+    });
+    std::size_t reads = 0, last = 0;
+    while (!done.load()) {
+      RunFileContents r = read_run_file(file);
+      ASSERT_GE(r.frames.size(), last);
+      last = r.frames.size();
+      // Clusters are read after the rows: those of rows written since are left out here.
+      const std::size_t c = r.frames.empty() ? 0
+                                             : r.frames.back().cluster_offset +
+                                                   r.frames.back().n_clusters;
+      ASSERT_GE(r.clusters.n_clusters(), c);
+      r.clusters.x_mut().resize(c);
+      r.clusters.y_mut().resize(c);
+      r.clusters.data_mut().resize(c * 9);
+      expect_rows_intact(r, 6);
+      ++reads;
+    }
+    writer.join();
+    std::printf("%zu reads while writing, the last with %zu rows\n", reads, last);
+    EXPECT_GT(reads, 0u);
+    w.close(nullptr);
+  }
+  EXPECT_EQ(read_run_file(file).frames.size(), written.load());
 }
 
 // A disk without room for a run's file and its close: no file is created.
