@@ -47,10 +47,9 @@ std::string hdf5_message() {
   return text.empty() ? "HDF5 error" : text;
 }
 
-/// HDF5's clean-up at exit closes every identifier still open, again also a file whose close
-/// failed after a failed write, which HDF5 1.10 has already freed (an invalid read, then a crash
-/// at exit, seen on a full tmpfs). glint closes its files itself, so the clean-up is skipped.
-/// H5dont_atexit works only before the library initialises, hence at static initialisation.
+/// HDF5's clean-up at exit, which closes every identifier still open, is skipped: the files
+/// here are closed by their writers. H5dont_atexit works only before the library initialises,
+/// hence at static initialisation of this file.
 [[maybe_unused]] const bool kSkipHdf5AtExit = [] { return H5dont_atexit() >= 0; }();
 
 /// Switches HDF5's printing of errors off for the calling thread (HDF5 keeps that setting per
@@ -431,6 +430,18 @@ struct RunFileWriter::Impl {
                    &flushed_rows})
       h->reset();
   }
+
+  /// After a failed write: the file is closed with its descriptor detached (detach_from_disk),
+  /// so that what HDF5 writes at close goes nowhere and the file stays as of its last flush.
+  /// (Closing it is safe: the heap corruption once blamed on closing a file whose write failed
+  /// was a reader in the same process overrunning its buffer, see read_all; a file left open
+  /// here also kept HDF5 from opening the path again in this process, or a new file that got
+  /// the same device and inode.) Close errors are expected here and ignored.
+  void abandon() {
+    close_all();
+    close_recon();
+    if (file.reset() < 0) H5Eclear2(H5E_DEFAULT);
+  }
 };
 
 RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta, bool overwrite)
@@ -778,12 +789,16 @@ void RunFileWriter::close(const PedestalState* end) {
   std::unique_lock recon_lock(m.recon_mu);
   m.recon_closed = true;
   std::lock_guard io(m.io_mu);
+  // Whichever way the close ends (the reopened file below closed first), the space kept beyond
+  // the file's end goes back to the file system.
+  struct ReleaseReserve {
+    Impl& m;
+    ~ReleaseReserve() {
+      if (m.guard) m.guard->release_reserve();
+    }
+  } release_reserve{m};
   if (m.write_failed.load()) {
-    // Closing writes metadata: it goes to the discarding descriptor (see detach_from_disk).
-    m.close_all();
-    m.close_recon();
-    if (m.file.reset() < 0)
-      log::error("{}: closing after the failed write: {}", m.path.string(), hdf5_message());
+    m.abandon();  // what closing writes goes to the discarding descriptor
     log::warn("{}: kept as of its last flush (/entry/flushed_rows); open it in SWMR read mode, "
               "or run `h5clear -s` on it for a plain open", m.path.string());
     return;
@@ -808,9 +823,7 @@ void RunFileWriter::close(const PedestalState* end) {
       m.write_flushed_rows();
     });
   } catch (const OutputError&) {
-    m.close_all();  // into the discarding descriptor
-    m.close_recon();
-    m.file.reset();
+    m.abandon();  // into the discarding descriptor
     throw;
   }
   m.close_all();
@@ -823,6 +836,8 @@ void RunFileWriter::close(const PedestalState* end) {
                       "or replaced); end_time is not written through it");
   // SWMR forbids new attributes; the end time, the end reason and the reconstruction totals
   // (small attributes; the volumes are already in place) are added once the file is closed.
+  // HDF5 truncated the file to its end at close, and with it the space claimed beyond.
+  m.guard->claim_for_reopen();
   Hid fapl = make_fapl();
   Hid file(m.ctx.id(H5Fopen(m.path.c_str(), H5F_ACC_RDWR, fapl.get()), "reopening"),
            H5Fclose);
@@ -837,10 +852,11 @@ void RunFileWriter::close(const PedestalState* end) {
     if (!m.end_reason.empty()) write_string_attr(m.ctx, entry.get(), "end_reason", m.end_reason);
     if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) m.ctx.fail("flushing (disk full?)");
   } catch (const OutputError&) {
-    // Out of space even for these (beyond the reserve): nothing more reaches the file.
+    // Out of space even for these (beyond the reserve): nothing more reaches the file (see
+    // Impl::abandon).
     detach_from_disk(file.get());
     entry.reset();
-    file.reset();
+    if (file.reset() < 0) H5Eclear2(H5E_DEFAULT);
     throw;
   }
   entry.reset();
@@ -889,10 +905,17 @@ std::vector<T> read_numeric_attr(const Context& c, hid_t obj, const char* name) 
 template <class T>
 std::vector<T> read_all(const Context& c, hid_t file, const char* name) {
   Hid ds(c.id(H5Dopen2(file, name, H5P_DEFAULT), name), H5Dclose);
-  Hid space(H5Dget_space(ds.get()), H5Sclose);
+  Hid space(c.id(H5Dget_space(ds.get()), name), H5Sclose);
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  std::vector<T> v(static_cast<std::size_t>(n));
-  if (n > 0) c.check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), name);
+  std::vector<T> v(static_cast<std::size_t>(std::max<hssize_t>(n, 0)));
+  if (n <= 0) return v;
+  // The extent read above, not H5S_ALL: in the process writing the file, HDF5 shares the
+  // dataset with the writer, which may extend it between the two calls (H5S_ALL would then
+  // read the new extent into the buffer sized for the old one).
+  const hsize_t count = hsize_t(n);
+  Hid mem(c.id(H5Screate_simple(1, &count, nullptr), name), H5Sclose);
+  c.check(H5Dread(ds.get(), native_type<T>(), mem.get(), space.get(), H5P_DEFAULT, v.data()),
+          name);
   return v;
 }
 
@@ -969,7 +992,11 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
   std::vector<char> devices(static_cast<std::size_t>(n_dev) * kDeviceChars);
   if (n_dev > 0) {
     Hid type = make_device_type();
-    c.check(H5Dread(dev.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, devices.data()),
+    // The extent read above (see read_all).
+    Hid mem(c.id(H5Screate_simple(1, &n_dev, nullptr), "/entry/reconstruction/device"),
+            H5Sclose);
+    c.check(H5Dread(dev.get(), type.get(), mem.get(), dev_space.get(), H5P_DEFAULT,
+                    devices.data()),
             "/entry/reconstruction/device");
   }
 

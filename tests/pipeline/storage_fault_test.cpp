@@ -3,13 +3,17 @@
 // row of its last flush; a file is never written through an existing name.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "glint/pipeline/run_file.hpp"
@@ -254,6 +258,95 @@ TEST_F(StorageFault, DiskLowEndsCleanlyWithEverythingWritten) {
     ASSERT_TRUE(r.end_state.has_value());
     EXPECT_EQ(*r.end_state, pedestal(metadata().finder.shape));
   }
+}
+
+// The reserve is claimed, not just observed: while the file is written, at least the reserve
+// of the last check is allocated beyond its end (st_blocks beyond st_size), its size stays what
+// HDF5 wrote; after close the file takes no more blocks than its size rounded up to blocks.
+TEST_F(StorageFault, TheReserveIsPreallocatedWhileWritingAndReleasedAtClose) {
+  TmpfsMount mnt(base(), 40 * kMiB);
+  if (!mnt.mounted()) GTEST_SKIP() << mnt.why_not();
+  const fs::path file = mnt.dir() / "run_000001.h5";
+  const auto allocated = [&] {
+    struct stat st {};
+    EXPECT_EQ(::stat(file.c_str(), &st), 0);
+    return std::pair<uint64_t, uint64_t>{uint64_t(st.st_size), uint64_t(st.st_blocks) * 512};
+  };
+  uint64_t next = kFirstFrame;
+  {
+    RunFileWriter w(file, metadata());
+    w.write_start_pedestal(pedestal(metadata().finder.shape));
+    for (int f = 0; f < 6; ++f) {
+      for (int a = 0; a < 4; ++a) {
+        w.append(frames_from(next, 256, 10));
+        next += 256;
+      }
+      const StorageCheck c = w.flush();
+      ASSERT_EQ(c.result, StorageCheck::Result::ok) << c.message;
+      const auto [size, blocks] = allocated();
+      EXPECT_GE(blocks, size + c.reserve_bytes) << "flush " << f;
+      EXPECT_GE(c.reserve_bytes, StorageGuard::kMetadataReserve);
+      const StorageCheck between = w.check_storage();
+      ASSERT_EQ(between.result, StorageCheck::Result::ok) << between.message;
+      const auto [size2, blocks2] = allocated();
+      EXPECT_GE(blocks2, size2 + between.reserve_bytes) << "check after flush " << f;
+    }
+    const auto end = pedestal(metadata().finder.shape);
+    ASSERT_NO_THROW(w.close(&end));
+    EXPECT_FALSE(w.failed());
+  }
+  const auto [size, blocks] = allocated();
+  const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(blocks, (size + page - 1) / page * page) << "size " << size;
+  const RunFileContents r = read_run_file(file);
+  EXPECT_EQ(r.frames.size(), next - kFirstFrame);
+  expect_rows_intact(r, 10);
+  ASSERT_TRUE(opens_plainly(file));
+}
+
+// A reader in the process writing the file shares HDF5's objects with the writer, which extends
+// the datasets between the reader's calls: every read sees whole rows, never more than its
+// buffer holds (a read of the whole dataset once overran its buffer here, corrupting the heap).
+TEST_F(StorageFault, ReadingWhileWritingInTheSameProcess) {
+  fs::create_directories(base());
+  const fs::path file = base() / "run_000001.h5";
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> written{0};
+  {
+    RunFileWriter w(file, metadata());
+    w.write_start_pedestal(pedestal(metadata().finder.shape));
+    std::thread writer([&] {
+      uint64_t next = kFirstFrame;
+      for (int a = 0; a < 4000; ++a) {
+        w.append(frames_from(next, 16, 6));
+        next += 16;
+        if (a % 4 == 3) (void)w.flush();
+      }
+      written = next - kFirstFrame;
+      done = true;
+    });
+    std::size_t reads = 0, last = 0;
+    while (!done.load()) {
+      RunFileContents r = read_run_file(file);
+      ASSERT_GE(r.frames.size(), last);
+      last = r.frames.size();
+      // Clusters are read after the rows: those of rows written since are left out here.
+      const std::size_t c = r.frames.empty() ? 0
+                                             : r.frames.back().cluster_offset +
+                                                   r.frames.back().n_clusters;
+      ASSERT_GE(r.clusters.n_clusters(), c);
+      r.clusters.x_mut().resize(c);
+      r.clusters.y_mut().resize(c);
+      r.clusters.data_mut().resize(c * 9);
+      expect_rows_intact(r, 6);
+      ++reads;
+    }
+    writer.join();
+    std::printf("%zu reads while writing, the last with %zu rows\n", reads, last);
+    EXPECT_GT(reads, 0u);
+    w.close(nullptr);
+  }
+  EXPECT_EQ(read_run_file(file).frames.size(), written.load());
 }
 
 // A disk without room for a run's file and its close: no file is created.

@@ -70,8 +70,10 @@ struct RunStats {
   /// end of acquisition, stop, frame limit, time limit, abort, disk_low (free space fell below
   /// the reserve kept for a clean close)
   std::string end_reason;
-  uint64_t disk_free_bytes = 0;    ///< free space on the run file's file system, at the last flush
-  uint64_t disk_reserve_bytes = 0; ///< the run ends (disk_low) once the free space is below this
+  uint64_t disk_free_bytes = 0;    ///< free space on the run file's file system, at the last
+                                   ///< flush (besides the reserve the file has claimed)
+  uint64_t disk_reserve_bytes = 0; ///< claimed beyond the file's end; the run ends (disk_low)
+                                   ///< once it cannot be claimed
   // The reconstruction stage (config reconstruction.enabled).
   bool recon_enabled = false;
   uint64_t recon_frames = 0;            ///< data frames accumulated into hit images
