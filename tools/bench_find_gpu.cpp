@@ -21,7 +21,7 @@
 #include "glint/gpu/device.hpp"
 #include "glint/gpu/gpu_finder.hpp"
 #include "glint/gpu/transfer.hpp"
-#include "glint/pipeline/tuning_env.hpp"
+#include "glint/daemon/tuning_env.hpp"
 #include "glint/synthetic.hpp"
 #include "glint/log.hpp"
 
@@ -46,7 +46,7 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
   g.batch_frames = o.batch;
   g.streams = o.streams;
   g.devices = o.gpus;
-  g.tuning = pipeline::find_tuning_from_environment();
+  g.tuning = daemon::find_tuning_from_environment();
 
   const synth::Config c = bench_frames_config(o);
   const synth::Generator gen(c);

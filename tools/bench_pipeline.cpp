@@ -25,7 +25,7 @@
 #include "glint/pipeline/ingest.hpp"
 #include "glint/pipeline/sls_stream.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
-#include "glint/pipeline/tuning_env.hpp"
+#include "glint/daemon/tuning_env.hpp"
 
 namespace glint::tools {
 
@@ -140,7 +140,7 @@ Leg run_pipeline(const pipeline::SimOptions& sim, config::Config cfg) {
     if (sender_error) std::rethrow_exception(sender_error);
     cfg.ingest.endpoints = *bound;
   }
-  pipeline::Acquisition run(cfg, 1, std::nullopt, {}, pipeline::run_tuning_from_environment());
+  pipeline::Acquisition run(cfg, 1, std::nullopt, {}, daemon::run_tuning_from_environment());
   clock::time_point first{}, last_frame{}, next_sample{};
   uint64_t frames_seen = 0;
   std::vector<uint64_t> received;  // messages received, every 50 ms from the first one

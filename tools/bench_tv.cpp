@@ -15,7 +15,7 @@
 #include "glint/detail/median.hpp"
 #include "glint/gpu/device.hpp"
 #include "glint/gpu/tv_solver.hpp"
-#include "glint/pipeline/tuning_env.hpp"
+#include "glint/daemon/tuning_env.hpp"
 #include "glint/recon/forward_model.hpp"
 #include "glint/recon/phantom.hpp"
 
@@ -107,7 +107,7 @@ int run_bench_tv(const BenchTvArgs& a) {
                              "variant", "solve ms", "step ms", "volumes", "GB/s", "% copy",
                              "floor ms", "RMSE", "max |d| sep");
     std::vector<float> xsep;
-    const gpu::TvTuning tuning = pipeline::tv_tuning_from_environment();
+    const gpu::TvTuning tuning = daemon::tv_tuning_from_environment();
     for (tv::Variant v : variants) {
       gpu::GpuReconstructor solver(d, v, !fm.H.identity(), a.device, /*low_priority=*/false,
                                    tuning);

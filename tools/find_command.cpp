@@ -19,7 +19,7 @@
 #include "glint/log.hpp"
 #include "glint/pipeline/finder_factory.hpp"
 #include "glint/pipeline/run_file.hpp"
-#include "glint/pipeline/tuning_env.hpp"
+#include "glint/daemon/tuning_env.hpp"
 
 namespace glint::tools {
 namespace {
@@ -102,7 +102,7 @@ int run_find(const FindArgs& a) {
   }
   fo.threads = a.threads;
   fo.batch_frames = a.batch;
-  fo.tuning = pipeline::find_tuning_from_environment();
+  fo.tuning = daemon::find_tuning_from_environment();
   for (const auto& out : {a.output, a.clust})
     if (!out.empty() && !a.overwrite && std::filesystem::exists(out))
       throw InputError(fmt::format("{} exists already (use --overwrite to replace it)", out));

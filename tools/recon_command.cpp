@@ -11,7 +11,7 @@
 
 #include "commands.hpp"
 #include "glint/log.hpp"
-#include "glint/pipeline/tuning_env.hpp"
+#include "glint/daemon/tuning_env.hpp"
 #include "glint/recon/forward_model.hpp"
 #include "glint/recon/phantom.hpp"
 #include "glint/recon/solver_factory.hpp"
@@ -63,7 +63,7 @@ int run_recon(const ReconArgs& a) {
     bo.backend = recon::parse_backend(a.backend);
     bo.variant = o.variant;
     bo.threads = a.threads;
-    bo.tv_tuning = pipeline::tv_tuning_from_environment();
+    bo.tv_tuning = daemon::tv_tuning_from_environment();
     if (a.phantom != 0) {
       if (a.phantom < 2) throw std::invalid_argument("--phantom N needs N >= 2");
       truth.dims = tv::Dims{a.phantom, a.phantom, a.phantom};

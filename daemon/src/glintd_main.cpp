@@ -18,7 +18,7 @@
 #include "glint/daemon/daemon.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/ingest.hpp"
-#include "glint/pipeline/tuning_env.hpp"
+#include "glint/daemon/tuning_env.hpp"
 
 namespace glint::daemon {
 
@@ -66,7 +66,7 @@ int glintd_main(int argc, char** argv, pipeline::FinderFactory make_finder) {
   std::unique_ptr<glint::daemon::Daemon> daemon;
   try {
     daemon = std::make_unique<glint::daemon::Daemon>(cfg, std::move(make_finder),
-                                                     pipeline::run_tuning_from_environment());
+                                                     daemon::run_tuning_from_environment());
   } catch (const std::exception& e) {
     glint::log::critical("{}", e.what());
     return kExitFailure;

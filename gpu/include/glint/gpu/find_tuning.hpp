@@ -2,7 +2,7 @@
 // Tuning and diagnosis settings of the GPU cluster finder (docs/tuning.md). The defaults are the
 // settings measured fastest on the target GPU; none of them changes a result. The engine takes
 // them at construction and reads nothing else; the glint tool and glintd fill them from the
-// environment (glint/pipeline/tuning_env.hpp). Header free of CUDA.
+// environment (glint/daemon/tuning_env.hpp). Header free of CUDA.
 #include <string>
 
 namespace glint::gpu {

@@ -1,17 +1,17 @@
-// Tuning variables are read one way everywhere (glint/detail/env.hpp, docs/tuning.md): a value
+// Tuning variables are read one way everywhere (glint/daemon/env.hpp, docs/tuning.md): a value
 // that is not a whole number in range leaves the default.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "glint/detail/env.hpp"
+#include "glint/daemon/env.hpp"
 
 namespace {
 
-using glint::detail::env_int;
-using glint::detail::env_is;
-using glint::detail::env_set;
-using glint::detail::env_text;
+using glint::daemon::env_int;
+using glint::daemon::env_is;
+using glint::daemon::env_set;
+using glint::daemon::env_text;
 
 constexpr const char* kName = "GLINT_TEST_TUNING_VARIABLE";
 

@@ -1,13 +1,13 @@
 #pragma once
 // How tuning and diagnosis variables (docs/tuning.md) are read: a value that is not a whole
 // number in range, or not one of the accepted words, leaves the default. Only
-// pipeline/src/tuning_env.cpp reads them; engines, stages and the run take tuning structs.
+// daemon/src/tuning_env.cpp reads them; engines, stages and the run take tuning structs.
 #include <cerrno>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
-namespace glint::detail {
+namespace glint::daemon {
 
 /// The value of `name` if it is set to a whole number in [lo, hi]; otherwise `fallback`.
 inline long long env_int(const char* name, long long fallback, long long lo, long long hi) {
@@ -35,4 +35,4 @@ inline std::string env_text(const char* name) {
   return e != nullptr ? std::string(e) : std::string();
 }
 
-}  // namespace glint::detail
+}  // namespace glint::daemon

@@ -1,16 +1,16 @@
-// The tuning variables of docs/tuning.md are read in one place (glint/pipeline/tuning_env.hpp)
+// The tuning variables of docs/tuning.md are read in one place (glint/daemon/tuning_env.hpp)
 // into the engines' tuning structs.
 #include <gtest/gtest.h>
 
 #include <utility>
 
-#include "glint/pipeline/tuning_env.hpp"
+#include "glint/daemon/tuning_env.hpp"
 #include "scoped_environment.hpp"
 
 namespace {
 
 using glint::gpu::TvTuning;
-using glint::pipeline::tv_tuning_from_environment;
+using glint::daemon::tv_tuning_from_environment;
 
 constexpr const char* kTvVariables[] = {
     "GLINT_TV_KERNEL", "GLINT_TV_ZRUN",   "GLINT_TV_SHUFFLE", "GLINT_TV_ROWS", "GLINT_TV_AHEAD",

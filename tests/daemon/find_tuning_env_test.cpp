@@ -5,13 +5,13 @@
 #include <string>
 #include <utility>
 
-#include "glint/pipeline/tuning_env.hpp"
+#include "glint/daemon/tuning_env.hpp"
 #include "scoped_environment.hpp"
 
 namespace {
 
 using glint::gpu::FindTuning;
-using glint::pipeline::find_tuning_from_environment;
+using glint::daemon::find_tuning_from_environment;
 
 constexpr const char* kNames[] = {"GLINT_FIND_THREADS",  "GLINT_PACK_REGIONS",
                                   "GLINT_FIND_RESIDENT", "GLINT_FIND_SEGMENTS",
@@ -78,7 +78,7 @@ TEST(RunTuningFromEnvironment, ReadsTheFinderAndTheSolverVariables) {
   constexpr const char* kZrun[] = {"GLINT_TV_ZRUN"};
   Environment env({{"GLINT_FIND_THREADS", "256"}});
   glint::testing::ScopedEnvironment tv(kZrun, {{"GLINT_TV_ZRUN", "8"}});
-  const glint::pipeline::RunTuning r = glint::pipeline::run_tuning_from_environment();
+  const glint::pipeline::RunTuning r = glint::daemon::run_tuning_from_environment();
   EXPECT_EQ(r.find.find_threads, 256);
   EXPECT_EQ(r.tv.zrun, 8);
 }

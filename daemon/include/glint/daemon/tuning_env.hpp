@@ -6,7 +6,7 @@
 #include "glint/gpu/tv_solver.hpp"
 #include "glint/pipeline/run_tuning.hpp"
 
-namespace glint::pipeline {
+namespace glint::daemon {
 
 /// GLINT_FIND_THREADS, GLINT_PACK_REGIONS, GLINT_FIND_RESIDENT, GLINT_FIND_SEGMENTS,
 /// GLINT_FIND_PROFILE and GLINT_FIND_TIMELINE over the GPU finder's defaults.
@@ -20,6 +20,6 @@ gpu::FindTuning find_tuning_from_environment();
 gpu::TvTuning tv_tuning_from_environment();
 
 /// Both of the above: what glintd reads once at start-up and the glint commands before a run.
-RunTuning run_tuning_from_environment();
+pipeline::RunTuning run_tuning_from_environment();
 
-}  // namespace glint::pipeline
+}  // namespace glint::daemon

@@ -1,14 +1,14 @@
-#include "glint/pipeline/tuning_env.hpp"
+#include "glint/daemon/tuning_env.hpp"
 
-#include "glint/detail/env.hpp"
+#include "glint/daemon/env.hpp"
 
-namespace glint::pipeline {
+namespace glint::daemon {
 
 gpu::FindTuning find_tuning_from_environment() {
-  using glint::detail::env_int;
-  using glint::detail::env_is;
-  using glint::detail::env_set;
-  using glint::detail::env_text;
+  using glint::daemon::env_int;
+  using glint::daemon::env_is;
+  using glint::daemon::env_set;
+  using glint::daemon::env_text;
   gpu::FindTuning t;
   const long long threads = env_int("GLINT_FIND_THREADS", t.find_threads, 128, 1024);
   if (threads % 32 == 0) t.find_threads = static_cast<int>(threads);
@@ -21,9 +21,9 @@ gpu::FindTuning find_tuning_from_environment() {
 }
 
 gpu::TvTuning tv_tuning_from_environment() {
-  using glint::detail::env_int;
-  using glint::detail::env_is;
-  using glint::detail::env_set;
+  using glint::daemon::env_int;
+  using glint::daemon::env_is;
+  using glint::daemon::env_set;
   using Kernel = gpu::TvTuning::Kernel;
   gpu::TvTuning t;
   if (env_is("GLINT_TV_KERNEL", "march"))
@@ -51,8 +51,8 @@ gpu::TvTuning tv_tuning_from_environment() {
   return t;
 }
 
-RunTuning run_tuning_from_environment() {
-  return RunTuning{find_tuning_from_environment(), tv_tuning_from_environment()};
+pipeline::RunTuning run_tuning_from_environment() {
+  return pipeline::RunTuning{find_tuning_from_environment(), tv_tuning_from_environment()};
 }
 
-}  // namespace glint::pipeline
+}  // namespace glint::daemon
