@@ -175,6 +175,7 @@ void Acquisition::start() {
   }
   sequencer_ = std::make_unique<FrameSequencer>(run_index_, dark_frames, source_, *finder_,
                                                 counters_, [this] { begin_data(); });
+  sequencer_->take_dark_by_marker(cfg_.pedestal.dark_marker == "frame_mode");
   if (dark_frames == 0) sequencer_->start_data();
   source_.connect();
 }
