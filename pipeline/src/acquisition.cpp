@@ -104,6 +104,7 @@ RunStats Acquisition::stats() const {
   s.messages = ic.messages;
   s.bytes = ic.bytes;
   s.end_messages = ic.end_messages;
+  s.stray_ends = ic.stray_ends;
   s.bad = ic.bad;
   s.bad_total = ic.bad_total();
   const AssemblerCounters& ac = src.assembler;

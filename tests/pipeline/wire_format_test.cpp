@@ -160,6 +160,7 @@ TEST(WireFormat, DummyHeaderBeforeTheAcquisitionIsNotItsEnd) {
   const Result r = run_case(c);
   expect_all_rows(r);
   EXPECT_EQ(r.stats.end_messages, 2u);  // the dummy and the end
+  EXPECT_EQ(r.stats.stray_ends, 1u);
   expect_reference_clusters(c, r);
 }
 
