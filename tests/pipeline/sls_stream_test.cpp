@@ -275,7 +275,7 @@ SlsHeader random_header(std::mt19937_64& rng, bool plain_strings) {
   SlsHeader h;
   auto u = [&](uint64_t max) { return std::uniform_int_distribution<uint64_t>(0, max)(rng); };
   h.jsonversion = u(1) ? 5 : 4;
-  h.bitmode = std::array<uint32_t, 4>{4, 8, 16, 32}[u(3)];
+  h.bitmode = std::array<uint32_t, 5>{4, 8, 12, 16, 32}[u(4)];
   h.file_index = u(1000);
   h.detshape = {static_cast<uint32_t>(u(4)), static_cast<uint32_t>(u(4))};
   h.shape = {static_cast<uint32_t>(u(1024)), static_cast<uint32_t>(u(1024))};
