@@ -31,7 +31,8 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--rows", a->o.image.rows, "image rows")->capture_default_str();
   cmd->add_option("--cols", a->o.image.cols, "image columns")->capture_default_str();
   cmd->add_option("--ports", a->ports, "detshape X Y: ports side by side and stacked")->expected(2);
-  cmd->add_option("--bitmode", a->o.bitmode, "4, 8, 16 or 32")->capture_default_str();
+  cmd->add_option("--bitmode", a->o.bitmode, "4, 8, 12 (EIGER, packed), 16 or 32")
+      ->capture_default_str();
   cmd->add_option("--json-version", a->o.jsonversion, "header version, 4 or 5")->capture_default_str();
   cmd->add_option("--dark", a->o.dark_frames, "dark frames first")->capture_default_str();
   cmd->add_option("--frames", a->o.frames, "photon frames after the dark frames")->capture_default_str();
@@ -46,7 +47,7 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--fault", a->faults,
                   "inject KIND[:EVERY] (every EVERY-th image, default 10): malformed, drop-part, gap, "
                   "incomplete, data-without-header, wrong-shape, unknown-bitmode, size-mismatch, "
-                  "missing-field, unknown-port, backwards");
+                  "missing-field, unknown-port, backwards, out-of-range");
   cmd->add_option("--pool", a->o.image_pool,
                   "generate N dark and N photon images up front and cycle through them (fast sender)");
   cmd->add_flag("--no-end", a->no_end, "do not send the end-of-acquisition message");
@@ -56,6 +57,13 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--wait-ms", a->o.wait_subscribers_ms, "wait this long for a subscriber on every port")
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", a->quiet, "no summary line");
+  cmd->add_flag("--flip-rows", a->o.flip_rows,
+                "EIGER: ports of odd rows send their rows last first, with flipRows 1");
+  cmd->add_flag("--quad", a->o.quad, "EIGER quad: quad 1, ports [1, 2], the second port flipped");
+  cmd->add_flag("--mark-dark", a->o.mark_dark,
+                "addJsonHeader frameMode pedestal on dark frames (frame on the others)");
+  cmd->add_flag("--dummy-start", a->o.dummy_start,
+                "send slsReceiver's dummy (end) header on every port before the first image");
 
   cmd->callback([a] {
     auto& o = a->o;

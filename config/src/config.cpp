@@ -237,6 +237,7 @@ void read_pedestal(Section s, PedestalConfig& c) {
   s.read_integer("dark_frames", c.dark_frames, 0, 10000000);
   s.read_bool("keep_previous", c.keep_previous);
   s.read_integer("window", c.window, 1, 10000000);
+  s.read_string("dark_marker", c.dark_marker, {"none", "frame_mode"});
   s.reject_unknown();
 }
 
@@ -623,6 +624,7 @@ std::string to_yaml(const Config& c) {
   kv("dark_frames", c.pedestal.dark_frames);
   kv("keep_previous", c.pedestal.keep_previous);
   kv("window", c.pedestal.window);
+  kv("dark_marker", c.pedestal.dark_marker);
   e << YAML::EndMap;
   begin("finder");
   kv("n_sigma", c.finder.n_sigma);

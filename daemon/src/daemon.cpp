@@ -355,6 +355,7 @@ json Daemon::stats_json() const {
   j["messages"] = s.messages;
   j["bytes"] = s.bytes;
   j["end_messages"] = s.end_messages;
+  j["stray_ends"] = s.stray_ends;
   // Over the samples kept (up to the last 5 s of the current run; 0 until there are two).
   double window = 0, fps = 0, bps = 0, cps = 0;
   if (run_ && samples_.size() >= 2) {

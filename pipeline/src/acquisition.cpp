@@ -104,6 +104,7 @@ RunStats Acquisition::stats() const {
   s.messages = ic.messages;
   s.bytes = ic.bytes;
   s.end_messages = ic.end_messages;
+  s.stray_ends = ic.stray_ends;
   s.bad = ic.bad;
   s.bad_total = ic.bad_total();
   const AssemblerCounters& ac = src.assembler;
@@ -175,6 +176,7 @@ void Acquisition::start() {
   }
   sequencer_ = std::make_unique<FrameSequencer>(run_index_, dark_frames, source_, *finder_,
                                                 counters_, [this] { begin_data(); });
+  sequencer_->take_dark_by_marker(cfg_.pedestal.dark_marker == "frame_mode");
   if (dark_frames == 0) sequencer_->start_data();
   source_.connect();
 }

@@ -33,8 +33,10 @@ void AssembledFrame::write_to(const config::DetectorConfig& det, std::span<uint1
     const PartPayload& pp = part[p];
     for (uint32_t r = 0; r < prow; ++r) {
       uint16_t* dst = out.data() + (y0 + r) * det.cols + x0;
+      // A flipped part's first row on the wire is the block's last (as the sls consumer does).
+      const uint32_t src_row = pp.rows_flipped ? prow - 1 - r : r;
       if (pp.bytes.empty()) std::fill_n(dst, pcol, uint16_t{0});
-      else decode_row(pp.bitmode, pp.bytes.data(), std::size_t{r} * pcol, pcol, dst);
+      else decode_row(pp.bitmode, pp.bytes.data(), std::size_t{src_row} * pcol, pcol, dst);
     }
   }
 }
@@ -60,6 +62,7 @@ void FrameAssembler::add_part(const SlsHeader& h, PartPayload payload) {
     f->frame_number = fn;
     f->timestamp = h.timestamp;
     f->incomplete = false;
+    f->dark_marked = false;
     f->parts = 0;
     f->first_part_at = now;
     it = pending_.emplace(fn, std::move(f)).first;
@@ -72,8 +75,10 @@ void FrameAssembler::add_part(const SlsHeader& h, PartPayload payload) {
   }
   f.part[part] = std::move(payload);
   f.part[part].bitmode = h.bitmode;
+  f.part[part].rows_flipped = h.rows_flipped();
   ++f.parts;
   if (h.complete_image == 0) f.incomplete = true;
+  if (h.marked_dark()) f.dark_marked = true;
   ++c_.parts;
   emit_ready_locked(now, false);
   lock.unlock();

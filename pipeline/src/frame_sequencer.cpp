@@ -40,9 +40,18 @@ void FrameSequencer::route(FramePtr f) {
     counters_.frames_processed.fetch_add(1);
     return;
   }
-  const FrameKind kind = dark_remaining_ > 0 ? FrameKind::dark : FrameKind::data;
+  FrameKind kind = dark_remaining_ > 0 ? FrameKind::dark : FrameKind::data;
+  if (dark_by_marker_) {  // the sender's frameMode marker decides
+    kind = f->dark_marked ? FrameKind::dark : FrameKind::data;
+    if (kind == FrameKind::data && marked_seen_ && dark_remaining_ > 0) {
+      dark_remaining_ = 0;  // data follows the marked dark frames: the pedestal is ready
+      finder_.submit();
+      pedestal_ready_();
+    }
+    marked_seen_ = marked_seen_ || f->dark_marked;
+  }
   finder_.add(std::move(f), kind);
-  if (kind == FrameKind::dark && --dark_remaining_ == 0) {
+  if (kind == FrameKind::dark && dark_remaining_ > 0 && --dark_remaining_ == 0) {
     finder_.submit();
     pedestal_ready_();
   }

@@ -35,6 +35,13 @@ void BadInputLog::record(BadInput kind, const std::string& endpoint, const std::
               to_string(kind), total, detail);
 }
 
+void set_tcp_keepalive(zmq::socket_t& sock) {
+  sock.set(zmq::sockopt::tcp_keepalive, 1);
+  sock.set(zmq::sockopt::tcp_keepalive_idle, kIngestKeepalive.idle_s);
+  sock.set(zmq::sockopt::tcp_keepalive_intvl, kIngestKeepalive.interval_s);
+  sock.set(zmq::sockopt::tcp_keepalive_cnt, kIngestKeepalive.count);
+}
+
 bool keep_receive_buffers() {
   static const bool ok = [] {
 #if defined(__GLIBC__)
@@ -67,6 +74,10 @@ Ingest::Ingest(const config::Config& cfg, FrameAssembler& assembler)
   last_frame_of_port_.resize(cfg_.detector.n_ports());
   for (std::size_t i = 0; i < cfg_.ingest.endpoints.size(); ++i)
     ended_.push_back(std::make_unique<std::atomic<bool>>(false));
+  for (std::size_t i = 0; i < cfg_.ingest.endpoints.size(); ++i) {
+    data_seen_.push_back(std::make_unique<std::atomic<bool>>(false));
+    stray_end_.push_back(std::make_unique<std::atomic<bool>>(false));
+  }
   // Sockets are created and connected in the threads that use them (ZeroMQ sockets are not
   // thread-safe).
   for (std::size_t i = 0; i < cfg_.ingest.endpoints.size(); ++i)
@@ -85,8 +96,10 @@ void Ingest::stop() {
 }
 
 bool Ingest::all_ended() const {
-  for (const auto& e : ended_)
-    if (!e->load()) return false;
+  const bool any = any_ended();
+  for (std::size_t i = 0; i < ended_.size(); ++i)
+    if (!ended_[i]->load() && !(any && stray_end_[i]->load() && !data_seen_[i]->load()))
+      return false;
   return true;
 }
 
@@ -101,6 +114,7 @@ IngestCounters Ingest::counters() const {
   c.messages = messages_.load();
   c.bytes = bytes_.load();
   c.end_messages = end_messages_.load();
+  c.stray_ends = stray_ends_.load();
   c.bad = bad_.counts();
   return c;
 }
@@ -115,6 +129,7 @@ void Ingest::run(std::stop_token st, std::size_t index) {
     if (cfg_.ingest.receive_buffer_bytes > 0) sock.set(zmq::sockopt::rcvbuf, cfg_.ingest.receive_buffer_bytes);
     sock.set(zmq::sockopt::rcvtimeo, 100);
     sock.set(zmq::sockopt::linger, 0);
+    set_tcp_keepalive(sock);
     sock.set(zmq::sockopt::maxmsgsize,
              static_cast<int64_t>(ingest_max_message_bytes(cfg_.detector)));
     sock.set(zmq::sockopt::subscribe, "");
@@ -214,12 +229,25 @@ void Ingest::handle(std::size_t index, std::vector<zmq::message_t>& parts) {
   const SlsHeader& h = *ph.header;
   if (h.is_end()) {
     end_messages_.fetch_add(1);
+    // slsReceiver sends the same header (its "dummy") at the end of an acquisition and on a stop
+    // or restream while idle, which can come before the next acquisition's first image: before
+    // any data on this endpoint (and with no other endpoint ended) it is not the end.
+    if (!data_seen_[index]->load() && !any_ended()) {
+      if (!stray_end_[index]->exchange(true))
+        log::info("ingest {}: end header before any data (the receiver's dummy header); not an "
+                  "end of this run", ep);
+      stray_ends_.fetch_add(1);
+      assembler_.wake();  // another endpoint's end may now make this one's count
+      return;
+    }
     if (!ended_[index]->exchange(true)) log::info("ingest {}: end of acquisition", ep);
     assembler_.wake();  // the run sees the end now, not at its next wait's timeout
     return;
   }
+  data_seen_[index]->store(true);
   if (!is_valid_bitmode(h.bitmode)) {
-    bad_.record(BadInput::unknown_bitmode, ep, fmt::format("bitmode {} (allowed: 4, 8, 16, 32)", h.bitmode));
+    bad_.record(BadInput::unknown_bitmode, ep,
+                fmt::format("bitmode {} (allowed: 4, 8, 12, 16, 32)", h.bitmode));
     return;
   }
   if (h.detshape[0] != det.ports_x || h.detshape[1] != det.ports_y ||
@@ -260,7 +288,7 @@ void Ingest::handle(std::size_t index, std::vector<zmq::message_t>& parts) {
   // The pixels stay in their message until the finder's staging takes them: no copy here.
   auto message = std::make_shared<zmq::message_t>(std::move(parts[1]));
   const std::span<const std::byte> bytes(static_cast<const std::byte*>(message->data()), message->size());
-  assembler_.add_part(h, PartPayload{std::move(message), bytes, h.bitmode});
+  assembler_.add_part(h, PartPayload{std::move(message), bytes, h.bitmode, h.rows_flipped()});
 }
 
 }  // namespace glint::pipeline

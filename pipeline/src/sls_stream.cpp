@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@ std::string_view to_string(BadInput kind) {
     case BadInput::frame_backwards: return "frame_backwards";
     case BadInput::unknown_port: return "unknown_port";
     case BadInput::oversize: return "oversize";
+    case BadInput::out_of_range: return "out_of_range";
     case BadInput::count_: break;
   }
   return "unknown";
@@ -61,6 +63,20 @@ struct Missing {
   std::string key;
 };
 
+/// A number that does not fit the key's field (a 32-bit field, or `data` that is not 0 or 1).
+struct OutOfRange {
+  std::string detail;
+};
+
+/// "4294967296", or a float as given ("0.5").
+std::string number_text(dom::element v) {
+  switch (v.type()) {
+    case dom::element_type::UINT64: return std::to_string(uint64_t(v));
+    case dom::element_type::INT64: return std::to_string(int64_t(v));
+    default: return simdjson::minify(v);
+  }
+}
+
 /// The values of the known keys of one header object.
 class Fields {
  public:
@@ -85,20 +101,38 @@ class Fields {
       if (required) throw Missing{std::string(kKeyNames[static_cast<std::size_t>(k)])};
       return fallback;
     }
+    uint64_t u = 0;
     switch (v->type()) {
-      case dom::element_type::UINT64: return static_cast<T>(uint64_t(*v));
+      case dom::element_type::UINT64: u = uint64_t(*v); break;
       case dom::element_type::INT64:
-        if (int64_t(*v) >= 0) return static_cast<T>(int64_t(*v));
+        if (int64_t(*v) < 0) throw not_a_count(k);
+        u = static_cast<uint64_t>(int64_t(*v));
         break;
       case dom::element_type::DOUBLE:
         // Truncated; a value beyond 64 bits is no count or index.
-        if (double(*v) >= 0 && double(*v) < 0x1p64)
-          return static_cast<T>(static_cast<uint64_t>(double(*v)));
+        if (!(double(*v) >= 0 && double(*v) < 0x1p64)) throw not_a_count(k);
+        u = static_cast<uint64_t>(double(*v));
         break;
-      default: break;
+      default: throw not_a_count(k);
     }
-    throw Missing{std::string(kKeyNames[static_cast<std::size_t>(k)]) +
-                  " (not a non-negative number)"};
+    // Checked at the field's real width: a 32-bit field is never truncated.
+    if (u > std::numeric_limits<T>::max())
+      throw OutOfRange{fmt::format("{} = {} (allowed: 0 to {})",
+                                   kKeyNames[static_cast<std::size_t>(k)], number_text(*v),
+                                   std::numeric_limits<T>::max())};
+    return static_cast<T>(u);
+  }
+
+  /// `data`: exactly the integer 0 (end of acquisition) or 1 (data); required.
+  uint32_t data_flag() const {
+    const auto& v = (*this)[Key::data];
+    if (!v) throw Missing{"data"};
+    if (v->type() == dom::element_type::UINT64 && uint64_t(*v) <= 1)
+      return static_cast<uint32_t>(uint64_t(*v));
+    if (v->type() == dom::element_type::INT64 && (int64_t(*v) == 0 || int64_t(*v) == 1))
+      return static_cast<uint32_t>(int64_t(*v));
+    if (!v->is_number()) throw not_a_count(Key::data);
+    throw OutOfRange{fmt::format("data = {} (allowed: the integer 0 or 1)", number_text(*v))};
   }
 
   /// [x, y] of unsigned integers (required).
@@ -113,12 +147,20 @@ class Fields {
     for (dom::element e : a) {
       uint64_t u = 0;
       if (!is_unsigned(e) || e.get_uint64().get(u)) throw Missing{name + " (not [x, y])"};
+      if (u > std::numeric_limits<uint32_t>::max())
+        throw OutOfRange{fmt::format("{}[{}] = {} (allowed: 0 to {})", name, i, u,
+                                     std::numeric_limits<uint32_t>::max())};
       out[i++] = static_cast<uint32_t>(u);
     }
     return out;
   }
 
  private:
+  static Missing not_a_count(Key k) {
+    return Missing{std::string(kKeyNames[static_cast<std::size_t>(k)]) +
+                   " (not a non-negative number)"};
+  }
+
   static bool is_unsigned(dom::element e) {
     return e.type() == dom::element_type::UINT64 ||
            (e.type() == dom::element_type::INT64 && int64_t(e) >= 0);
@@ -157,7 +199,7 @@ ParsedHeader parse_sls_header(std::string_view text) {
   try {
     const Fields j(obj);
     SlsHeader h;
-    h.data = j.uint<uint32_t>(Key::data, true);
+    h.data = j.data_flag();
     h.jsonversion = j.uint<uint32_t>(Key::jsonversion, false, 0);
     if (h.is_end()) {
       r.header = h;
@@ -207,6 +249,9 @@ ParsedHeader parse_sls_header(std::string_view text) {
   } catch (const Missing& m) {
     r.reason = BadInput::missing_field;
     r.detail = "missing or invalid key " + m.key;
+  } catch (const OutOfRange& o) {
+    r.reason = BadInput::out_of_range;
+    r.detail = o.detail;
   }
   return r;
 }
@@ -242,10 +287,17 @@ std::string format_sls_end(uint32_t jsonversion) {
   return format_sls_header(h);
 }
 
-bool is_valid_bitmode(uint32_t b) { return b == 4 || b == 8 || b == 16 || b == 32; }
+bool SlsHeader::marked_dark() const {
+  const auto it = add_json_header.find("frameMode");
+  return it != add_json_header.end() && (it->second == "pedestal" || it->second == "newPedestal");
+}
+
+bool is_valid_bitmode(uint32_t b) { return b == 4 || b == 8 || b == 12 || b == 16 || b == 32; }
 
 std::size_t payload_bytes(uint32_t bitmode, std::size_t pixels) {
-  return bitmode == 4 ? (pixels + 1) / 2 : pixels * (bitmode / 8);
+  if (bitmode == 4) return (pixels + 1) / 2;
+  if (bitmode == 12) return (pixels * 3 + 1) / 2;
+  return pixels * (bitmode / 8);
 }
 
 void decode_row(uint32_t bitmode, const std::byte* src, std::size_t first_pixel, std::size_t n,
@@ -277,6 +329,16 @@ void decode_row(uint32_t bitmode, const std::byte* src, std::size_t first_pixel,
       }
       return;
     }
+    case 12: {
+      const auto* s = reinterpret_cast<const uint8_t*>(src);
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t p = first_pixel + i;
+        const uint8_t* b = s + (p / 2) * 3;
+        dst[i] = (p % 2 == 0) ? static_cast<uint16_t>(b[0] | (b[1] & 0x0F) << 8)
+                              : static_cast<uint16_t>(b[1] >> 4 | b[2] << 4);
+      }
+      return;
+    }
     default: return;
   }
 }
@@ -300,6 +362,20 @@ void encode_pixels(uint32_t bitmode, std::span<const uint16_t> px, std::byte* ds
         const uint8_t v = static_cast<uint8_t>(std::min<uint16_t>(px[i], 15));
         auto& b = reinterpret_cast<uint8_t&>(dst[i / 2]);
         b |= (i % 2 == 0) ? static_cast<uint8_t>(v << 4) : v;
+      }
+      return;
+    case 12:
+      std::memset(dst, 0, payload_bytes(12, px.size()));
+      for (std::size_t i = 0; i < px.size(); ++i) {
+        const uint16_t v = std::min<uint16_t>(px[i], 4095);
+        auto* b = reinterpret_cast<uint8_t*>(dst) + (i / 2) * 3;
+        if (i % 2 == 0) {
+          b[0] = static_cast<uint8_t>(v & 0xFF);
+          b[1] = static_cast<uint8_t>(b[1] | v >> 8);
+        } else {
+          b[1] = static_cast<uint8_t>(b[1] | (v & 0x0F) << 4);
+          b[2] = static_cast<uint8_t>(v >> 4);
+        }
       }
       return;
     default: return;

@@ -51,11 +51,12 @@ SimImageSource::SimImageSource(SimImageSource&&) noexcept = default;
 void SimImageSource::fill(uint64_t index, std::span<uint16_t> out) const { impl_->gen.fill(index, out); }
 
 SimFault parse_sim_fault(std::string_view name) {
-  for (int i = 0; i <= static_cast<int>(SimFault::backwards); ++i)
+  for (int i = 0; i <= static_cast<int>(SimFault::out_of_range); ++i)
     if (to_string(static_cast<SimFault>(i)) == name) return static_cast<SimFault>(i);
   throw std::invalid_argument(fmt::format(
       "unknown fault '{}' (allowed: malformed, drop-part, gap, incomplete, data-without-header, "
-      "wrong-shape, unknown-bitmode, size-mismatch, missing-field, unknown-port, backwards)", name));
+      "wrong-shape, unknown-bitmode, size-mismatch, missing-field, unknown-port, backwards, "
+      "out-of-range)", name));
 }
 
 std::string_view to_string(SimFault f) {
@@ -71,13 +72,19 @@ std::string_view to_string(SimFault f) {
     case SimFault::missing_field: return "missing-field";
     case SimFault::unknown_port: return "unknown-port";
     case SimFault::backwards: return "backwards";
+    case SimFault::out_of_range: return "out-of-range";
   }
   return "unknown";
 }
 
 SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* stop,
                                const std::function<void(uint64_t)>& progress) {
-  if (!is_valid_bitmode(o.bitmode)) throw std::invalid_argument(fmt::format("bitmode {} (allowed: 4, 8, 16, 32)", o.bitmode));
+  if (!is_valid_bitmode(o.bitmode))
+    throw std::invalid_argument(
+        fmt::format("bitmode {} (allowed: 4, 8, 12, 16, 32)", o.bitmode));
+  if (o.quad && (o.ports_x != 1 || o.ports_y != 2))
+    throw std::invalid_argument(
+        fmt::format("quad needs ports [1, 2], not [{}, {}]", o.ports_x, o.ports_y));
   if (o.endpoints.empty()) throw std::invalid_argument("no endpoint to publish on");
   if (o.image.cols % o.ports_x != 0 || o.image.rows % o.ports_y != 0)
     throw std::invalid_argument(fmt::format("ports [{}, {}] do not divide the {}x{} image", o.ports_x,
@@ -141,6 +148,9 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     rep.bytes += header.size() + (data ? size : 0);
   };
 
+  if (o.dummy_start)  // slsReceiver's dummy header from a stop or restream before the acquisition
+    for (std::size_t s = 0; s < socks.size(); ++s)
+      send(s, format_sls_end(o.jsonversion), nullptr, 0);
   const uint64_t total = o.dark_frames + o.frames;
   const SimImageSource source(o.image, o.dark_frames);
   for (uint32_t k = 0; k < o.image_pool; ++k) {
@@ -183,7 +193,9 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     h.timestamp = fn * 10000;  // 1 ms per frame in 10 MHz ticks
     h.det_type = 5;            // MOENCH
     h.version = 1;
-    h.add_json_header["frameMode"] = i < o.dark_frames ? "pedestal" : "data";
+    if (o.mark_dark) h.add_json_header["frameMode"] = i < o.dark_frames ? "pedestal" : "frame";
+    if (o.flip_rows || o.quad || o.bitmode == 12) h.det_type = SlsHeader::kDetTypeEiger;
+    h.quad = o.quad ? 1 : 0;
     const uint32_t n_parts = o.ports_x * o.ports_y;
     for (uint32_t pi = 0; pi < n_parts; ++pi) {
       h.row = pi / o.ports_x;
@@ -191,8 +203,11 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       h.mod_id = pi;
       h.complete_image = (pi == 0 && has_fault(SimFault::incomplete, i)) ? 0 : 1;
       if (pi == n_parts - 1 && has_fault(SimFault::drop_part, i)) continue;
+      const bool flip = (o.flip_rows || o.quad) && h.row % 2 == 1;  // a bottom half-module
+      h.flip_rows = flip ? 1 : 0;
       // 16-bit parts of full-width ports are contiguous rows of a pool image: sent in place.
-      if (o.image_pool > 0 && o.bitmode == 16 && o.ports_x == 1 && !has_fault(SimFault::malformed, i) &&
+      if (o.image_pool > 0 && o.bitmode == 16 && o.ports_x == 1 && !flip &&
+          !has_fault(SimFault::malformed, i) &&
           !has_fault(SimFault::data_without_header, i)) {
         const uint16_t* src = img->data() + std::size_t{h.row} * prow * o.image.cols;
         const std::string header = format_sls_header(h);
@@ -205,7 +220,9 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
         continue;
       }
       for (uint32_t r = 0; r < prow; ++r)
-        std::copy_n(img->data() + (std::size_t{h.row} * prow + r) * o.image.cols + std::size_t{h.column} * pcol,
+        std::copy_n(img->data() +
+                        (std::size_t{h.row} * prow + (flip ? prow - 1 - r : r)) * o.image.cols +
+                        std::size_t{h.column} * pcol,
                     pcol, part.data() + std::size_t{r} * pcol);
       encode_pixels(o.bitmode, part, payload.data());
       if (pi == 0 && has_fault(SimFault::malformed, i)) {
@@ -230,7 +247,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     }
     if (has_fault(SimFault::unknown_bitmode, i)) {
       SlsHeader b = h;
-      b.bitmode = 12;
+      b.bitmode = 24;
       send(0, format_sls_header(b), payload.data(), payload.size());
     }
     if (has_fault(SimFault::size_mismatch, i)) {
@@ -255,6 +272,17 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       b.column = 0;
       b.frame_number = fn - 1;
       send(0, format_sls_header(b), payload.data(), payload.size());
+    }
+    if (has_fault(SimFault::out_of_range, i)) {
+      // Numbers that a 32-bit reading would truncate to a valid port and to an end.
+      std::string s = format_sls_header(h);
+      const auto at = s.find("\"row\":") + 6;
+      s.replace(at, s.find(',', at) - at, "4294967296");
+      send(0, s, payload.data(), payload.size());
+      std::string e = format_sls_end(o.jsonversion);
+      const auto d = e.find("\"data\":0") + 8;
+      e.insert(d, ".5");
+      send(0, e, nullptr, 0);
     }
     ++rep.images;
     if (progress) progress(i + 1);

@@ -509,3 +509,15 @@ TEST(Config, MetricsSectionIsLoopbackOnly) {
   }
   EXPECT_EQ(expect_error("metrics: {enabled: true, port: 9464}\n").key(), "metrics.port");
 }
+
+TEST(Config, PedestalDarkMarker) {
+  EXPECT_EQ(gc::parse("", "empty").pedestal.dark_marker, "none");
+  EXPECT_EQ(gc::load(kExample).pedestal.dark_marker, "none");
+  auto c = gc::parse("pedestal:\n  dark_marker: frame_mode\n");
+  EXPECT_EQ(c.pedestal.dark_marker, "frame_mode");
+  EXPECT_EQ(gc::parse(gc::to_yaml(c)).pedestal.dark_marker, "frame_mode");
+  const auto e = expect_error("pedestal:\n  window: 10\n  dark_marker: pedestal\n");
+  EXPECT_EQ(e.key(), "pedestal.dark_marker");
+  EXPECT_EQ(e.line(), 3);
+  EXPECT_NE(std::string(e.what()).find("none, frame_mode"), std::string::npos) << e.what();
+}

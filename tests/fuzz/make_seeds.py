@@ -19,21 +19,22 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 def header(jsonversion=5, bitmode=16, detshape=(1, 1), shape=(400, 400), frame=1, row=0,
            column=0, data=1, complete=1, fname="/data/run_d0_f0_1", det_type=5, add=None,
-           rx_roi=(-1, -1, -1, -1), progress=None, size=None):
+           rx_roi=(-1, -1, -1, -1), progress=None, size=None, flip_rows=0, quad=0):
     px = shape[0] * shape[1]
     if size is None:
-        size = (px + 1) // 2 if bitmode == 4 else px * bitmode // 8
+        size = (px + 1) // 2 if bitmode == 4 else (3 * px + 1) // 2 if bitmode == 12 \
+            else px * bitmode // 8
     if progress is None:
         progress = 100.0 * frame / 1000
     s = ('{"jsonversion":%d,"bitmode":%d,"fileIndex":0,"detshape":[%d,%d],"shape":[%d,%d],'
          '"size":%d,"acqIndex":%d,"frameIndex":%d,"progress":%.2f,"fname":%s,"data":%d,'
          '"completeImage":%d,"frameNumber":%d,"expLength":0,"packetNumber":%d,"detSpec1":0,'
          '"timestamp":%d,"modId":%d,"row":%d,"column":%d,"detSpec2":0,"detSpec3":0,'
-         '"detSpec4":0,"detType":%d,"version":2,"flipRows":0,"quad":0') % (
+         '"detSpec4":0,"detType":%d,"version":2,"flipRows":%d,"quad":%d') % (
         jsonversion, bitmode, detshape[0], detshape[1], shape[0], shape[1], size, frame,
         frame - 1, progress, json.dumps(fname), data, complete, frame,
         40 if det_type == 5 else 64, frame * 10000, row * detshape[0] + column, row, column,
-        det_type)
+        det_type, flip_rows, quad)
     if add:
         s += ',"addJsonHeader":' + json.dumps(add, separators=(",", ":"), sort_keys=True)
     if jsonversion >= 5:
@@ -65,6 +66,9 @@ def sls_header():
     put("sls_header", "eiger_v5_32bit", header(bitmode=32, detshape=(2, 2), shape=(256, 256),
                                                column=1, det_type=1, rx_roi=(0, 255, 0, 255)))
     put("sls_header", "moench_v5_4bit_incomplete", header(bitmode=4, complete=0))
+    put("sls_header", "eiger_v5_12bit_quad_flipped",
+        header(bitmode=12, detshape=(1, 2), shape=(256, 256), row=1, det_type=1, flip_rows=1,
+               quad=1))
     put("sls_header", "end_v5", end(5))
     put("sls_header", "end_v4", end(4))
 

@@ -185,3 +185,85 @@ TEST(FrameAssembler, WakeEndsAWaitingPopAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - t1, 5s);
   a.release(std::move(f));
 }
+
+namespace {
+
+/// A part of the 2x2-port 4x6 detector as EIGER sends it: rows [first, second] of the block on
+/// the wire in that order, with flipRows and detType as given.
+void add_eiger(FrameAssembler& a, uint64_t fn, uint32_t row, uint32_t col, uint32_t flip_rows,
+               uint32_t det_type, std::vector<uint16_t> px, uint32_t bitmode = 16,
+               const char* frame_mode = nullptr) {
+  SlsHeader h;
+  h.bitmode = bitmode;
+  h.detshape = {2, 2};
+  h.shape = {3, 2};
+  h.frame_number = fn;
+  h.row = row;
+  h.column = col;
+  h.flip_rows = flip_rows;
+  h.det_type = det_type;
+  if (frame_mode) h.add_json_header["frameMode"] = frame_mode;
+  auto bytes = std::make_shared<std::vector<std::byte>>(payload_bytes(bitmode, px.size()));
+  encode_pixels(bitmode, px, bytes->data());
+  h.size = bytes->size();
+  a.add_part(h, PartPayload{bytes, std::span<const std::byte>(*bytes), bitmode});
+}
+
+}  // namespace
+
+TEST(FrameAssembler, FlippedRowsAreWrittenBottomUpForEiger) {
+  FrameAssembler a(det_2x2(), ingest(4));
+  // Top half-module as it is; the bottom one (row 1) sends its last row first, with flipRows.
+  add_eiger(a, 1, 0, 0, 0, 1, {1, 2, 3, 4, 5, 6});
+  add_eiger(a, 1, 0, 1, 0, 1, {11, 12, 13, 14, 15, 16});
+  add_eiger(a, 1, 1, 0, 1, 1, {24, 25, 26, 21, 22, 23});
+  add_eiger(a, 1, 1, 1, 1, 1, {34, 35, 36, 31, 32, 33});
+  auto f = a.pop(0ms);
+  ASSERT_NE(f, nullptr);
+  std::vector<uint16_t> image(24, 0xFFFF);
+  f->write_to(det_2x2(), image);
+  EXPECT_EQ(image, (std::vector<uint16_t>{1, 2, 3, 11, 12, 13,     //
+                                          4, 5, 6, 14, 15, 16,     //
+                                          21, 22, 23, 31, 32, 33,  //
+                                          24, 25, 26, 34, 35, 36}));
+  a.release(std::move(f));
+  // The sls consumer flips EIGER only: flipRows from another detector type is left alone.
+  add_eiger(a, 2, 0, 0, 0, 3, {1, 2, 3, 4, 5, 6});
+  add_eiger(a, 2, 0, 1, 0, 3, {11, 12, 13, 14, 15, 16});
+  add_eiger(a, 2, 1, 0, 1, 3, {24, 25, 26, 21, 22, 23});
+  add_eiger(a, 2, 1, 1, 1, 3, {34, 35, 36, 31, 32, 33});
+  f = a.pop(0ms);
+  ASSERT_NE(f, nullptr);
+  f->write_to(det_2x2(), image);
+  EXPECT_EQ(image, (std::vector<uint16_t>{1, 2, 3, 11, 12, 13,     //
+                                          4, 5, 6, 14, 15, 16,     //
+                                          24, 25, 26, 34, 35, 36,  //
+                                          21, 22, 23, 31, 32, 33}));
+  EXPECT_FALSE(f->dark_marked);
+  a.release(std::move(f));
+}
+
+TEST(FrameAssembler, TwelveBitFlippedPartsAndDarkMarkers) {
+  FrameAssembler a(det_2x2(), ingest(4));
+  // 12-bit packed parts (rows of 3 pixels: a row starts mid-byte), one flipped, one marked dark.
+  add_eiger(a, 7, 0, 0, 0, 1, {4095, 1, 2, 3, 4, 5}, 12);
+  add_eiger(a, 7, 0, 1, 0, 1, {100, 200, 300, 400, 500, 600}, 12, "pedestal");
+  add_eiger(a, 7, 1, 0, 1, 1, {3000, 3001, 3002, 2000, 2001, 2002}, 12);
+  add_eiger(a, 7, 1, 1, 0, 1, {7, 8, 9, 10, 11, 12}, 12, "frame");
+  auto f = a.pop(0ms);
+  ASSERT_NE(f, nullptr);
+  EXPECT_TRUE(f->dark_marked);
+  std::vector<uint16_t> image(24, 0xFFFF);
+  f->write_to(det_2x2(), image);
+  EXPECT_EQ(image, (std::vector<uint16_t>{4095, 1, 2, 100, 200, 300,   //
+                                          3, 4, 5, 400, 500, 600,      //
+                                          2000, 2001, 2002, 7, 8, 9,   //
+                                          3000, 3001, 3002, 10, 11, 12}));
+  a.release(std::move(f));
+  // A slot taken again starts unmarked.
+  for (uint32_t p = 0; p < 4; ++p) add_eiger(a, 8, p / 2, p % 2, 0, 1, {1, 2, 3, 4, 5, 6}, 12);
+  f = a.pop(0ms);
+  ASSERT_NE(f, nullptr);
+  EXPECT_FALSE(f->dark_marked);
+  a.release(std::move(f));
+}

@@ -6,8 +6,10 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
@@ -156,6 +158,10 @@ Expected expected_parse(std::string text) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return r;
   r.reason = BadInput::missing_field;
+  // Fields of 32 bits: a larger value is out of range, never truncated.
+  const std::set<std::string> narrow{"jsonversion", "bitmode", "completeImage", "modId", "row",
+                                     "column", "detSpec2", "detSpec3", "detSpec4", "detType",
+                                     "version", "flipRows", "quad"};
   const auto uint = [&](const char* key, bool required, uint64_t fallback,
                         uint64_t& out) -> bool {
     const auto it = j.find(key);
@@ -168,6 +174,10 @@ Expected expected_parse(std::string text) {
     else if (it->is_number_float() && it->get<double>() >= 0 && it->get<double>() < 0x1p64)
       out = static_cast<uint64_t>(it->get<double>());
     else return false;
+    if (narrow.contains(key) && out > 0xFFFFFFFFu) {
+      r.reason = BadInput::out_of_range;
+      return false;
+    }
     return true;
   };
   const auto pair = [&](const char* key, std::array<uint32_t, 2>& out) -> bool {
@@ -175,14 +185,25 @@ Expected expected_parse(std::string text) {
     if (it == j.end() || !it->is_array() || it->size() != 2) return false;
     for (int i = 0; i < 2; ++i) {
       if (!(*it)[i].is_number_unsigned()) return false;
+      if ((*it)[i].get<uint64_t>() > 0xFFFFFFFFu) {
+        r.reason = BadInput::out_of_range;
+        return false;
+      }
       out[i] = (*it)[i].get<uint32_t>();
     }
     return true;
   };
   SlsHeader h;
   uint64_t v = 0;
-  if (!uint("data", true, 0, v)) return r;
-  h.data = static_cast<uint32_t>(v);
+  // data: exactly the integer 0 or 1; another number is out of range, anything else missing.
+  const auto data = j.find("data");
+  if (data == j.end() || !data->is_number()) return r;
+  if (!data->is_number_integer() || data->get<int64_t>() < 0 || data->get<int64_t>() > 1 ||
+      (data->is_number_unsigned() && data->get<uint64_t>() > 1)) {
+    r.reason = BadInput::out_of_range;
+    return r;
+  }
+  h.data = static_cast<uint32_t>(data->get<uint64_t>());
   if (!uint("jsonversion", false, 0, v)) return r;
   h.jsonversion = static_cast<uint32_t>(v);
   if (h.is_end()) {
@@ -197,6 +218,8 @@ Expected expected_parse(std::string text) {
   } fields[] = {
       {"bitmode", true, 0, [&](uint64_t x) { h.bitmode = static_cast<uint32_t>(x); }},
       {"fileIndex", false, 0, [&](uint64_t x) { h.file_index = x; }},
+      {"detshape", true, 0, {}},  // checked here, in the parser's order
+      {"shape", true, 0, {}},
       {"size", true, 0, [&](uint64_t x) { h.size = x; }},
       {"acqIndex", false, 0, [&](uint64_t x) { h.acq_index = x; }},
       {"frameIndex", false, 0, [&](uint64_t x) { h.frame_index = x; }},
@@ -218,10 +241,13 @@ Expected expected_parse(std::string text) {
       {"quad", false, 0, [&](uint64_t x) { h.quad = static_cast<uint32_t>(x); }},
   };
   for (const auto& f : fields) {
+    if (!f.set) {
+      if (!pair(f.key, std::string_view(f.key) == "shape" ? h.shape : h.detshape)) return r;
+      continue;
+    }
     if (!uint(f.key, f.required, f.fallback, v)) return r;
     f.set(v);
   }
-  if (!pair("detshape", h.detshape) || !pair("shape", h.shape)) return r;
   if (auto it = j.find("progress"); it != j.end() && it->is_number()) h.progress = it->get<double>();
   if (auto it = j.find("fname"); it != j.end() && it->is_string()) h.fname = it->get<std::string>();
   if (auto it = j.find("addJsonHeader"); it != j.end() && it->is_object())
@@ -249,7 +275,7 @@ SlsHeader random_header(std::mt19937_64& rng, bool plain_strings) {
   SlsHeader h;
   auto u = [&](uint64_t max) { return std::uniform_int_distribution<uint64_t>(0, max)(rng); };
   h.jsonversion = u(1) ? 5 : 4;
-  h.bitmode = std::array<uint32_t, 4>{4, 8, 16, 32}[u(3)];
+  h.bitmode = std::array<uint32_t, 5>{4, 8, 12, 16, 32}[u(4)];
   h.file_index = u(1000);
   h.detshape = {static_cast<uint32_t>(u(4)), static_cast<uint32_t>(u(4))};
   h.shape = {static_cast<uint32_t>(u(1024)), static_cast<uint32_t>(u(1024))};
@@ -372,7 +398,131 @@ TEST(SlsStream, PayloadBytesPerBitmode) {
   EXPECT_EQ(payload_bytes(4, 10), 5u);
   EXPECT_EQ(payload_bytes(4, 11), 6u);
   EXPECT_TRUE(is_valid_bitmode(4));
-  EXPECT_FALSE(is_valid_bitmode(12));
+  // EIGER's 12-bit mode: two pixels in three bytes (a 256 x 512 port: 196,608 bytes).
+  EXPECT_TRUE(is_valid_bitmode(12));
+  EXPECT_EQ(payload_bytes(12, 256 * 512), 196608u);
+  EXPECT_EQ(payload_bytes(12, 10), 15u);
+  EXPECT_EQ(payload_bytes(12, 11), 17u);
+  EXPECT_FALSE(is_valid_bitmode(24));
+  EXPECT_FALSE(is_valid_bitmode(0));
+}
+
+TEST(SlsStream, Decode12BitAsSlsConsumersUnpackIt) {
+  // Pixels 2k and 2k+1 in bytes b0 b1 b2: 2k = b0 | (b1 & 0xF) << 8, 2k+1 = b1 >> 4 | b2 << 4.
+  const std::vector<std::byte> b{std::byte{0xBC}, std::byte{0x3A}, std::byte{0x12},
+                                 std::byte{0x01}, std::byte{0xF0}, std::byte{0xFF}};
+  uint16_t out[4] = {};
+  decode_row(12, b.data(), 0, 4, out);
+  EXPECT_EQ(out[0], 0xABC);
+  EXPECT_EQ(out[1], 0x123);
+  EXPECT_EQ(out[2], 0x001);
+  EXPECT_EQ(out[3], 0xFFF);
+  // A row may start at an odd pixel (mid-byte).
+  decode_row(12, b.data(), 1, 2, out);
+  EXPECT_EQ(out[0], 0x123);
+  EXPECT_EQ(out[1], 0x001);
+  // The virtual EIGER server's test pattern: pixel i holds i.
+  std::vector<std::byte> pattern(payload_bytes(12, 4096));
+  for (std::size_t i = 0; i < 4096; i += 2) {
+    auto* p = reinterpret_cast<uint8_t*>(pattern.data()) + i / 2 * 3;
+    p[0] = static_cast<uint8_t>(i & 0xFF);
+    p[1] = static_cast<uint8_t>(((i >> 8) & 0xF) | ((i + 1) & 0xF) << 4);
+    p[2] = static_cast<uint8_t>(((i + 1) >> 4) & 0xFF);
+  }
+  std::vector<uint16_t> px(4096);
+  decode_row(12, pattern.data(), 0, px.size(), px.data());
+  for (std::size_t i = 0; i < px.size(); ++i) ASSERT_EQ(px[i], i);
+  // Encoding gives the same bytes; values over 12 bits saturate at 4095.
+  std::vector<std::byte> again(pattern.size());
+  encode_pixels(12, px, again.data());
+  EXPECT_EQ(again, pattern);
+  const std::vector<uint16_t> big{5000, 4095, 0};
+  std::vector<std::byte> packed(payload_bytes(12, big.size()), std::byte{0xEE});
+  encode_pixels(12, big, packed.data());
+  EXPECT_EQ(packed, (std::vector<std::byte>{std::byte{0xFF}, std::byte{0xFF}, std::byte{0xFF},
+                                            std::byte{0x00}, std::byte{0x00}}));
+}
+
+TEST(SlsStream, HeaderIntegersAreCheckedAtTheirWidth) {
+  EXPECT_EQ(to_string(BadInput::out_of_range), "out_of_range");
+  const auto j = nlohmann::json::parse(format_sls_header(sample()));
+  const auto with = [&](const char* key, const nlohmann::json& value) {
+    auto k = j;
+    k[key] = value;
+    return parse_sls_header(k.dump());
+  };
+  const uint64_t two32 = uint64_t{1} << 32;
+  // Read as [100, 100], row 0, bitmode 16 and an end by a 32-bit reading.
+  auto p = with("shape", {two32 + 100, 100});
+  EXPECT_FALSE(p.header);
+  EXPECT_EQ(p.reason, BadInput::out_of_range);
+  EXPECT_EQ(p.detail, "shape[0] = 4294967396 (allowed: 0 to 4294967295)");
+  p = with("detshape", {1, two32 + 2});
+  EXPECT_EQ(p.reason, BadInput::out_of_range);
+  EXPECT_EQ(p.detail, "detshape[1] = 4294967298 (allowed: 0 to 4294967295)");
+  p = with("row", two32);
+  EXPECT_EQ(p.reason, BadInput::out_of_range);
+  EXPECT_EQ(p.detail, "row = 4294967296 (allowed: 0 to 4294967295)");
+  p = with("bitmode", two32 + 16);
+  EXPECT_EQ(p.reason, BadInput::out_of_range);
+  EXPECT_EQ(p.detail, "bitmode = 4294967312 (allowed: 0 to 4294967295)");
+  // data is exactly the integer 0 or 1: anything else is bad input, never an end.
+  p = with("data", two32);
+  EXPECT_EQ(p.reason, BadInput::out_of_range);
+  EXPECT_EQ(p.detail, "data = 4294967296 (allowed: the integer 0 or 1)");
+  p = with("data", 0.5);
+  EXPECT_EQ(p.reason, BadInput::out_of_range);
+  EXPECT_EQ(p.detail, "data = 0.5 (allowed: the integer 0 or 1)");
+  for (const nlohmann::json& v : {nlohmann::json(2), nlohmann::json(-1), nlohmann::json(1.0),
+                                  nlohmann::json(0.0), nlohmann::json(two32 + 1)}) {
+    p = with("data", v);
+    EXPECT_FALSE(p.header) << v;
+    EXPECT_EQ(p.reason, BadInput::out_of_range) << v;
+  }
+  EXPECT_EQ(with("data", "0").reason, BadInput::missing_field);
+  EXPECT_EQ(with("data", true).reason, BadInput::missing_field);
+  auto end = nlohmann::json::parse(format_sls_end());
+  end["data"] = 0.5;
+  EXPECT_EQ(parse_sls_header(end.dump()).reason, BadInput::out_of_range);
+  // Every 32-bit field: 2^32 - 1 is read exactly, 2^32 (or a float that large) is out of range.
+  for (const char* key : {"jsonversion", "bitmode", "completeImage", "modId", "row", "column",
+                          "detSpec2", "detSpec3", "detSpec4", "detType", "version", "flipRows",
+                          "quad"}) {
+    p = with(key, two32);
+    EXPECT_EQ(p.reason, BadInput::out_of_range) << key;
+    EXPECT_EQ(p.detail, fmt::format("{} = 4294967296 (allowed: 0 to 4294967295)", key));
+    p = with(key, 4294967296.5);
+    EXPECT_EQ(p.reason, BadInput::out_of_range) << key;
+    EXPECT_EQ(p.detail.rfind(fmt::format("{} = 4294967296.5", key), 0), 0u) << p.detail;
+    p = with(key, two32 - 1);
+    ASSERT_TRUE(p.header) << key << ": " << p.detail;
+  }
+  EXPECT_EQ(with("row", two32 - 1).header->row, 0xFFFFFFFFu);
+  EXPECT_EQ(with("quad", two32 - 1).header->quad, 0xFFFFFFFFu);
+  // 64-bit fields keep their width.
+  EXPECT_EQ(with("frameNumber", two32 + 7).header->frame_number, two32 + 7);
+  EXPECT_EQ(with("size", two32).header->size, two32);
+}
+
+TEST(SlsStream, DarkMarkersAndFlippedRows) {
+  SlsHeader h = sample();
+  EXPECT_TRUE(h.marked_dark());
+  h.add_json_header["frameMode"] = "newPedestal";
+  EXPECT_TRUE(h.marked_dark());
+  for (const char* mode : {"frame", "data", "raw", "Pedestal", ""}) {
+    h.add_json_header["frameMode"] = mode;
+    EXPECT_FALSE(h.marked_dark()) << mode;
+  }
+  h.add_json_header.clear();
+  EXPECT_FALSE(h.marked_dark());
+  // flipRows is applied to EIGER (detType 1) only, as the sls consumer does.
+  h.flip_rows = 1;
+  h.det_type = 5;
+  EXPECT_FALSE(h.rows_flipped());
+  h.det_type = 1;
+  EXPECT_TRUE(h.rows_flipped());
+  h.flip_rows = 0;
+  EXPECT_FALSE(h.rows_flipped());
 }
 
 TEST(SlsStream, DecodeEveryBitmode) {
@@ -408,7 +558,7 @@ TEST(SlsStream, DecodeEveryBitmode) {
 
 TEST(SlsStream, EncodeIsTheInverseOfDecode) {
   const std::vector<uint16_t> px{0, 1, 9, 15, 14, 3, 7};
-  for (uint32_t bm : {4u, 8u, 16u, 32u}) {
+  for (uint32_t bm : {4u, 8u, 12u, 16u, 32u}) {
     std::vector<std::byte> buf(payload_bytes(bm, px.size()));
     encode_pixels(bm, px, buf.data());
     std::vector<uint16_t> back(px.size());

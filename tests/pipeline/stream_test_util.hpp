@@ -51,7 +51,10 @@ inline std::filesystem::path fresh_dir(const std::string& name) {
 inline ClusterTable expected_clusters(const pipeline::RunFileContents& f, const pipeline::SimImageParams& img,
                                       uint64_t first_frame_number, uint64_t sim_dark_frames,
                                       const FinderParams& params, uint32_t bitmode = 16) {
-  const uint16_t max_value = bitmode == 4 ? 15 : bitmode == 8 ? 255 : 65535;  // what the stream carries
+  const uint16_t max_value = bitmode == 4    ? 15
+                             : bitmode == 8  ? 255
+                             : bitmode == 12 ? 4095
+                                             : 65535;  // what the stream carries
   auto finder = make_reference_finder(params);
   const pipeline::SimImageSource source(img, sim_dark_frames);
   ClusterTable out(params.cluster_size);

@@ -56,6 +56,11 @@ struct PedestalConfig {
   uint32_t dark_frames = 1000;  ///< dark frames at the start of each run
   bool keep_previous = false;   ///< reuse the previous run's pedestal (same shape) instead
   uint32_t window = 1000;       ///< pedestal running-average window
+  /// What marks a frame as dark. "none": the first dark_frames frames of the run are dark.
+  /// "frame_mode": the frames whose addJsonHeader says frameMode pedestal (or newPedestal) are
+  /// dark, unmarked ones data; dark_frames of them make the pedestal ready (or fewer, when an
+  /// unmarked frame follows marked ones).
+  std::string dark_marker = "none";
 };
 
 struct FinderConfig {

@@ -53,6 +53,7 @@ struct RunStats {
   bool fatal = false;
   double elapsed_s = 0;
   uint64_t messages = 0, bytes = 0, end_messages = 0;
+  uint64_t stray_ends = 0;         ///< end headers taken for the receiver's dummy (not ends)
   uint64_t parts = 0;
   uint64_t frames_received = 0;    ///< images assembled (complete + incomplete)
   uint64_t frames_processed = 0;   ///< rows written for received images (dark + data + incomplete)

@@ -27,6 +27,7 @@ struct PartPayload {
   std::shared_ptr<const void> owner;
   std::span<const std::byte> bytes;
   uint32_t bitmode = 16;
+  bool rows_flipped = false;  ///< the part's rows come last row first (SlsHeader::rows_flipped)
 };
 
 /// One assembled image: a slot of the assembler's pool, holding its parts until the consumer
@@ -35,13 +36,15 @@ struct AssembledFrame {
   uint64_t frame_number = 0;
   uint64_t timestamp = 0;
   bool incomplete = false;                 ///< a part never arrived or completeImage was 0
+  bool dark_marked = false;                ///< a part's addJsonHeader marks it dark (frameMode)
   uint32_t parts = 0;                      ///< parts received
   std::vector<PartPayload> part;           ///< by row * ports_x + column; empty = not arrived
   std::chrono::steady_clock::time_point first_part_at{};
 
   /// Writes the whole image (rows x cols, row-major uint16) into `out`: every part decoded from
-  /// its bitmode into its (row, column) block, parts that never arrived as zeros. This is the
-  /// one copy of the pixels between the socket and the finder's staging.
+  /// its bitmode into its (row, column) block (a part with rows_flipped from its last row up),
+  /// parts that never arrived as zeros. This is the one copy of the pixels between the socket and
+  /// the finder's staging.
   void write_to(const config::DetectorConfig& det, std::span<uint16_t> out) const;
 };
 using FramePtr = std::unique_ptr<AssembledFrame>;

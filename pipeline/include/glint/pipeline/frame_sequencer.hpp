@@ -22,6 +22,10 @@ class FrameSequencer {
                  FinderStage& finder, RunCounters& counters,
                  std::function<void()> pedestal_ready);
 
+  /// pedestal.dark_marker frame_mode: a frame is dark when its sender marked it so
+  /// (AssembledFrame::dark_marked), data otherwise; the first unmarked frame after marked ones
+  /// makes the pedestal ready even before dark_frames of them.
+  void take_dark_by_marker(bool on) { dark_by_marker_ = on; }
   /// No dark frames to take (the previous run's pedestal is kept, or none are configured):
   /// data taking starts now.
   void start_data();
@@ -41,6 +45,8 @@ class FrameSequencer {
   RunCounters& counters_;
   std::function<void()> pedestal_ready_;
   std::optional<uint64_t> next_expected_;
+  bool dark_by_marker_ = false;
+  bool marked_seen_ = false;
 };
 
 }  // namespace glint::pipeline

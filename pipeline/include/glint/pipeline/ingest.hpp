@@ -20,6 +20,7 @@
 namespace zmq {
 class context_t;
 class message_t;
+class socket_t;
 }
 
 namespace glint::pipeline {
@@ -28,6 +29,9 @@ struct IngestCounters {
   uint64_t messages = 0;
   uint64_t bytes = 0;
   uint64_t end_messages = 0;
+  /// End headers from an endpoint that had sent no data yet while no other had ended: the
+  /// receiver's dummy header before an acquisition (a stop while idle, a restream), not an end.
+  uint64_t stray_ends = 0;
   std::array<uint64_t, kBadInputKinds> bad{};
   uint64_t bad_total() const {
     uint64_t s = 0;
@@ -67,6 +71,19 @@ bool keep_receive_buffers();
 /// connection that sends a larger part before allocating it (the sender reconnects).
 std::size_t ingest_max_message_bytes(const config::DetectorConfig& detector);
 
+/// TCP keepalive of the ingest's SUB connections, as slsReceiver's ZeroMQ sockets set it: probes
+/// after 60 s without traffic, every second, 10 unanswered ones close the connection (which the
+/// ingest then connects again). A connection whose peer vanished (a power cut, a dropped route)
+/// is noticed instead of waiting forever.
+struct TcpKeepalive {
+  int idle_s = 60;
+  int interval_s = 1;
+  int count = 10;
+};
+inline constexpr TcpKeepalive kIngestKeepalive{};
+/// Sets ZMQ_TCP_KEEPALIVE (on) and kIngestKeepalive's values on a socket, before it connects.
+void set_tcp_keepalive(zmq::socket_t& sock);
+
 class Ingest {
  public:
   /// Connects the SUB sockets and starts the threads.
@@ -75,9 +92,11 @@ class Ingest {
   Ingest(const Ingest&) = delete;
   Ingest& operator=(const Ingest&) = delete;
 
-  /// True when every endpoint has sent the end-of-acquisition message.
+  /// True when every endpoint has sent the end-of-acquisition message. An end header from an
+  /// endpoint that has sent no data yet is taken as the end only once another endpoint has ended
+  /// (a port without data); before that it is a stray (dummy) header and counted as such.
   bool all_ended() const;
-  /// True when at least one endpoint has sent it.
+  /// True when at least one endpoint has sent it (strays not counted).
   bool any_ended() const;
   IngestCounters counters() const;
   void stop();
@@ -91,6 +110,9 @@ class Ingest {
   std::unique_ptr<zmq::context_t> ctx_;
   std::atomic<uint64_t> messages_{0}, bytes_{0}, end_messages_{0};
   std::vector<std::unique_ptr<std::atomic<bool>>> ended_;
+  std::atomic<uint64_t> stray_ends_{0};
+  /// By endpoint: a data header has arrived; a stray end header has arrived.
+  std::vector<std::unique_ptr<std::atomic<bool>>> data_seen_, stray_end_;
   BadInputLog bad_;
   std::mutex ports_mu_;
   std::vector<std::optional<uint64_t>> last_frame_of_port_;  ///< by row * ports_x + column

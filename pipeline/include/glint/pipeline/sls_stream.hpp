@@ -18,11 +18,12 @@ enum class BadInput : uint8_t {
   missing_field,        ///< a required key is absent or has the wrong type
   size_mismatch,        ///< payload size differs from `size` or from shape x bitmode
   wrong_shape,          ///< shape / detshape differ from the configured detector
-  unknown_bitmode,      ///< bitmode not 4, 8, 16 or 32
+  unknown_bitmode,      ///< bitmode not 4, 8, 12, 16 or 32
   data_without_header,  ///< a pixel part that is not preceded by a header
   frame_backwards,      ///< frame number not above the port's previous one
   unknown_port,         ///< (row, column) outside the configured detector
   oversize,             ///< a header over kMaxSlsHeaderBytes (refused before parsing)
+  out_of_range,         ///< a number that does not fit its field (32 bits; data not 0 or 1)
   count_
 };
 inline constexpr std::size_t kBadInputKinds = static_cast<std::size_t>(BadInput::count_);
@@ -31,7 +32,7 @@ std::string_view to_string(BadInput kind);
 /// The fields of one header that glint uses, plus the ones it passes through.
 struct SlsHeader {
   uint32_t jsonversion = 5;
-  uint32_t bitmode = 16;
+  uint32_t bitmode = 16;                   ///< 4, 8, 12 (EIGER, packed), 16 or 32
   uint64_t file_index = 0;
   std::array<uint32_t, 2> detshape{1, 1};  ///< ports [x, y]
   std::array<uint32_t, 2> shape{0, 0};     ///< this port's pixels [x (cols), y (rows)]
@@ -53,12 +54,20 @@ struct SlsHeader {
   uint32_t det_spec2 = 0, det_spec3 = 0, det_spec4 = 0;
   uint32_t det_type = 0;
   uint32_t version = 0;
-  uint32_t flip_rows = 0;
-  uint32_t quad = 0;
+  uint32_t flip_rows = 0;                  ///< EIGER: this port's rows come bottom to top
+  uint32_t quad = 0;                       ///< EIGER quad (detshape [1, 2], port 1 flipped)
   std::map<std::string, std::string> add_json_header;
   std::array<int, 4> rx_roi{-1, -1, -1, -1};
 
   bool is_end() const { return data == 0; }
+  /// The rows of this port's block are sent last row first: slsReceiver marks an EIGER's bottom
+  /// half-modules (and a quad's second port) with flipRows, and its consumer flips them for EIGER
+  /// only (detType 1).
+  bool rows_flipped() const { return flip_rows != 0 && det_type == kDetTypeEiger; }
+  /// addJsonHeader marks a dark frame: frameMode "pedestal" or "newPedestal", as MOENCH and
+  /// JUNGFRAU processors read it.
+  bool marked_dark() const;
+  static constexpr uint32_t kDetTypeEiger = 1;  ///< slsDetectorDefs::detectorType EIGER
   bool operator==(const SlsHeader&) const = default;
 };
 
@@ -76,8 +85,9 @@ inline constexpr std::size_t kMaxSlsHeaderBytes = 64 * 1024;
 /// once warm except for the pass-through strings: an fname longer than 15 characters and
 /// addJsonHeader's entries). Unknown keys are ignored, a key given twice counts with its last
 /// value; version 4 and 5 accepted. An integer that does not fit 64 bits makes the header malformed
-/// (simdjson). A text over kMaxSlsHeaderBytes is refused as oversize without being parsed (the
-/// parser's buffers never grow past that).
+/// (simdjson); one that does not fit its 32-bit field, or a `data` other than the integer 0 or 1,
+/// is out_of_range (never truncated, never an end). A text over kMaxSlsHeaderBytes is refused as
+/// oversize without being parsed (the parser's buffers never grow past that).
 ParsedHeader parse_sls_header(std::string_view text);
 
 /// The header as slsReceiver 9.x sends it (keys in its order, "}\n" at the end). Version 4 omits
@@ -86,18 +96,21 @@ std::string format_sls_header(const SlsHeader& h);
 /// The end-of-acquisition message (data 0, other fields zero or empty).
 std::string format_sls_end(uint32_t jsonversion = 5);
 
-/// Payload bytes of `pixels` pixels at `bitmode` (4 bits: two pixels per byte, rounded up).
+/// Payload bytes of `pixels` pixels at `bitmode` (4 bits: two pixels per byte, 12 bits: two
+/// pixels in three bytes; rounded up).
 std::size_t payload_bytes(uint32_t bitmode, std::size_t pixels);
 bool is_valid_bitmode(uint32_t bitmode);
 
-/// Widens one row of `n` pixels from the stream's bitmode into uint16: 4 and 8 bits widen,
-/// 16 copies (little-endian), 32 saturates at 65535. `src` holds the row's bytes; for 4 bits the
-/// row starts at nibble `first_nibble` (0: high nibble of src[0]).
+/// Widens `n` pixels from the stream's bitmode into uint16, starting at pixel `first_pixel` of
+/// the payload `src`: 4, 8 and 12 bits widen, 16 copies (little-endian), 32 saturates at 65535.
+/// 4 bits: two pixels per byte, the first in the high nibble. 12 bits (EIGER): pixels 2k and
+/// 2k+1 in bytes b0 b1 b2 as the 24-bit little-endian value b0 | b1 << 8 | b2 << 16, pixel 2k
+/// in its low 12 bits (as slsDetectorPackage's consumers unpack it).
 void decode_row(uint32_t bitmode, const std::byte* src, std::size_t first_pixel, std::size_t n,
                 uint16_t* dst);
 
-/// Encodes uint16 pixels into the stream's bitmode (the inverse of decode_row; 4 and 8 bits and
-/// 32 bits as used by the simulator). Values that do not fit are saturated.
+/// Encodes uint16 pixels into the stream's bitmode (the inverse of decode_row; 4, 8, 12 and 32
+/// bits as used by the simulator). Values that do not fit are saturated.
 void encode_pixels(uint32_t bitmode, std::span<const uint16_t> pixels, std::byte* dst);
 
 }  // namespace glint::pipeline

@@ -48,11 +48,12 @@ enum class SimFault : uint8_t {
   incomplete,           ///< completeImage = 0 in one part's header
   data_without_header,  ///< the pixels are sent without a header
   wrong_shape,          ///< an extra message with a wrong shape
-  unknown_bitmode,      ///< an extra message with bitmode 12
+  unknown_bitmode,      ///< an extra message with bitmode 24
   size_mismatch,        ///< an extra message with a truncated payload
   missing_field,        ///< an extra header without frameNumber
   unknown_port,         ///< an extra part for a port outside the detector
   backwards,            ///< an extra part repeating an earlier frame number
+  out_of_range,         ///< an extra part with row 2^32 and an end header with data 0.5
 };
 /// "malformed", "drop-part", ...; throws std::invalid_argument listing the allowed names.
 SimFault parse_sim_fault(std::string_view name);
@@ -62,7 +63,7 @@ struct SimOptions {
   std::vector<std::string> endpoints{"tcp://127.0.0.1:30001"};  ///< bound; parts go round-robin
   SimImageParams image;
   uint32_t ports_x = 1, ports_y = 1;   ///< detshape: parts per image
-  uint32_t bitmode = 16;               ///< 4, 8, 16 or 32
+  uint32_t bitmode = 16;               ///< 4, 8, 12, 16 or 32
   uint32_t jsonversion = 5;
   uint64_t dark_frames = 0;
   uint64_t frames = 100;               ///< photon frames after the dark frames
@@ -82,6 +83,17 @@ struct SimOptions {
   /// Called once every endpoint is bound, with the bound addresses (a "tcp://127.0.0.1:*"
   /// endpoint gets a free port), before waiting for subscribers.
   std::function<void(const std::vector<std::string>&)> on_bound;
+  /// EIGER bottom half-modules: the ports of odd rows send their rows last first with flipRows 1
+  /// (detType EIGER), so that the image assembled as slsReceiver's consumer does is unchanged.
+  bool flip_rows = false;
+  /// EIGER quad: quad 1, ports [1, 2], the second port flipped (as slsReceiver sends a quad).
+  bool quad = false;
+  /// addJsonHeader frameMode "pedestal" on dark frames and "frame" on the others, as acquisition
+  /// tools set it for MOENCH processors; off: no addJsonHeader.
+  bool mark_dark = false;
+  /// Before the first image, the header slsReceiver sends on a stop or restream while idle (its
+  /// "dummy": the end-of-acquisition header) on every endpoint.
+  bool dummy_start = false;
 };
 
 struct SimReport {
