@@ -22,6 +22,7 @@ std::string_view to_string(BadInput kind) {
     case BadInput::frame_backwards: return "frame_backwards";
     case BadInput::unknown_port: return "unknown_port";
     case BadInput::oversize: return "oversize";
+    case BadInput::frame_jump: return "frame_jump";
     case BadInput::count_: break;
   }
   return "unknown";

@@ -23,6 +23,7 @@ enum class BadInput : uint8_t {
   frame_backwards,      ///< frame number not above the port's previous one
   unknown_port,         ///< (row, column) outside the configured detector
   oversize,             ///< a header over kMaxSlsHeaderBytes (refused before parsing)
+  frame_jump,           ///< frame number more than ingest.max_frame_jump above the port's previous
   count_
 };
 inline constexpr std::size_t kBadInputKinds = static_cast<std::size_t>(BadInput::count_);
