@@ -45,6 +45,7 @@ void FrameSequencer::route(FramePtr f) {
       log::warn("run {}: frame {} after {} is off the stream's stride {}; every frame number is "
                 "expected from here on", run_index_, fn, *last_, stride_);
       stride_ = 1;
+      counters_.stream_stride.store(1);
     }
     if (step > stride_ || !dropped.empty()) write_gap(*last_ + stride_, fn, stride_, dropped);
     first_step_ = false;
