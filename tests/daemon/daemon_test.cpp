@@ -397,3 +397,33 @@ TEST(Daemon, FramesBetweenManualRunsAreCountedNotLostSilently) {
   control(ep, "shutdown");
   EXPECT_TRUE(d.wait(10s));
 }
+
+TEST(Daemon, AReloadWithNewEndpointsSubscribesAfreshForTheNextRun) {
+  Rigging s = setup("daemon_new_ep");
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  ASSERT_TRUE(control(ep, "start")["ok"]);
+  pipeline::run_stream_simulator(s.sim);
+  ASSERT_EQ(wait_status(ep, [](const json& j) { return idle_after(j, 1); }, 20s)["state"], "idle");
+  config::Config moved = s.cfg;
+  const std::string ep2 = glint::testing::loopback(glint::testing::free_tcp_port());
+  moved.ingest.endpoints = {ep2};
+  d.request_reload(moved);
+  json r;
+  for (const auto until = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < until;) {
+    r = control(ep, "config");
+    if (r["yaml"].get<std::string>().find(ep2) != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(r["yaml"].get<std::string>().find(ep2), std::string::npos);
+  ASSERT_TRUE(control(ep, "start")["ok"]);
+  s.sim.endpoints = {ep2};
+  s.sim.wait_subscribers_ms = 5000;
+  EXPECT_TRUE(pipeline::run_stream_simulator(s.sim).subscribers_seen);
+  r = wait_status(ep, [](const json& j) { return idle_after(j, 2); }, 20s);
+  EXPECT_EQ(r["last_run"]["frames"], 50) << r.dump();
+  EXPECT_EQ(r["last_run"]["end_reason"], "end of acquisition");
+  control(ep, "shutdown");
+  EXPECT_TRUE(d.wait(10s));
+}
