@@ -92,6 +92,9 @@ TEST(Glintd, EndToEndWithCtlAndReload) {
     auto stats = ctl({"stats"}, "ctl_stats.log");
     ASSERT_EQ(stats->wait_exit(10s), 0) << stats->log();
     EXPECT_NE(stats->log().find("received 140  processed 140  dark 20  data 120"), std::string::npos) << stats->log();
+    EXPECT_NE(stats->log().find("stream     stride 1  restarts 0  missing rows not written 0  "
+                                "outside a run 0  held for the next run 0"),
+              std::string::npos) << stats->log();
     auto status = ctl({"status", "--json"}, "ctl_status.log");
     ASSERT_EQ(status->wait_exit(10s), 0) << status->log();
     const json st = json::parse(status->log());
