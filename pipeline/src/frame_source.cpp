@@ -1,5 +1,7 @@
 #include "glint/pipeline/frame_source.hpp"
 
+#include <algorithm>
+
 namespace glint::pipeline {
 
 namespace {
@@ -57,8 +59,10 @@ std::optional<std::string> FrameSource::ended(std::chrono::steady_clock::time_po
   if (!in) return std::nullopt;
   if (in->all_ended()) return in->restarted() ? "detector restart" : "end of acquisition";
   if (in->any_ended()) {
+    // The ports that have not ended may be behind the others (ports out of step): the run waits
+    // while they still deliver.
     if (!first_end_at_) first_end_at_ = now;
-    else if (now - *first_end_at_ >= part_timeout_)
+    else if (now - std::max(*first_end_at_, in->last_delivery()) >= part_timeout_)
       return in->restarted() ? "detector restart (not on every port)"
                              : "end of acquisition (not on every port)";
   }

@@ -78,6 +78,7 @@ Ingest::Ingest(const config::Config& cfg, FrameAssembler& assembler)
   held_data_.assign(cfg_.ingest.endpoints.size(), false);
   hold_limit_ = std::size_t{cfg_.ingest.queue_frames} * cfg_.detector.n_ports();
   assembler_ = &assembler;
+  last_delivery_ = std::chrono::steady_clock::now();
   start_threads();
 }
 
@@ -116,6 +117,11 @@ bool Ingest::restarted() const {
   return std::any_of(ports_.begin(), ports_.end(), [](const PortState& p) { return p.cut; });
 }
 
+std::chrono::steady_clock::time_point Ingest::last_delivery() const {
+  std::lock_guard lock(route_mu_);
+  return last_delivery_;
+}
+
 IngestCounters Ingest::counters() const {
   IngestCounters c;
   c.messages = messages_.load();
@@ -149,6 +155,7 @@ void Ingest::set_hold(bool hold) {
 void Ingest::attach(FrameAssembler& assembler) {
   std::lock_guard lock(route_mu_);
   assembler_ = &assembler;
+  last_delivery_ = std::chrono::steady_clock::now();
   std::fill(ended_.begin(), ended_.end(), false);
   std::fill(held_data_.begin(), held_data_.end(), false);
   for (auto& p : ports_) p.in_run = p.cut = false;
@@ -197,6 +204,7 @@ void Ingest::deliver_locked(std::size_t endpoint, const SlsHeader& h, PartPayloa
   if (assembler_ && !ps.cut && !ended_[endpoint]) {
     if (!boundary || !ps.in_run) {
       ps.in_run = true;
+      last_delivery_ = std::chrono::steady_clock::now();
       assembler_->add_part(h, std::move(payload));
       return;
     }

@@ -138,6 +138,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     std::size_t sock;
     std::string header;
     std::vector<std::byte> data;
+    bool end = false;  ///< a one-part end message
   };
   std::deque<Delayed> delayed;
   auto send_now = [&](std::size_t sock, const std::string& header, const std::byte* data, std::size_t size) {
@@ -155,7 +156,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     while (!delayed.empty() && (all || delayed.front().due <= std::chrono::steady_clock::now())) {
       std::this_thread::sleep_until(delayed.front().due);
       Delayed& d = delayed.front();
-      send_now(d.sock, d.header, d.data.data(), d.data.size());
+      send_now(d.sock, d.header, d.end ? nullptr : d.data.data(), d.data.size());
       delayed.pop_front();
     }
   };
@@ -179,11 +180,26 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
   auto acq_t0 = t0;
   const uint64_t per_acq = total > o.skip_images ? total - o.skip_images : 0;
   const std::string end = format_sls_end(o.jsonversion);
+  // Each endpoint's end message follows its own last part: an endpoint whose ports are delayed
+  // sends it that much later too.
   auto send_end = [&] {
+    if (o.send_end) {
+      for (std::size_t s = 0; s < socks.size(); ++s) {
+        uint32_t delay = 0;
+        for (std::size_t p = s; p < o.port_delay_ms.size(); p += socks.size())
+          delay = std::max(delay, o.port_delay_ms[p]);
+        for (uint32_t k = 0; k < std::max<uint32_t>(o.end_repeat, 1); ++k) {
+          if (delay == 0) send_now(s, end, nullptr, 0);
+          else
+            delayed.push_back(Delayed{std::chrono::steady_clock::now() +
+                                          std::chrono::milliseconds(delay),
+                                      s, end, {}, true});
+        }
+      }
+    }
+    std::stable_sort(delayed.begin(), delayed.end(),
+                     [](const Delayed& a, const Delayed& b) { return a.due < b.due; });
     send_due(true);
-    if (!o.send_end) return;
-    for (uint32_t k = 0; k < std::max<uint32_t>(o.end_repeat, 1); ++k)
-      for (std::size_t s = 0; s < socks.size(); ++s) send(s, end, nullptr, 0);
   };
   // Acquisition `acq` sends images skip_images .. total - 1 (steps acq * per_acq ...).
   for (uint64_t step = 0; step < per_acq * o.acquisitions; ++step) {

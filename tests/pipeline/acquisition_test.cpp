@@ -472,3 +472,19 @@ TEST(Acquisition, PortsOutOfStepByMoreThanThePartTimeoutLoseNothing) {
   EXPECT_EQ(glint::testing::count_rows(r.file, 0), 60u);
   expect_clusters_match(c, r);
 }
+
+TEST(Acquisition, APortBehindTheOthersAtTheEndIsWaitedForWhileItDelivers) {
+  // Two receivers on two endpoints; the second runs 400 ms behind, its end message too: the
+  // first one's end does not end the run while the second still delivers.
+  Case c = make_case("skew_end", 2, 1, 2);
+  c.cfg.ingest.part_timeout_ms = 150;
+  c.sim.rate_hz = 200;
+  c.sim.port_delay_ms = {0, 400};
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.end_reason, "end of acquisition");
+  EXPECT_EQ(r.stats.incomplete, 0u);
+  EXPECT_EQ(r.stats.parts, 160u);
+  ASSERT_EQ(r.file.frames.size(), 80u);
+  EXPECT_EQ(glint::testing::count_rows(r.file, 0), 60u);
+  expect_clusters_match(c, r);
+}

@@ -54,7 +54,7 @@ class FrameSource {
   }
 
   /// Why the stream has ended, if it has: every endpoint sent its end message ("end of
-  /// acquisition"), or some did and the others stayed silent for ingest.part_timeout_ms
+  /// acquisition"), or some did and nothing reached the run for ingest.part_timeout_ms since
   /// ("end of acquisition (not on every port)"), or the ports restarted their frameIndex (a new
   /// acquisition began: "detector restart"). Called by the run's thread.
   std::optional<std::string> ended(std::chrono::steady_clock::time_point now);

@@ -109,6 +109,8 @@ class Ingest {
   bool any_ended() const;
   /// True when a port restarted its frameIndex during the attached run.
   bool restarted() const;
+  /// When a part last reached the attached run's assembler (attach() if none has).
+  std::chrono::steady_clock::time_point last_delivery() const;
   IngestCounters counters() const;
   const config::Config& config() const { return cfg_; }
   void stop();
@@ -153,6 +155,7 @@ class Ingest {
   std::vector<bool> held_data_;  ///< by endpoint: held_ has its data parts
   std::vector<PortState> ports_;  ///< by row * ports_x + column
   uint64_t restarts_ = 0;
+  std::chrono::steady_clock::time_point last_delivery_{};
   std::chrono::steady_clock::time_point outside_logged_{};
   std::vector<std::jthread> threads_;
 };
