@@ -131,7 +131,7 @@ IngestCounters Ingest::counters() const {
   std::lock_guard lock(route_mu_);
   c.restarts = restarts_;
   for (const auto& p : ports_) c.frames_outside_run = std::max(c.frames_outside_run, p.outside);
-  c.held_parts = held_.size();
+  c.held_parts = held_parts_;
   return c;
 }
 
@@ -147,6 +147,7 @@ void Ingest::set_hold(bool hold) {
       ++parts;
     }
   held_.clear();
+  held_parts_ = 0;
   std::fill(held_data_.begin(), held_data_.end(), false);
   if (parts > 0)
     log::warn("ingest: {} part(s) held for a run that will not start are not recorded", parts);
@@ -163,8 +164,9 @@ void Ingest::attach(FrameAssembler& assembler) {
   // an end message or a restart) is held again.
   std::deque<Held> held;
   held.swap(held_);
-  if (!held.empty())
-    log::info("ingest: {} part(s) received before the run start go to the run", held.size());
+  if (held_parts_ > 0)
+    log::info("ingest: {} part(s) received before the run start go to the run", held_parts_);
+  held_parts_ = 0;
   for (auto& e : held) {
     if (e.end) end_locked(e.endpoint);
     else deliver_locked(e.endpoint, e.header, std::move(e.payload), e.boundary);
@@ -178,7 +180,7 @@ void Ingest::detach() {
 
 void Ingest::hold_locked(Held held) {
   if (!held.end) {
-    if (!hold_ || held_.size() >= hold_limit_) {
+    if (!hold_ || held_parts_ >= hold_limit_) {
       PortState& ps = ports_[held.header.row * cfg_.detector.ports_x + held.header.column];
       ++ps.outside;
       const auto now = std::chrono::steady_clock::now();
@@ -187,13 +189,14 @@ void Ingest::hold_locked(Held held) {
         log::warn("ingest {}: frame {} arrived outside a run ({}); not recorded ({} from this "
                   "port so far, logged at most every 10 s)",
                   cfg_.ingest.endpoints[held.endpoint], held.header.frame_number,
-                  hold_ ? fmt::format("{} parts already held for the next run", held_.size())
+                  hold_ ? fmt::format("{} parts already held for the next run", held_parts_)
                         : std::string("no run will start: run.auto_start is off"),
                   ps.outside);
       }
       return;
     }
     held_data_[held.endpoint] = true;
+    ++held_parts_;
   }
   held_.push_back(std::move(held));
 }

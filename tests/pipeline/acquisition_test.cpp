@@ -488,3 +488,47 @@ TEST(Acquisition, APortBehindTheOthersAtTheEndIsWaitedForWhileItDelivers) {
   EXPECT_EQ(glint::testing::count_rows(r.file, 0), 60u);
   expect_clusters_match(c, r);
 }
+
+TEST(Ingest, HoldsWhatArrivesBetweenRunsUpToItsBoundAndHandsItToTheNextRunInOrder) {
+  Case c = make_case("ingest_hold");
+  c.cfg.ingest.queue_frames = 30;  // the bound: 30 images' parts
+  c.sim.dark_frames = 0;
+  c.sim.frames = 50;
+  Ingest ingest(c.cfg);  // no run attached
+  ingest.set_hold(true);
+  run_stream_simulator(c.sim);
+  IngestCounters ic;
+  for (const auto until = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < until;) {
+    ic = ingest.counters();
+    if (ic.held_parts + ic.frames_outside_run == 50) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(ic.held_parts, 30u);
+  EXPECT_EQ(ic.frames_outside_run, 20u);
+  FrameAssembler a(c.cfg.detector, c.cfg.ingest);
+  ingest.attach(a);
+  EXPECT_TRUE(ingest.all_ended()) << "the held acquisition's end message comes with it";
+  for (uint64_t fn = 1000; fn < 1030; ++fn) {
+    FramePtr f = a.pop(0ms);
+    ASSERT_TRUE(f) << fn;
+    EXPECT_EQ(f->frame_number, fn);
+    EXPECT_FALSE(f->incomplete);
+    a.release(std::move(f));
+  }
+  EXPECT_EQ(a.pop(0ms), nullptr);
+  EXPECT_EQ(ingest.counters().held_parts, 0u);
+  ingest.detach();
+
+  // Held for a run that will not start: counted as outside a run.
+  c.sim.first_frame_number = 5000;
+  c.sim.frames = 10;
+  ingest.set_hold(true);
+  run_stream_simulator(c.sim);
+  for (const auto until = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < until && ingest.counters().held_parts < 10;)
+    std::this_thread::sleep_for(10ms);
+  ingest.set_hold(false);
+  EXPECT_EQ(ingest.counters().held_parts, 0u);
+  EXPECT_EQ(ingest.counters().frames_outside_run, 30u);
+}

@@ -151,6 +151,7 @@ class Ingest {
   bool hold_ = false;
   std::size_t hold_limit_ = 0;  ///< parts
   std::deque<Held> held_;
+  std::size_t held_parts_ = 0;   ///< data parts in held_
   std::vector<bool> ended_;      ///< by endpoint, since attach()
   std::vector<bool> held_data_;  ///< by endpoint: held_ has its data parts
   std::vector<PortState> ports_;  ///< by row * ports_x + column
