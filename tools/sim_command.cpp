@@ -125,7 +125,8 @@ void add_sim_command(CLI::App& app) {
         if (!ok) throw std::invalid_argument(opt + " " + v + ": expected two whole numbers A:B");
         return std::pair<uint64_t, uint64_t>{x, y};
       };
-      if (!a->glitch.empty()) std::tie(o.glitch_image, o.glitch_by) = pair_of("--glitch", a->glitch[0]);
+      if (!a->glitch.empty())
+        std::tie(o.glitch_image, o.glitch_by) = pair_of("--glitch", a->glitch[0]);
       if (!a->jump.empty()) {
         std::tie(o.jump_every, o.jump_by) = pair_of("--jump", a->jump[0]);
         if (o.jump_every == 0) throw std::invalid_argument("--jump: EVERY must be at least 1");

@@ -72,7 +72,8 @@ Ingest::Ingest(const config::Config& cfg)
 
 Ingest::Ingest(const config::Config& cfg, FrameAssembler& assembler)
     : cfg_(cfg),
-      ctx_(std::make_unique<zmq::context_t>(static_cast<int>(std::max<std::size_t>(cfg.ingest.endpoints.size(), 1)))) {
+      ctx_(std::make_unique<zmq::context_t>(
+          static_cast<int>(std::max<std::size_t>(cfg.ingest.endpoints.size(), 1)))) {
   ports_.resize(cfg_.detector.n_ports());
   ended_.assign(cfg_.ingest.endpoints.size(), false);
   held_data_.assign(cfg_.ingest.endpoints.size(), false);

@@ -141,7 +141,8 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     bool end = false;  ///< a one-part end message
   };
   std::deque<Delayed> delayed;
-  auto send_now = [&](std::size_t sock, const std::string& header, const std::byte* data, std::size_t size) {
+  auto send_now = [&](std::size_t sock, const std::string& header, const std::byte* data,
+                      std::size_t size) {
     auto& s = socks[sock % socks.size()];
     if (data) {
       s.send(zmq::buffer(header), zmq::send_flags::sndmore);
@@ -161,7 +162,8 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     }
   };
   uint32_t part_port = 0;  // the port of the part being sent (for port_delay_ms)
-  auto send = [&](std::size_t sock, const std::string& header, const std::byte* data, std::size_t size) {
+  auto send = [&](std::size_t sock, const std::string& header, const std::byte* data,
+                  std::size_t size) {
     const uint32_t delay = part_port < o.port_delay_ms.size() ? o.port_delay_ms[part_port] : 0;
     if (delay == 0 || !data) return send_now(sock, header, data, size);
     delayed.push_back(Delayed{std::chrono::steady_clock::now() + std::chrono::milliseconds(delay),
