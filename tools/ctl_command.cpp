@@ -76,6 +76,12 @@ void print_human(const std::string& cmd, const json& r) {
     for (auto& [k, v] : r["malformed"].items())
       if (v.get<uint64_t>() > 0) bad += fmt::format(" {} {}", k, v.get<uint64_t>());
     std::cout << fmt::format("bad input  {}{}\n", num(r, "malformed_total"), bad.empty() ? "" : " (" + bad.substr(1) + ")");
+    if (r.contains("ingest"))
+      std::cout << fmt::format("stream     stride {}  restarts {}  missing rows not written {}  "
+                               "outside a run {}  held for the next run {}\n",
+                               num(r, "stream_stride"), num(r, "restarts"),
+                               num(r, "missing_unwritten"), num(r["ingest"], "frames_outside_run"),
+                               num(r["ingest"], "held_parts"));
     std::cout << fmt::format("clusters   {}\n", num(r, "clusters"));
     std::cout << fmt::format("rates      {:.1f} frames/s  {:.3f} GB/s  {:.0f} clusters/s\n",
                              rt.value("frames_per_s", 0.0), rt.value("bytes_per_s", 0.0) / 1e9,

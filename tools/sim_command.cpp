@@ -2,6 +2,7 @@
 #include <atomic>
 #include <charconv>
 #include <iostream>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -22,6 +23,7 @@ void add_sim_command(CLI::App& app) {
     std::vector<std::string> faults;
     bool no_end = false;
     bool quiet = false;
+    std::vector<std::string> glitch, jump, port_delay;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--config", a->config,
@@ -64,6 +66,26 @@ void add_sim_command(CLI::App& app) {
                 "addJsonHeader frameMode pedestal on dark frames (frame on the others)");
   cmd->add_flag("--dummy-start", a->o.dummy_start,
                 "send slsReceiver's dummy (end) header on every port before the first image");
+  cmd->add_option("--glitch", a->glitch,
+                  "IMAGE:BY: image IMAGE (index) is sent with BY added to its frame number, once "
+                  "(a glitched counter)")->expected(1);
+  cmd->add_option("--jump", a->jump,
+                  "EVERY:BY: from every EVERY-th image on, frame numbers are BY further on")
+      ->expected(1);
+  cmd->add_option("--restart-at", a->o.restart_image,
+                  "from this image on, frame numbers start again at --first-frame and frameIndex "
+                  "at 0, without an end message (a detector restart)");
+  cmd->add_option("--acquisitions", a->o.acquisitions,
+                  "send the images this many times, as back-to-back acquisitions (each with its "
+                  "end message; frame numbers continue, frameIndex from 0)")->capture_default_str();
+  cmd->add_option("--pause-ms", a->o.acquisition_pause_ms,
+                  "pause between acquisitions, ms")->capture_default_str();
+  cmd->add_option("--port-delay", a->port_delay,
+                  "PORT:MS: send port PORT's parts (row * ports_x + column) MS later than the "
+                  "others of their image (repeat for several ports)");
+  cmd->add_option("--every", a->o.send_every,
+                  "send only every N-th image (slsReceiver rx_zmqfreq N: a decimated stream)")
+      ->capture_default_str();
 
   cmd->callback([a] {
     auto& o = a->o;
@@ -96,6 +118,38 @@ void add_sim_command(CLI::App& app) {
         }
         o.faults.emplace_back(kind, every);
       }
+      // "A:B" with whole numbers; throws naming the option.
+      auto pair_of = [](const std::string& opt, const std::string& v) {
+        const auto colon = v.find(':');
+        uint64_t x = 0, y = 0;
+        const char* end = v.data() + v.size();
+        bool ok = colon != std::string::npos;
+        if (ok) {
+          const auto r1 = std::from_chars(v.data(), v.data() + colon, x);
+          const auto r2 = std::from_chars(v.data() + colon + 1, end, y);
+          ok = r1.ec == std::errc() && r1.ptr == v.data() + colon && r2.ec == std::errc() &&
+               r2.ptr == end;
+        }
+        if (!ok) throw std::invalid_argument(opt + " " + v + ": expected two whole numbers A:B");
+        return std::pair<uint64_t, uint64_t>{x, y};
+      };
+      if (!a->glitch.empty())
+        std::tie(o.glitch_image, o.glitch_by) = pair_of("--glitch", a->glitch[0]);
+      if (!a->jump.empty()) {
+        std::tie(o.jump_every, o.jump_by) = pair_of("--jump", a->jump[0]);
+        if (o.jump_every == 0) throw std::invalid_argument("--jump: EVERY must be at least 1");
+      }
+      for (const auto& d : a->port_delay) {
+        const auto [port, ms] = pair_of("--port-delay", d);
+        if (port >= std::size_t{o.ports_x} * o.ports_y || ms > 600000)
+          throw std::invalid_argument(fmt::format(
+              "--port-delay {}: PORT must be below {} (the ports), MS at most 600000", d,
+              o.ports_x * o.ports_y));
+        if (o.port_delay_ms.size() <= port) o.port_delay_ms.resize(port + 1, 0);
+        o.port_delay_ms[port] = static_cast<uint32_t>(ms);
+      }
+      if (o.send_every == 0) throw std::invalid_argument("--every: N must be at least 1");
+      if (o.acquisitions == 0) throw std::invalid_argument("--acquisitions must be at least 1");
     } catch (const std::exception& e) {
       fail("glint sim", e.what(), kExitUsage);
     }

@@ -230,6 +230,7 @@ void read_ingest(Section s, IngestConfig& c) {
     c.copy_threads = -1;
   else
     s.read_integer("copy_threads", c.copy_threads, 0, 64);
+  s.read_integer("max_frame_jump", c.max_frame_jump, 1, 1LL << 40);
   s.reject_unknown();
 }
 
@@ -337,6 +338,8 @@ void read_run(Section s, RunConfig& c) {
   s.read_integer("max_frames", c.max_frames, 0, std::numeric_limits<long long>::max());
   s.read_double("max_seconds", c.max_seconds, 0.0, 1e9, false);
   s.read_integer("memory_budget_mb", c.memory_budget_mb, 1, 1LL << 40);
+  s.read_integer("max_missing_rows", c.max_missing_rows, 1, 1LL << 40);
+  s.read_double("idle_end_seconds", c.idle_end_seconds, 0.0, 1e9, false);
   s.reject_unknown();
 }
 
@@ -619,6 +622,7 @@ std::string to_yaml(const Config& c) {
   kv("receive_buffer_bytes", c.ingest.receive_buffer_bytes);
   if (c.ingest.copy_threads < 0) kv("copy_threads", "auto");
   else kv("copy_threads", c.ingest.copy_threads);
+  kv("max_frame_jump", c.ingest.max_frame_jump);
   e << YAML::EndMap;
   begin("pedestal");
   kv("dark_frames", c.pedestal.dark_frames);
@@ -652,6 +656,8 @@ std::string to_yaml(const Config& c) {
   kv("max_frames", c.run.max_frames);
   kv("max_seconds", c.run.max_seconds);
   kv("memory_budget_mb", c.run.memory_budget_mb);
+  kv("max_missing_rows", c.run.max_missing_rows);
+  kv("idle_end_seconds", c.run.idle_end_seconds);
   e << YAML::EndMap;
   begin("control");
   kv("endpoint", c.control.endpoint);

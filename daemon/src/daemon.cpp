@@ -126,14 +126,34 @@ std::string Daemon::status_line() const {
   return status_line_;
 }
 
+namespace {
+
+/// Whether an ingest made for `a` serves a run of `b` (same detector and ingest settings).
+bool same_ingest(const config::Config& a, const config::Config& b) {
+  config::Config x, y;
+  x.detector = a.detector;
+  x.ingest = a.ingest;
+  y.detector = b.detector;
+  y.ingest = b.ingest;
+  return config::to_yaml(x) == config::to_yaml(y);
+}
+
+}  // namespace
+
 void Daemon::start_run(const config::Config& cfg) {
+  if (ingest_ && !same_ingest(ingest_->config(), cfg)) {
+    log::info("ingest: the detector or ingest configuration changed; subscribing afresh");
+    ingest_.reset();
+  }
+  if (!ingest_) ingest_ = std::make_shared<pipeline::Ingest>(cfg);
+  ingest_->set_hold(true);  // the run is starting: what arrives before it attaches is its own
   const uint64_t index = next_run_index(cfg.output.directory, cfg.output.run_name);
   log::info("run {} starting: {} dark frames, endpoints {}", index,
             cfg.pedestal.keep_previous && last_pedestal_ ? 0u : cfg.pedestal.dark_frames,
             fmt::join(cfg.ingest.endpoints, " "));
   samples_.clear();
   run_ = std::make_unique<pipeline::Acquisition>(cfg, index, last_pedestal_, make_finder_,
-                                               tuning_);
+                                               tuning_, ingest_);
 }
 
 void Daemon::end_finished_run() {
@@ -153,7 +173,9 @@ void Daemon::end_finished_run() {
     retry_delay_ = {};
     next_auto_start_ = {};
   }
-  run_.reset();  // releases the run's buffers and sockets
+  run_.reset();  // releases the run's buffers (the ingest stays subscribed)
+  // Between runs: what arrives is held for the next automatic run, or counted.
+  if (ingest_) ingest_->set_hold(cfg_.run.auto_start && !shutdown_.load());
   if (last_run_->fatal && !fatal_at_) {
     // The device is unusable for the rest of this process: no retry here, a fresh process.
     fatal_at_ = last_run_end_;
@@ -195,6 +217,7 @@ void Daemon::housekeeping() {
                   metrics_ ? metrics_->url() : "none");
       log::set_level(log::parse_level(reload->logging.level));
       cfg_ = std::move(*reload);
+      if (ingest_ && !run_) ingest_->set_hold(cfg_.run.auto_start);
       log::info("configuration reloaded from {}; it applies from the next run", cfg_.source);
     }
   }
@@ -351,6 +374,14 @@ json Daemon::stats_json() const {
   j["malformed"] = bad;
   j["malformed_total"] = s.bad_total;
   j["late_parts"] = s.late_parts;
+  j["stream_stride"] = s.stream_stride;
+  j["restarts"] = s.restarts;
+  j["missing_unwritten"] = s.missing_unwritten;
+  // Since the ingest was subscribed (it outlives runs): parts that reached no run.
+  const pipeline::IngestCounters ic = ingest_ ? ingest_->counters() : pipeline::IngestCounters{};
+  j["ingest"] = {{"frames_outside_run", ic.frames_outside_run},
+                 {"held_parts", ic.held_parts},
+                 {"restarts", ic.restarts}};
   j["clusters"] = s.clusters;
   j["messages"] = s.messages;
   j["bytes"] = s.bytes;

@@ -40,7 +40,8 @@ FinderOptions finder_options(const config::Config& c, const gpu::FindTuning& tun
 
 Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
                          std::optional<PedestalState> previous_pedestal,
-                         FinderFactory make_finder, RunTuning tuning)
+                         FinderFactory make_finder, RunTuning tuning,
+                         std::shared_ptr<Ingest> ingest)
     : cfg_(cfg),
       run_index_(run_index),
       file_(run_file_path(cfg.output.directory, cfg.output.run_name, run_index)),
@@ -48,7 +49,7 @@ Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
       make_finder_(make_finder ? std::move(make_finder) : FinderFactory(pipeline::make_finder)),
       tuning_(std::move(tuning)),
       started_(std::chrono::steady_clock::now()),
-      source_(cfg_),
+      source_(cfg_, std::move(ingest)),
       preprocessing_(cfg_),
       copier_(copy_threads(cfg_.ingest.copy_threads), cfg_.detector, source_.assembler(),
               preprocessing_) {
@@ -111,6 +112,9 @@ RunStats Acquisition::stats() const {
   s.parts = ac.parts;
   s.frames_received = ac.frames_complete + ac.frames_incomplete;
   s.late_parts = ac.late_parts;
+  s.restarts = ic.restarts;
+  s.missing_unwritten = counters_.missing_unwritten.load();
+  s.stream_stride = counters_.stream_stride.load();
   s.dropped = ac.frames_dropped;
   s.pending_images = ac.pending;
   s.queued_images = ac.ready;
@@ -174,8 +178,12 @@ void Acquisition::start() {
     log::info("run {}: no usable previous pedestal; taking {} dark frames", run_index_,
               dark_frames);
   }
-  sequencer_ = std::make_unique<FrameSequencer>(run_index_, dark_frames, source_, *finder_,
-                                                counters_, [this] { begin_data(); });
+  sequencer_ = std::make_unique<FrameSequencer>(
+      run_index_, dark_frames, source_, *finder_, counters_, [this] { begin_data(); },
+      cfg_.run.max_missing_rows, [this] {
+        states_.request_stop_overriding("missing_rows");
+        source_.wake();
+      });
   sequencer_->take_dark_by_marker(cfg_.pedestal.dark_marker == "frame_mode");
   if (dark_frames == 0) sequencer_->start_data();
   source_.connect();
@@ -215,8 +223,14 @@ void Acquisition::acquire() {
   using clock = std::chrono::steady_clock;
   uint64_t frames_seen = 0;  // rows for received images, towards run.max_frames
   auto last_flush = clock::now(), last_check = last_flush;
+  uint64_t parts_seen = 0;  // data parts accepted by the assembler, and when that last changed
+  auto last_data = last_flush;
   while (!states_.abort_requested()) {
     const auto now = clock::now();
+    if (const uint64_t parts = source_.assembler().counters().parts; parts != parts_seen) {
+      parts_seen = parts;
+      last_data = now;
+    }
     // End conditions other than the frame limit.
     if (!states_.stop_requested()) {
       if (cfg_.run.max_seconds > 0 &&
@@ -224,6 +238,14 @@ void Acquisition::acquire() {
         stop("time limit");
       else if (std::optional<std::string> why = source_.ended(now))
         stop(*why);
+      else if (cfg_.run.idle_end_seconds > 0 && parts_seen > 0 &&
+               std::chrono::duration<double>(now - last_data).count() >=
+                   cfg_.run.idle_end_seconds) {
+        log::warn("run {}: no data for {} s (run.idle_end_seconds): ending the run (the end "
+                  "message was lost, or the acquisition stalled)",
+                  run_index_, cfg_.run.idle_end_seconds);
+        stop("idle");
+      }
     }
     if (states_.stop_requested() && states_.state() != RunState::finishing) {
       states_.to(RunState::finishing);
@@ -264,7 +286,8 @@ void Acquisition::finish() {
   }
   finder_->detach();
   PedestalState end = finder_->finder().pedestal();
-  consumers_.on_end(RunEnd{&end, aborted, false, states_.end_reason()});
+  consumers_.on_end(
+      RunEnd{&end, aborted, false, states_.end_reason(), counters_.stream_stride.load()});
   {
     std::lock_guard lock(mu_);
     end_pedestal_ = std::move(end);
@@ -272,9 +295,11 @@ void Acquisition::finish() {
   states_.end();
   const auto s = stats();
   log::info("run {} ended ({}): {} frames ({} dark, {} data, {} incomplete, {} missing, {} "
-            "dropped), {} clusters, {} bad messages -> {}",
+            "dropped), {} clusters, {} bad messages{} -> {}",
             run_index_, s.end_reason, s.rows_written, s.dark_frames, s.data_frames, s.incomplete,
-            s.missing, s.dropped, s.clusters, s.bad_total, file_.string());
+            s.missing, s.dropped, s.clusters, s.bad_total,
+            s.stream_stride > 1 ? fmt::format(", stream stride {}", s.stream_stride) : "",
+            file_.string());
 }
 
 void Acquisition::fail(const std::string& why, bool fatal) {
@@ -288,7 +313,8 @@ void Acquisition::fail(const std::string& why, bool fatal) {
   if (finder_) finder_->detach();
   // Every consumer is ended (the files closed, without the end pedestal); what fails here is
   // logged by the chain.
-  consumers_.on_end(RunEnd{nullptr, states_.abort_requested(), true, states_.end_reason()});
+  consumers_.on_end(RunEnd{nullptr, states_.abort_requested(), true, states_.end_reason(),
+                          counters_.stream_stride.load()});
 }
 
 }  // namespace glint::pipeline

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "glint/log.hpp"
+
 namespace glint::pipeline {
 
 FrameAssembler::FrameAssembler(const config::DetectorConfig& detector,
@@ -9,7 +11,9 @@ FrameAssembler::FrameAssembler(const config::DetectorConfig& detector,
     : det_(detector),
       reorder_frames_(ingest.reorder_frames),
       part_timeout_(ingest.part_timeout_ms),
-      n_parts_(detector.n_ports()) {
+      n_parts_(detector.n_ports()),
+      port_last_frame_(detector.n_ports()),
+      port_last_at_(detector.n_ports()) {
   // All buffers are allocated here, at run start; nothing is allocated per frame.
   free_.reserve(ingest.queue_frames);
   for (uint32_t i = 0; i < ingest.queue_frames; ++i) {
@@ -45,10 +49,22 @@ void FrameAssembler::add_part(const SlsHeader& h, PartPayload payload) {
   const auto now = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   const uint64_t fn = h.frame_number;
-  if ((last_emitted_ && fn <= *last_emitted_) || dropped_recent_.contains(fn)) {
-    ++c_.late_parts;
-    return;
-  }
+  const uint32_t part = h.row * det_.ports_x + h.column;
+  port_last_frame_[part] = fn;
+  port_last_at_[part] = now;
+  auto late = [&](const char* why) {
+    const uint64_t n = ++c_.late_parts;
+    if (n != 1 && now - late_logged_ < std::chrono::seconds(10)) return;
+    const uint64_t since = n - late_logged_count_;
+    late_logged_ = now;
+    late_logged_count_ = n;
+    lock.unlock();
+    log::warn("frame {}, port (row {}, column {}): late part ({}), not used; {} late part(s) "
+              "since the last report, {} in all (logged at most every 10 s)",
+              fn, h.row, h.column, why, since, n);
+  };
+  if (last_emitted_ && fn <= *last_emitted_) return late("its image was already emitted");
+  if (dropped_recent_.contains(fn)) return late("its image was dropped");
   auto it = pending_.find(fn);
   if (it == pending_.end()) {
     if (free_.empty()) {
@@ -68,11 +84,7 @@ void FrameAssembler::add_part(const SlsHeader& h, PartPayload payload) {
     it = pending_.emplace(fn, std::move(f)).first;
   }
   AssembledFrame& f = *it->second;
-  const uint32_t part = h.row * det_.ports_x + h.column;
-  if (!f.part[part].bytes.empty()) {  // a repeated part: keep the first
-    ++c_.late_parts;
-    return;
-  }
+  if (!f.part[part].bytes.empty()) return late("a second copy; the first is kept");
   f.part[part] = std::move(payload);
   f.part[part].bitmode = h.bitmode;
   f.part[part].rows_flipped = h.rows_flipped();
@@ -90,7 +102,7 @@ void FrameAssembler::emit_ready_locked(std::chrono::steady_clock::time_point now
     auto first = pending_.begin();
     AssembledFrame& f = *first->second;
     const bool complete = f.parts == n_parts_;
-    const bool overdue = pending_.size() > reorder_frames_ || now - f.first_part_at >= part_timeout_;
+    const bool overdue = pending_.size() > reorder_frames_ || now >= give_up_at_locked(f);
     if (!complete && !overdue && !flush_all) break;
     if (!complete) f.incomplete = true;
     if (f.incomplete) ++c_.frames_incomplete;
@@ -101,15 +113,32 @@ void FrameAssembler::emit_ready_locked(std::chrono::steady_clock::time_point now
   }
 }
 
+std::chrono::steady_clock::time_point FrameAssembler::give_up_at_locked(
+    const AssembledFrame& f) const {
+  using clock = std::chrono::steady_clock;
+  clock::time_point at = clock::time_point::min();
+  for (uint32_t p = 0; p < n_parts_; ++p) {
+    if (!f.part[p].bytes.empty()) continue;
+    const auto& last = port_last_frame_[p];
+    if (last && *last > f.frame_number) continue;  // the port has moved past: its part is lost
+    const clock::time_point stalled =
+        last ? std::max(f.first_part_at, port_last_at_[p]) + part_timeout_
+             : f.first_part_at + kAbsentPortTimeouts * part_timeout_;
+    at = std::max(at, stalled);
+  }
+  return at;
+}
+
 FramePtr FrameAssembler::pop(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (ready_.empty()) {
     emit_ready_locked(std::chrono::steady_clock::now(), false);
     if (!ready_.empty() || woken_) break;
-    // Wake at the deadline or when the oldest pending image becomes overdue.
+    // Wake at the deadline or when the oldest pending image becomes overdue (a new part
+    // notifies).
     auto until = deadline;
-    if (!pending_.empty()) until = std::min(until, pending_.begin()->second->first_part_at + part_timeout_);
+    if (!pending_.empty()) until = std::min(until, give_up_at_locked(*pending_.begin()->second));
     if (cv_.wait_until(lock, until) == std::cv_status::timeout &&
         std::chrono::steady_clock::now() >= deadline) {
       emit_ready_locked(std::chrono::steady_clock::now(), false);

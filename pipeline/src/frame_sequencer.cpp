@@ -17,9 +17,11 @@ constexpr uint64_t kMaxGapRows = 1'000'000;
 
 FrameSequencer::FrameSequencer(uint64_t run_index, uint64_t dark_frames, FrameSource& source,
                                FinderStage& finder, RunCounters& counters,
-                               std::function<void()> pedestal_ready)
+                               std::function<void()> pedestal_ready, uint64_t max_missing_rows,
+                               std::function<void()> missing_limit)
     : run_index_(run_index), dark_remaining_(dark_frames), source_(source), finder_(finder),
-      counters_(counters), pedestal_ready_(std::move(pedestal_ready)) {}
+      counters_(counters), pedestal_ready_(std::move(pedestal_ready)),
+      max_missing_rows_(max_missing_rows), missing_limit_(std::move(missing_limit)) {}
 
 void FrameSequencer::start_data() {
   dark_remaining_ = 0;
@@ -28,9 +30,27 @@ void FrameSequencer::start_data() {
 
 void FrameSequencer::route(FramePtr f) {
   const uint64_t fn = f->frame_number;
-  if (next_expected_ && fn > *next_expected_) write_gap(*next_expected_, fn);
-  else if (!next_expected_) (void)source_.take_dropped(fn);
-  next_expected_ = fn + 1;
+  if (!last_) {
+    (void)source_.take_dropped(fn);
+  } else if (fn > *last_) {  // images leave the assembler in frame-number order
+    const uint64_t step = fn - *last_;
+    const std::vector<uint64_t> dropped = source_.take_dropped(fn);
+    if (first_step_ && step > 1 && step <= kMaxStreamStride && dropped.empty()) {
+      stride_ = step;
+      counters_.stream_stride.store(step);
+      log::info("run {}: frame numbers step by {} (a decimated stream, e.g. slsReceiver "
+                "rx_zmqfreq {}): recorded as the stream's stride, not as missing frames",
+                run_index_, step, step);
+    } else if (stride_ > 1 && step % stride_ != 0) {
+      log::warn("run {}: frame {} after {} is off the stream's stride {}; every frame number is "
+                "expected from here on", run_index_, fn, *last_, stride_);
+      stride_ = 1;
+      counters_.stream_stride.store(1);
+    }
+    if (step > stride_ || !dropped.empty()) write_gap(*last_ + stride_, fn, stride_, dropped);
+    first_step_ = false;
+  }
+  last_ = fn;
 
   if (f->incomplete) {
     const FrameRow row{fn, f->timestamp, 0, 0, kFlagIncomplete};
@@ -58,14 +78,12 @@ void FrameSequencer::route(FramePtr f) {
 }
 
 void FrameSequencer::finish() {
-  const uint64_t next = next_expected_.value_or(0);
-  write_gap(next, next);  // releases the dropped list
   // Frames dropped after the last received one still get their rows.
   auto tail = source_.take_dropped(std::nullopt);
-  if (!tail.empty() && next_expected_) {
+  if (!tail.empty() && last_) {
     std::vector<FrameRow> rows;
     for (uint64_t fn : tail)
-      if (fn >= *next_expected_) rows.push_back(FrameRow{fn, 0, 0, 0, kFlagDropped});
+      if (fn > *last_) rows.push_back(FrameRow{fn, 0, 0, 0, kFlagDropped});
     if (!rows.empty()) {
       finder_.write_rows(rows);
       counters_.dropped_rows.fetch_add(rows.size());
@@ -73,20 +91,34 @@ void FrameSequencer::finish() {
   }
 }
 
-void FrameSequencer::write_gap(uint64_t from, uint64_t to) {
-  auto dropped = source_.take_dropped(to);
+void FrameSequencer::write_gap(uint64_t from, uint64_t to, uint64_t stride,
+                               const std::vector<uint64_t>& dropped) {
   if (from >= to) return;
-  uint64_t n = to - from;
+  uint64_t n = (to - from + stride - 1) / stride;
   if (n > kMaxGapRows) {
     log::warn("run {}: frame number jumps from {} to {}; recording the first {} as missing",
-              run_index_, from - 1, to, kMaxGapRows);
+              run_index_, from - stride, to, kMaxGapRows);
     n = kMaxGapRows;
   }
+  const uint64_t room = max_missing_rows_ - std::min(gap_rows_, max_missing_rows_);
+  if (n > room) {
+    if (counters_.missing_unwritten.load() == 0) {
+      log::warn("run {}: run.max_missing_rows ({}) rows for missing frames written; frames {} to "
+                "{} and later gaps are counted only, and the run ends (missing_rows)",
+                run_index_, max_missing_rows_, from + room * stride, to - 1);
+      if (missing_limit_) missing_limit_();
+    }
+    counters_.missing_unwritten.fetch_add(n - room);
+    n = room;
+  }
+  if (n == 0) return;
+  gap_rows_ += n;
   std::vector<FrameRow> rows;
   rows.reserve(std::min<uint64_t>(n, 65536));
   std::size_t di = 0;
   uint64_t n_missing = 0, n_dropped = 0;
-  for (uint64_t fn = from; fn < from + n; ++fn) {
+  for (uint64_t k = 0; k < n; ++k) {
+    const uint64_t fn = from + k * stride;
     while (di < dropped.size() && dropped[di] < fn) ++di;
     const bool was_dropped = di < dropped.size() && dropped[di] == fn;
     rows.push_back(FrameRow{fn, 0, 0, 0, was_dropped ? kFlagDropped : kFlagMissing});

@@ -66,18 +66,27 @@ std::size_t ingest_max_message_bytes(const config::DetectorConfig& d) {
   return std::max(image, kMaxSlsHeaderBytes) + 64 * 1024;
 }
 
-Ingest::Ingest(const config::Config& cfg, FrameAssembler& assembler)
+Ingest::Ingest(const config::Config& cfg) : Ingest(cfg, nullptr) {}
+
+Ingest::Ingest(const config::Config& cfg, FrameAssembler& assembler) : Ingest(cfg, &assembler) {}
+
+Ingest::Ingest(const config::Config& cfg, FrameAssembler* assembler)
     : cfg_(cfg),
-      assembler_(assembler),
       // One ZeroMQ I/O thread per endpoint: each port's TCP stream is read on its own core.
-      ctx_(std::make_unique<zmq::context_t>(static_cast<int>(std::max<std::size_t>(cfg.ingest.endpoints.size(), 1)))) {
-  last_frame_of_port_.resize(cfg_.detector.n_ports());
-  for (std::size_t i = 0; i < cfg_.ingest.endpoints.size(); ++i)
-    ended_.push_back(std::make_unique<std::atomic<bool>>(false));
-  for (std::size_t i = 0; i < cfg_.ingest.endpoints.size(); ++i) {
-    data_seen_.push_back(std::make_unique<std::atomic<bool>>(false));
-    stray_end_.push_back(std::make_unique<std::atomic<bool>>(false));
-  }
+      ctx_(std::make_unique<zmq::context_t>(
+          static_cast<int>(std::max<std::size_t>(cfg.ingest.endpoints.size(), 1)))),
+      assembler_(assembler) {
+  ports_.resize(cfg_.detector.n_ports());
+  ended_.assign(cfg_.ingest.endpoints.size(), false);
+  held_data_.assign(cfg_.ingest.endpoints.size(), false);
+  data_seen_.assign(cfg_.ingest.endpoints.size(), false);
+  stray_end_.assign(cfg_.ingest.endpoints.size(), false);
+  hold_limit_ = std::size_t{cfg_.ingest.queue_frames} * cfg_.detector.n_ports();
+  last_delivery_ = std::chrono::steady_clock::now();
+  start_threads();
+}
+
+void Ingest::start_threads() {
   // Sockets are created and connected in the threads that use them (ZeroMQ sockets are not
   // thread-safe).
   for (std::size_t i = 0; i < cfg_.ingest.endpoints.size(); ++i)
@@ -96,17 +105,33 @@ void Ingest::stop() {
 }
 
 bool Ingest::all_ended() const {
-  const bool any = any_ended();
+  std::lock_guard lock(route_mu_);
+  const bool any = any_ended_locked();
+  bool all = true;
   for (std::size_t i = 0; i < ended_.size(); ++i)
-    if (!ended_[i]->load() && !(any && stray_end_[i]->load() && !data_seen_[i]->load()))
-      return false;
-  return true;
+    all = all && (ended_[i] || (any && stray_end_[i] && !data_seen_[i]));
+  if (all) return true;
+  return std::all_of(ports_.begin(), ports_.end(), [](const PortState& p) { return p.cut; });
 }
 
 bool Ingest::any_ended() const {
-  for (const auto& e : ended_)
-    if (e->load()) return true;
-  return false;
+  std::lock_guard lock(route_mu_);
+  return any_ended_locked();
+}
+
+bool Ingest::any_ended_locked() const {
+  return std::any_of(ended_.begin(), ended_.end(), [](bool e) { return e; }) ||
+         std::any_of(ports_.begin(), ports_.end(), [](const PortState& p) { return p.cut; });
+}
+
+bool Ingest::restarted() const {
+  std::lock_guard lock(route_mu_);
+  return std::any_of(ports_.begin(), ports_.end(), [](const PortState& p) { return p.cut; });
+}
+
+std::chrono::steady_clock::time_point Ingest::last_delivery() const {
+  std::lock_guard lock(route_mu_);
+  return last_delivery_;
 }
 
 IngestCounters Ingest::counters() const {
@@ -114,9 +139,128 @@ IngestCounters Ingest::counters() const {
   c.messages = messages_.load();
   c.bytes = bytes_.load();
   c.end_messages = end_messages_.load();
-  c.stray_ends = stray_ends_.load();
   c.bad = bad_.counts();
+  std::lock_guard lock(route_mu_);
+  c.restarts = restarts_;
+  for (const auto& p : ports_) c.frames_outside_run = std::max(c.frames_outside_run, p.outside);
+  c.held_parts = held_parts_;
+  c.stray_ends = stray_ends_;
   return c;
+}
+
+void Ingest::set_hold(bool hold) {
+  std::lock_guard lock(route_mu_);
+  hold_ = hold;
+  if (hold || held_.empty()) return;
+  // No run will take what is held: it is counted as received outside a run.
+  uint64_t parts = 0;
+  for (const auto& e : held_)
+    if (!e.end) {
+      ++ports_[e.header.row * cfg_.detector.ports_x + e.header.column].outside;
+      ++parts;
+    }
+  held_.clear();
+  held_parts_ = 0;
+  std::fill(held_data_.begin(), held_data_.end(), false);
+  if (parts > 0)
+    log::warn("ingest: {} part(s) held for a run that will not start are not recorded", parts);
+}
+
+void Ingest::attach(FrameAssembler& assembler) {
+  std::lock_guard lock(route_mu_);
+  assembler_ = &assembler;
+  last_delivery_ = std::chrono::steady_clock::now();
+  std::fill(ended_.begin(), ended_.end(), false);
+  std::fill(held_data_.begin(), held_data_.end(), false);
+  std::fill(data_seen_.begin(), data_seen_.end(), false);
+  std::fill(stray_end_.begin(), stray_end_.end(), false);
+  for (auto& p : ports_) p.in_run = p.cut = false;
+  // What was held goes first, in the order it arrived; what belongs to a later acquisition (past
+  // an end message or a restart) is held again.
+  std::deque<Held> held;
+  held.swap(held_);
+  if (held_parts_ > 0)
+    log::info("ingest: {} part(s) received before the run start go to the run", held_parts_);
+  held_parts_ = 0;
+  for (auto& e : held) {
+    if (e.end) end_locked(e.endpoint);
+    else deliver_locked(e.endpoint, e.header, std::move(e.payload), e.boundary);
+  }
+}
+
+void Ingest::detach() {
+  std::lock_guard lock(route_mu_);
+  assembler_ = nullptr;
+}
+
+void Ingest::hold_locked(Held held) {
+  if (!held.end) {
+    if (!hold_ || held_parts_ >= hold_limit_) {
+      PortState& ps = ports_[held.header.row * cfg_.detector.ports_x + held.header.column];
+      ++ps.outside;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - outside_logged_ >= std::chrono::seconds(10)) {
+        outside_logged_ = now;
+        log::warn("ingest {}: frame {} arrived outside a run ({}); not recorded ({} from this "
+                  "port so far, logged at most every 10 s)",
+                  cfg_.ingest.endpoints[held.endpoint], held.header.frame_number,
+                  hold_ ? fmt::format("{} parts already held for the next run", held_parts_)
+                        : std::string("no run will start: run.auto_start is off"),
+                  ps.outside);
+      }
+      return;
+    }
+    held_data_[held.endpoint] = true;
+    ++held_parts_;
+  }
+  held_.push_back(std::move(held));
+}
+
+void Ingest::deliver_locked(std::size_t endpoint, const SlsHeader& h, PartPayload payload,
+                            bool boundary) {
+  PortState& ps = ports_[h.row * cfg_.detector.ports_x + h.column];
+  if (assembler_ && !ps.cut && !ended_[endpoint]) {
+    if (!boundary || !ps.in_run) {
+      ps.in_run = true;
+      data_seen_[endpoint] = true;
+      last_delivery_ = std::chrono::steady_clock::now();
+      assembler_->add_part(h, std::move(payload));
+      return;
+    }
+    // The receiver started a new acquisition (a detector restart, or the end message was lost):
+    // this port's parts from here on belong to the next run.
+    ps.cut = true;
+    ++restarts_;
+    log::warn("ingest {}: port (row {}, column {}) restarted at frame {} (frameIndex {}): a new "
+              "acquisition; its parts go to the next run",
+              cfg_.ingest.endpoints[endpoint], h.row, h.column, h.frame_number, h.frame_index);
+    assembler_->wake();
+  }
+  hold_locked(Held{endpoint, false, boundary, h, std::move(payload)});
+}
+
+void Ingest::end_locked(std::size_t endpoint) {
+  if (assembler_ && !ended_[endpoint] && !held_data_[endpoint]) {
+    // slsReceiver sends the same header (its "dummy") at the end of an acquisition and on a stop
+    // or restream while idle, which can come before the next acquisition's first image: before
+    // any data on this endpoint (and with no other endpoint ended) it is not the end.
+    if (!data_seen_[endpoint] && !any_ended_locked()) {
+      ++stray_ends_;
+      if (!stray_end_[endpoint]) {
+        stray_end_[endpoint] = true;
+        log::info("ingest {}: end header before any data (the receiver's dummy header); not an "
+                  "end of this run", cfg_.ingest.endpoints[endpoint]);
+      }
+      assembler_->wake();  // another endpoint's end may now make this one's count
+      return;
+    }
+    ended_[endpoint] = true;
+    log::info("ingest {}: end of acquisition", cfg_.ingest.endpoints[endpoint]);
+    assembler_->wake();  // the run sees the end now, not at its next wait's timeout
+  } else if (held_data_[endpoint]) {
+    hold_locked(Held{endpoint, true, false, {}, {}});  // ends the held acquisition
+  }
+  // Otherwise a repeat, or the late end of an acquisition whose run has ended: nothing new.
 }
 
 void Ingest::run(std::stop_token st, std::size_t index) {
@@ -229,25 +373,12 @@ void Ingest::handle(std::size_t index, std::vector<zmq::message_t>& parts) {
   const SlsHeader& h = *ph.header;
   if (h.is_end()) {
     end_messages_.fetch_add(1);
-    // slsReceiver sends the same header (its "dummy") at the end of an acquisition and on a stop
-    // or restream while idle, which can come before the next acquisition's first image: before
-    // any data on this endpoint (and with no other endpoint ended) it is not the end.
-    if (!data_seen_[index]->load() && !any_ended()) {
-      if (!stray_end_[index]->exchange(true))
-        log::info("ingest {}: end header before any data (the receiver's dummy header); not an "
-                  "end of this run", ep);
-      stray_ends_.fetch_add(1);
-      assembler_.wake();  // another endpoint's end may now make this one's count
-      return;
-    }
-    if (!ended_[index]->exchange(true)) log::info("ingest {}: end of acquisition", ep);
-    assembler_.wake();  // the run sees the end now, not at its next wait's timeout
+    std::lock_guard lock(route_mu_);
+    end_locked(index);
     return;
   }
-  data_seen_[index]->store(true);
   if (!is_valid_bitmode(h.bitmode)) {
-    bad_.record(BadInput::unknown_bitmode, ep,
-                fmt::format("bitmode {} (allowed: 4, 8, 12, 16, 32)", h.bitmode));
+    bad_.record(BadInput::unknown_bitmode, ep, fmt::format("bitmode {} (allowed: 4, 8, 12, 16, 32)", h.bitmode));
     return;
   }
   if (h.detshape[0] != det.ports_x || h.detshape[1] != det.ports_y ||
@@ -273,22 +404,54 @@ void Ingest::handle(std::size_t index, std::vector<zmq::message_t>& parts) {
                             h.shape[0], h.shape[1], h.bitmode));
     return;
   }
-  {
-    std::lock_guard lock(ports_mu_);
-    auto& last = last_frame_of_port_[h.row * det.ports_x + h.column];
-    if (last && h.frame_number <= *last) {
-      const uint64_t prev = *last;
-      bad_.record(BadInput::frame_backwards, ep,
-                  fmt::format("frame {} after frame {} on port (row {}, column {})", h.frame_number,
-                              prev, h.row, h.column));
-      return;
-    }
-    last = h.frame_number;
-  }
   // The pixels stay in their message until the finder's staging takes them: no copy here.
   auto message = std::make_shared<zmq::message_t>(std::move(parts[1]));
   const std::span<const std::byte> bytes(static_cast<const std::byte*>(message->data()), message->size());
-  assembler_.add_part(h, PartPayload{std::move(message), bytes, h.bitmode, h.rows_flipped()});
+  PartPayload payload{std::move(message), bytes, h.bitmode, h.rows_flipped()};
+  std::optional<BadInput> reject;
+  std::string detail;
+  {
+    std::lock_guard lock(route_mu_);
+    PortState& ps = ports_[h.row * det.ports_x + h.column];
+    bool boundary = false;
+    if (ps.last_frame) {
+      const uint64_t prev = *ps.last_frame;
+      if (h.frame_index < ps.last_frame_index) {
+        boundary = true;  // the receiver's per-acquisition index started again: a new acquisition
+      } else if (h.frame_number <= prev) {
+        reject = BadInput::frame_backwards;
+        detail = fmt::format("frame {} after frame {} on port (row {}, column {})", h.frame_number,
+                             prev, h.row, h.column);
+      } else if (h.frame_number - prev > cfg_.ingest.max_frame_jump) {
+        reject = BadInput::frame_jump;
+        detail = fmt::format("frame {} after frame {} on port (row {}, column {}): a jump of more "
+                             "than ingest.max_frame_jump ({})", h.frame_number, prev, h.row,
+                             h.column, cfg_.ingest.max_frame_jump);
+      }
+    }
+    if (reject) {
+      // A counter that moved for good (restarted without a frameIndex reset) gives rejects that
+      // follow each other: after kRebaseAfterRejects of them it is a new acquisition.
+      const bool follows = ps.rejects > 0 && h.frame_number > ps.last_reject &&
+                           h.frame_number - ps.last_reject <= cfg_.ingest.max_frame_jump;
+      ps.rejects = follows ? ps.rejects + 1 : 1;
+      ps.last_reject = h.frame_number;
+      if (ps.rejects >= kRebaseAfterRejects) {
+        log::warn("ingest {}: port (row {}, column {}) continues from frame {} ({} frames in a "
+                  "row out of sequence): taken as a new acquisition", ep, h.row, h.column,
+                  h.frame_number, ps.rejects);
+        reject.reset();
+        boundary = true;
+      }
+    }
+    if (!reject) {
+      ps.rejects = 0;
+      ps.last_frame = h.frame_number;
+      ps.last_frame_index = h.frame_index;
+      deliver_locked(index, h, std::move(payload), boundary);
+    }
+  }
+  if (reject) bad_.record(*reject, ep, detail);
 }
 
 }  // namespace glint::pipeline

@@ -286,6 +286,7 @@ struct RunFileWriter::Impl {
     return guard->check(appended_bytes - flushed_bytes, appended_bytes);
   }
   std::string end_reason;
+  uint64_t stream_stride = 1;
   // Set by the first failed write: the file's descriptor then discards writes (see
   // detach_from_disk). Read by failed() on other threads.
   std::atomic<bool> write_failed{false};
@@ -778,6 +779,11 @@ void RunFileWriter::set_end_reason(std::string reason) {
   impl_->end_reason = std::move(reason);
 }
 
+void RunFileWriter::set_stream_stride(uint64_t stride) {
+  std::lock_guard io(impl_->io_mu);
+  impl_->stream_stride = stride;
+}
+
 bool RunFileWriter::failed() const { return impl_ && impl_->write_failed.load(); }
 
 void RunFileWriter::close(const PedestalState* end) {
@@ -850,6 +856,7 @@ void RunFileWriter::close(const PedestalState* end) {
     }
     write_string_attr(m.ctx, entry.get(), "end_time", iso8601_now());
     if (!m.end_reason.empty()) write_string_attr(m.ctx, entry.get(), "end_reason", m.end_reason);
+    write_numeric_attr<uint64_t>(m.ctx, entry.get(), "stream_stride", m.stream_stride);
     if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) m.ctx.fail("flushing (disk full?)");
   } catch (const OutputError&) {
     // Out of space even for these (beyond the reserve): nothing more reaches the file (see
@@ -1051,6 +1058,8 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
     out.start_time = read_string_attr(c, entry.get(), "start_time");
     out.end_time = read_string_attr(c, entry.get(), "end_time");
     out.end_reason = read_string_attr(c, entry.get(), "end_reason");
+    if (has_attr(entry.get(), "stream_stride"))
+      out.stream_stride = read_numeric_attr<uint64_t>(c, entry.get(), "stream_stride").at(0);
     Hid det(c.id(H5Gopen2(f, "entry/instrument/detector", H5P_DEFAULT), "detector group"),
             H5Gclose);
     const auto shape = read_numeric_attr<uint32_t>(c, det.get(), "frame_shape");

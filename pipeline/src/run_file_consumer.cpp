@@ -81,6 +81,7 @@ const StorageCheck& RunFileConsumer::check_storage() {
 void RunFileConsumer::on_end(const RunEnd& end) {
   if (!writer_) return;
   if (!end.end_reason.empty()) writer_->set_end_reason(end.end_reason);
+  writer_->set_stream_stride(end.stream_stride);
   writer_->close(end.end_pedestal);
 }
 

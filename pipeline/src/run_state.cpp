@@ -69,6 +69,14 @@ void RunStateMachine::request_stop(std::string reason) {
   stop_.store(true);
 }
 
+void RunStateMachine::request_stop_overriding(std::string reason) {
+  {
+    std::lock_guard lock(mu_);
+    if (!abort_.load()) end_reason_ = std::move(reason);
+  }
+  stop_.store(true);
+}
+
 void RunStateMachine::request_abort() {
   {
     std::lock_guard lock(mu_);

@@ -24,6 +24,7 @@ std::string_view to_string(BadInput kind) {
     case BadInput::unknown_port: return "unknown_port";
     case BadInput::oversize: return "oversize";
     case BadInput::out_of_range: return "out_of_range";
+    case BadInput::frame_jump: return "frame_jump";
     case BadInput::count_: break;
   }
   return "unknown";

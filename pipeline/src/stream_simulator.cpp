@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -86,6 +87,8 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     throw std::invalid_argument(
         fmt::format("quad needs ports [1, 2], not [{}, {}]", o.ports_x, o.ports_y));
   if (o.endpoints.empty()) throw std::invalid_argument("no endpoint to publish on");
+  if (o.send_every == 0) throw std::invalid_argument("send_every must be at least 1");
+  if (o.acquisitions == 0) throw std::invalid_argument("acquisitions must be at least 1");
   if (o.image.cols % o.ports_x != 0 || o.image.rows % o.ports_y != 0)
     throw std::invalid_argument(fmt::format("ports [{}, {}] do not divide the {}x{} image", o.ports_x,
                                             o.ports_y, o.image.rows, o.image.cols));
@@ -136,7 +139,17 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       if (k == f && every > 0 && i % every == every - 1) return true;
     return false;
   };
-  auto send = [&](std::size_t sock, const std::string& header, const std::byte* data, std::size_t size) {
+  // Parts of delayed ports wait here until their time (port_delay_ms).
+  struct Delayed {
+    std::chrono::steady_clock::time_point due;
+    std::size_t sock;
+    std::string header;
+    std::vector<std::byte> data;
+    bool end = false;  ///< a one-part end message
+  };
+  std::deque<Delayed> delayed;
+  auto send_now = [&](std::size_t sock, const std::string& header, const std::byte* data,
+                      std::size_t size) {
     auto& s = socks[sock % socks.size()];
     if (data) {
       s.send(zmq::buffer(header), zmq::send_flags::sndmore);
@@ -146,6 +159,22 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     }
     ++rep.messages;
     rep.bytes += header.size() + (data ? size : 0);
+  };
+  auto send_due = [&](bool all) {
+    while (!delayed.empty() && (all || delayed.front().due <= std::chrono::steady_clock::now())) {
+      std::this_thread::sleep_until(delayed.front().due);
+      Delayed& d = delayed.front();
+      send_now(d.sock, d.header, d.end ? nullptr : d.data.data(), d.data.size());
+      delayed.pop_front();
+    }
+  };
+  uint32_t part_port = 0;  // the port of the part being sent (for port_delay_ms)
+  auto send = [&](std::size_t sock, const std::string& header, const std::byte* data,
+                  std::size_t size) {
+    const uint32_t delay = part_port < o.port_delay_ms.size() ? o.port_delay_ms[part_port] : 0;
+    if (delay == 0 || !data) return send_now(sock, header, data, size);
+    delayed.push_back(Delayed{std::chrono::steady_clock::now() + std::chrono::milliseconds(delay),
+                              sock, header, std::vector<std::byte>(data, data + size)});
   };
 
   if (o.dummy_start)  // slsReceiver's dummy header from a stop or restream before the acquisition
@@ -160,14 +189,55 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     source.fill(o.dark_frames + k, pool_data.back());
   }
   const auto t0 = std::chrono::steady_clock::now();
-  for (uint64_t i = o.skip_images; i < total; ++i) {
-    if (stop && stop->load()) return rep;
-    if (o.rate_hz > 0) {
-      const auto due = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                std::chrono::duration<double>((i - o.skip_images) / o.rate_hz));
-      std::this_thread::sleep_until(due);
+  auto acq_t0 = t0;
+  const uint64_t per_acq = total > o.skip_images ? total - o.skip_images : 0;
+  const std::string end = format_sls_end(o.jsonversion);
+  // Each endpoint's end message follows its own last part: an endpoint whose ports are delayed
+  // sends it that much later too.
+  auto send_end = [&] {
+    if (o.send_end) {
+      for (std::size_t s = 0; s < socks.size(); ++s) {
+        uint32_t delay = 0;
+        for (std::size_t p = s; p < o.port_delay_ms.size(); p += socks.size())
+          delay = std::max(delay, o.port_delay_ms[p]);
+        for (uint32_t k = 0; k < std::max<uint32_t>(o.end_repeat, 1); ++k) {
+          if (delay == 0) send_now(s, end, nullptr, 0);
+          else
+            delayed.push_back(Delayed{std::chrono::steady_clock::now() +
+                                          std::chrono::milliseconds(delay),
+                                      s, end, {}, true});
+        }
+      }
     }
-    const uint64_t fn = o.first_frame_number + i;
+    std::stable_sort(delayed.begin(), delayed.end(),
+                     [](const Delayed& a, const Delayed& b) { return a.due < b.due; });
+    send_due(true);
+  };
+  // Acquisition `acq` sends images skip_images .. total - 1 (steps acq * per_acq ...).
+  for (uint64_t step = 0; step < per_acq * o.acquisitions; ++step) {
+    const uint64_t acq = step / per_acq, i = o.skip_images + step % per_acq;
+    if (acq > 0 && i == o.skip_images) {
+      send_end();
+      std::this_thread::sleep_for(std::chrono::milliseconds(o.acquisition_pause_ms));
+      acq_t0 = std::chrono::steady_clock::now();
+    }
+    if (stop && stop->load()) return rep;
+    send_due(false);
+    if (i % o.send_every != 0) {
+      ++rep.decimated;
+      continue;
+    }
+    if (o.rate_hz > 0) {
+      const auto due = acq_t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>((i - o.skip_images) / o.rate_hz));
+      std::this_thread::sleep_until(due);
+      send_due(false);
+    }
+    const bool restarted = i >= o.restart_image;
+    const uint64_t index_in_acq = restarted ? i - o.restart_image : i;
+    uint64_t fn = o.first_frame_number + acq * total + index_in_acq;
+    if (o.jump_every > 0) fn += (i / o.jump_every) * o.jump_by;
+    if (i == o.glitch_image) fn += o.glitch_by;
     if (has_fault(SimFault::gap, i)) {
       ++rep.gaps;
       continue;
@@ -184,8 +254,8 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     h.detshape = {o.ports_x, o.ports_y};
     h.shape = {pcol, prow};
     h.size = part_bytes;
-    h.acq_index = 1;
-    h.frame_index = i;
+    h.acq_index = acq + 1;
+    h.frame_index = index_in_acq;
     h.progress = 100.0 * static_cast<double>(i + 1) / static_cast<double>(total);
     h.fname = "glint_sim";
     h.frame_number = fn;
@@ -198,6 +268,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     h.quad = o.quad ? 1 : 0;
     const uint32_t n_parts = o.ports_x * o.ports_y;
     for (uint32_t pi = 0; pi < n_parts; ++pi) {
+      part_port = pi;
       h.row = pi / o.ports_x;
       h.column = pi % o.ports_x;
       h.mod_id = pi;
@@ -208,7 +279,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       // 16-bit parts of full-width ports are contiguous rows of a pool image: sent in place.
       if (o.image_pool > 0 && o.bitmode == 16 && o.ports_x == 1 && !flip &&
           !has_fault(SimFault::malformed, i) &&
-          !has_fault(SimFault::data_without_header, i)) {
+          !has_fault(SimFault::data_without_header, i) && o.port_delay_ms.empty()) {
         const uint16_t* src = img->data() + std::size_t{h.row} * prow * o.image.cols;
         const std::string header = format_sls_header(h);
         auto& sk = socks[pi % socks.size()];
@@ -239,6 +310,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       }
       send(pi, format_sls_header(h), payload.data(), payload.size());
     }
+    part_port = UINT32_MAX;  // not delayed
     // Extra bad messages that do not disturb the image itself.
     if (has_fault(SimFault::wrong_shape, i)) {
       SlsHeader b = h;
@@ -287,11 +359,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     ++rep.images;
     if (progress) progress(i + 1);
   }
-  if (o.send_end) {
-    const std::string end = format_sls_end(o.jsonversion);
-    for (uint32_t k = 0; k < std::max<uint32_t>(o.end_repeat, 1); ++k)
-      for (std::size_t s = 0; s < socks.size(); ++s) send(s, end, nullptr, 0);
-  }
+  send_end();
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }

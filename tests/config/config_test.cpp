@@ -521,3 +521,39 @@ TEST(Config, PedestalDarkMarker) {
   EXPECT_EQ(e.line(), 3);
   EXPECT_NE(std::string(e.what()).find("none, frame_mode"), std::string::npos) << e.what();
 }
+
+TEST(Config, StreamFaultBoundsHaveDocumentedDefaultsAndRanges) {
+  const gc::Config ex = gc::load(kExample);
+  const gc::Config def = gc::parse("", "empty");
+  EXPECT_EQ(ex.ingest.max_frame_jump, def.ingest.max_frame_jump);
+  EXPECT_EQ(def.ingest.max_frame_jump, 1000000u);
+  EXPECT_EQ(ex.run.max_missing_rows, def.run.max_missing_rows);
+  EXPECT_EQ(def.run.max_missing_rows, 10000000u);
+  EXPECT_EQ(ex.run.idle_end_seconds, def.run.idle_end_seconds);
+  EXPECT_EQ(def.run.idle_end_seconds, 60.0);
+  const auto c = gc::parse("ingest: {max_frame_jump: 5}\nrun: {max_missing_rows: 7, "
+                           "idle_end_seconds: 0.5}\n");
+  EXPECT_EQ(c.ingest.max_frame_jump, 5u);
+  EXPECT_EQ(c.run.max_missing_rows, 7u);
+  EXPECT_EQ(c.run.idle_end_seconds, 0.5);
+  EXPECT_EQ(gc::parse(gc::to_yaml(c)).run.idle_end_seconds, 0.5);
+  EXPECT_EQ(gc::parse(gc::to_yaml(c)).ingest.max_frame_jump, 5u);
+  struct Case {
+    const char* text;
+    const char* key;
+    const char* allowed;
+  };
+  const Case cases[] = {
+      {"ingest:\n  max_frame_jump: 0\n", "ingest.max_frame_jump", "1 to"},
+      {"ingest:\n  max_frame_jump: 2e12\n", "ingest.max_frame_jump", "not an integer"},
+      {"run:\n  max_missing_rows: 0\n", "run.max_missing_rows", "1 to"},
+      {"run:\n  idle_end_seconds: -1\n", "run.idle_end_seconds", "[0"},
+      {"run:\n  idle_end_seconds: soon\n", "run.idle_end_seconds", "not a number"},
+  };
+  for (const auto& k : cases) {
+    auto e = expect_error(k.text);
+    EXPECT_EQ(e.key(), k.key) << k.text;
+    EXPECT_EQ(e.line(), 2) << k.text;
+    EXPECT_NE(std::string(e.what()).find(k.allowed), std::string::npos) << e.what();
+  }
+}

@@ -318,3 +318,112 @@ TEST(Daemon, StartOverridesAreLimitedAndBudgeted) {
   EXPECT_EQ(r["runs_completed"], 0);
   EXPECT_TRUE(fs::is_empty(s.cfg.output.directory));
 }
+
+TEST(Daemon, BackToBackAcquisitionsWithAutoStartEachBecomeAWholeRun) {
+  // Three acquisitions 30 ms apart, each with its end message: every run starts with its
+  // acquisition's first frame (the ingest stays subscribed and holds what comes between runs).
+  Rigging s = setup("daemon_b2b");
+  s.cfg.run.auto_start = true;
+  s.sim.frames = 20;  // 30 images an acquisition, 10 of them dark
+  s.sim.acquisitions = 3;
+  s.sim.acquisition_pause_ms = 30;
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  const auto sent = pipeline::run_stream_simulator(s.sim);
+  EXPECT_EQ(sent.images, 90u);
+  json r = wait_status(ep, [](const json& j) { return j.value("runs_completed", 0u) >= 3; }, 20s);
+  ASSERT_GE(r.value("runs_completed", 0u), 3u) << r.dump();
+  r = control(ep, "stats");
+  EXPECT_EQ(r["ingest"]["frames_outside_run"], 0) << r.dump();
+  control(ep, json{{"command", "shutdown"}, {"abort", true}});
+  EXPECT_TRUE(d.wait(10s));
+  for (uint64_t k = 0; k < 3; ++k) {
+    const auto f = pipeline::read_run_file(s.cfg.output.directory /
+                                           fmt::format("daemon_b2b_{:06}.h5", k + 1));
+    EXPECT_EQ(f.end_reason, "end of acquisition") << k;
+    ASSERT_EQ(f.frames.size(), 30u) << k;
+    for (std::size_t i = 0; i < 30; ++i) {
+      EXPECT_EQ(f.frames[i].frame_number, 1 + 30 * k + i) << k;
+      EXPECT_EQ(f.frames[i].flags, i < 10 ? pipeline::kFlagDark : 0) << k << " " << i;
+    }
+  }
+}
+
+TEST(Daemon, ADetectorRestartMidRunEndsItAndTheNextRunTakesTheNewAcquisition) {
+  Rigging s = setup("daemon_restart");
+  s.cfg.run.auto_start = true;
+  s.sim.restart_image = 30;  // of 50 images: 20 after the restart, frames 1.. again
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  pipeline::run_stream_simulator(s.sim);
+  json r = wait_status(ep, [](const json& j) { return j.value("runs_completed", 0u) >= 2; }, 20s);
+  ASSERT_GE(r.value("runs_completed", 0u), 2u) << r.dump();
+  r = control(ep, "stats");
+  EXPECT_EQ(r["ingest"]["restarts"], 1) << r.dump();
+  EXPECT_EQ(r["ingest"]["frames_outside_run"], 0) << r.dump();
+  control(ep, json{{"command", "shutdown"}, {"abort", true}});
+  EXPECT_TRUE(d.wait(10s));
+  const auto f1 = pipeline::read_run_file(s.cfg.output.directory / "daemon_restart_000001.h5");
+  EXPECT_EQ(f1.end_reason, "detector restart");
+  ASSERT_EQ(f1.frames.size(), 30u);
+  EXPECT_EQ(f1.frames.back().frame_number, 30u);
+  const auto f2 = pipeline::read_run_file(s.cfg.output.directory / "daemon_restart_000002.h5");
+  EXPECT_EQ(f2.end_reason, "end of acquisition");
+  ASSERT_EQ(f2.frames.size(), 20u);
+  for (std::size_t i = 0; i < 20; ++i) EXPECT_EQ(f2.frames[i].frame_number, 1 + i);
+  EXPECT_EQ(glint::testing::count_rows(f2, pipeline::kFlagMissing), 0u);
+}
+
+TEST(Daemon, FramesBetweenManualRunsAreCountedNotLostSilently) {
+  Rigging s = setup("daemon_outside");
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  ASSERT_TRUE(control(ep, "start")["ok"]);
+  pipeline::run_stream_simulator(s.sim);
+  json r = wait_status(ep, [](const json& j) { return idle_after(j, 1); }, 20s);
+  ASSERT_EQ(r["state"], "idle") << r.dump();
+  // No run, no automatic one: the ingest is still subscribed and counts what it gets.
+  s.sim.first_frame_number = 1000;
+  const auto sent = pipeline::run_stream_simulator(s.sim);
+  EXPECT_TRUE(sent.subscribers_seen);
+  for (const auto until = std::chrono::steady_clock::now() + 10s;
+       std::chrono::steady_clock::now() < until;) {
+    r = control(ep, "stats");
+    if (r["ingest"]["frames_outside_run"] == 50) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(r["ingest"]["frames_outside_run"], 50) << r.dump();
+  EXPECT_EQ(r["ingest"]["held_parts"], 0);
+  control(ep, "shutdown");
+  EXPECT_TRUE(d.wait(10s));
+}
+
+TEST(Daemon, AReloadWithNewEndpointsSubscribesAfreshForTheNextRun) {
+  Rigging s = setup("daemon_new_ep");
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  ASSERT_TRUE(control(ep, "start")["ok"]);
+  pipeline::run_stream_simulator(s.sim);
+  ASSERT_EQ(wait_status(ep, [](const json& j) { return idle_after(j, 1); }, 20s)["state"], "idle");
+  config::Config moved = s.cfg;
+  const std::string ep2 = glint::testing::loopback(glint::testing::free_tcp_port());
+  moved.ingest.endpoints = {ep2};
+  d.request_reload(moved);
+  json r;
+  for (const auto until = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < until;) {
+    r = control(ep, "config");
+    if (r["yaml"].get<std::string>().find(ep2) != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(r["yaml"].get<std::string>().find(ep2), std::string::npos);
+  ASSERT_TRUE(control(ep, "start")["ok"]);
+  s.sim.endpoints = {ep2};
+  s.sim.wait_subscribers_ms = 5000;
+  EXPECT_TRUE(pipeline::run_stream_simulator(s.sim).subscribers_seen);
+  r = wait_status(ep, [](const json& j) { return idle_after(j, 2); }, 20s);
+  EXPECT_EQ(r["last_run"]["frames"], 50) << r.dump();
+  EXPECT_EQ(r["last_run"]["end_reason"], "end of acquisition");
+  control(ep, "shutdown");
+  EXPECT_TRUE(d.wait(10s));
+}

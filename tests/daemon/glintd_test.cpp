@@ -92,6 +92,9 @@ TEST(Glintd, EndToEndWithCtlAndReload) {
     auto stats = ctl({"stats"}, "ctl_stats.log");
     ASSERT_EQ(stats->wait_exit(10s), 0) << stats->log();
     EXPECT_NE(stats->log().find("received 140  processed 140  dark 20  data 120"), std::string::npos) << stats->log();
+    EXPECT_NE(stats->log().find("stream     stride 1  restarts 0  missing rows not written 0  "
+                                "outside a run 0  held for the next run 0"),
+              std::string::npos) << stats->log();
     auto status = ctl({"status", "--json"}, "ctl_status.log");
     ASSERT_EQ(status->wait_exit(10s), 0) << status->log();
     const json st = json::parse(status->log());
@@ -376,4 +379,33 @@ TEST(Glintd, DiskFullPutsTheRunInErrorAndTheDaemonStaysUp) {
   d.signal(SIGTERM);
   EXPECT_EQ(d.wait_exit(20s), 0) << d.log();
   if (mounted) std::system(("umount " + runs.string()).c_str());
+}
+
+TEST(Glintd, BackToBackDecimatedAcquisitionsFromGlintSimEachBecomeAWholeRun) {
+  // `glint sim` as a receiver with rx_zmqfreq 2 sends three acquisitions 30 ms apart, each with
+  // one glitched frame number: every run holds its acquisition, stride 2, the glitch missing.
+  Rig rig("b2b_stride", /*auto_start=*/true);
+  Process d(rig.glintd(), rig.dir / "glintd.log");
+  ASSERT_TRUE(d.started());
+  ASSERT_TRUE(rig.run_started()) << d.log();
+  {
+    Process s(rig.sim(40, 0, {"--acquisitions", "3", "--pause-ms", "30", "--every", "2",
+                              "--glitch", "10:1099511627776"}),
+              rig.dir / "sim.log");
+    ASSERT_EQ(s.wait_exit(30s), 0) << s.log();
+  }
+  json r = wait_status(rig.control_ep, [](const json& j) { return run_done(j, 3); }, 20s);
+  ASSERT_TRUE(run_done(r, 3)) << r.dump() << d.log();
+  d.signal(SIGTERM);
+  EXPECT_EQ(d.wait_exit(20s), 0) << d.log();
+  for (uint64_t k = 0; k < 3; ++k) {
+    const auto f = pipeline::read_run_file(rig.file(k + 1));
+    EXPECT_EQ(f.end_reason, "end of acquisition") << k;
+    EXPECT_EQ(f.stream_stride, 2u) << k;
+    ASSERT_EQ(f.frames.size(), 30u) << k;
+    for (std::size_t j = 0; j < 30; ++j) {
+      EXPECT_EQ(f.frames[j].frame_number, 1 + 60 * k + 2 * j) << k << " " << j;
+      EXPECT_EQ(f.frames[j].flags == pipeline::kFlagMissing, j == 5) << k << " " << j;
+    }
+  }
 }

@@ -99,8 +99,8 @@ json stats_reply() {
                "missing": 4, "dropped": 6, "rows_written": 1100},
     "malformed": {"malformed_json": 2, "missing_field": 0, "size_mismatch": 5, "wrong_shape": 0,
                   "unknown_bitmode": 1, "data_without_header": 0, "frame_backwards": 0,
-                  "unknown_port": 3, "oversize": 4, "out_of_range": 6},
-    "malformed_total": 21, "late_parts": 9, "clusters": 123456, "messages": 1200,
+                  "unknown_port": 3, "oversize": 4, "out_of_range": 6, "frame_jump": 7},
+    "malformed_total": 28, "late_parts": 9, "clusters": 123456, "messages": 1200,
     "bytes": 384000000, "end_messages": 0,
     "rates": {"window_s": 5.0, "frames_per_s": 250.5, "bytes_per_s": 8.0e7,
               "clusters_per_s": 30000},
@@ -144,11 +144,11 @@ TEST(Metrics, ExpositionOfAStatsReply) {
   labelled("glint_malformed_messages_total", "reason",
            {{"malformed_json", 2}, {"missing_field", 0}, {"size_mismatch", 5}, {"wrong_shape", 0},
             {"oversize", 4}, {"unknown_bitmode", 1}, {"data_without_header", 0},
-            {"frame_backwards", 0}, {"unknown_port", 3}, {"out_of_range", 6}});
+            {"frame_backwards", 0}, {"unknown_port", 3}, {"out_of_range", 6}, {"frame_jump", 7}});
   labelled("glint_queue_images", "queue", {{"pending", 2}, {"queued", 17}});
   labelled("glint_reconstruction_volumes_total", "outcome",
            {{"done", 1}, {"dropped", 2}, {"failed", 0}});
-  ASSERT_EQ(want.size(), 51u) << "every sample of the exposition is expected";
+  ASSERT_EQ(want.size(), 52u) << "every sample of the exposition is expected";
   EXPECT_EQ(m, want) << text;
   EXPECT_NE(text.find("glint_received_bytes_total 384000000\n"), std::string::npos) << text;
   EXPECT_NE(text.find("# TYPE glint_frames_total counter\n"), std::string::npos) << text;

@@ -342,3 +342,193 @@ TEST(Acquisition, ReconstructionThatCannotStartLeavesClusterFindingAlone) {
   EXPECT_TRUE(r.file.reconstruction.empty());
   expect_clusters_match(c, r);
 }
+
+// Frame-number faults and acquisition boundaries, each as `glint sim` sends it.
+
+TEST(Acquisition, OneGlitchedFrameNumberIsBadInputAndTheRunGoesOn) {
+  Case c = make_case("glitch");
+  c.sim.glitch_image = 40;  // frame 1040 is sent as 1040 + 2^40
+  c.sim.glitch_by = uint64_t{1} << 40;
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.end_reason, "end of acquisition");
+  EXPECT_EQ(r.stats.bad[size_t(BadInput::frame_jump)], 1u);
+  EXPECT_EQ(r.stats.bad[size_t(BadInput::frame_backwards)], 0u);
+  EXPECT_EQ(r.stats.bad_total, 1u);
+  ASSERT_EQ(r.file.frames.size(), 80u);
+  for (std::size_t i = 0; i < r.file.frames.size(); ++i) {
+    EXPECT_EQ(r.file.frames[i].frame_number, 1000 + i);
+    EXPECT_EQ(r.file.frames[i].flags, i == 40 ? kFlagMissing : i < 20 ? kFlagDark : 0) << i;
+  }
+  EXPECT_EQ(r.stats.missing, 1u);
+  EXPECT_EQ(r.stats.data_frames, 59u);
+  expect_clusters_match(c, r);
+}
+
+TEST(Acquisition, ACounterResetWithoutAnEndMessageEndsTheRunAtTheRestart) {
+  Case c = make_case("restart");
+  c.sim.restart_image = 50;  // images 50.. are frames 1000.. again, frameIndex from 0
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.end_reason, "detector restart");
+  EXPECT_EQ(r.stats.restarts, 1u);
+  EXPECT_EQ(r.stats.bad_total, 0u);
+  EXPECT_EQ(r.stats.missing, 0u);
+  ASSERT_EQ(r.file.frames.size(), 50u);
+  for (std::size_t i = 0; i < r.file.frames.size(); ++i)
+    EXPECT_EQ(r.file.frames[i].frame_number, 1000 + i);
+  EXPECT_EQ(r.file.end_reason, "detector restart");
+  expect_clusters_match(c, r);
+}
+
+TEST(Acquisition, ACounterThatMovesForGoodWithoutFrameIndexIsANewAcquisition) {
+  // The frame numbers jump far (beyond ingest.max_frame_jump) and stay there, frameIndex does
+  // not restart: after kRebaseAfterRejects rejected frames the port is taken as restarted.
+  Case c = make_case("rebase");
+  c.sim.jump_every = 50;  // images 50.. are frames 1000 + i + 10^7
+  c.sim.jump_by = 10000000;
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.end_reason, "detector restart");
+  EXPECT_EQ(r.stats.bad[size_t(BadInput::frame_jump)], kRebaseAfterRejects - 1);
+  ASSERT_EQ(r.file.frames.size(), 50u);
+  EXPECT_EQ(r.file.frames.back().frame_number, 1049u);
+  EXPECT_EQ(r.stats.missing, 0u);
+}
+
+TEST(Acquisition, MissingRowsAreBoundedPerRun) {
+  Case c = make_case("missing_bound");
+  c.cfg.ingest.max_frame_jump = 1000;
+  c.cfg.run.max_missing_rows = 5000;
+  c.sim.jump_every = 4;  // 19 jumps of 900 frame numbers: 17,100 missing rows unbounded
+  c.sim.jump_by = 900;
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.end_reason, "missing_rows");
+  EXPECT_EQ(r.stats.missing, 5000u);
+  EXPECT_GE(r.stats.missing_unwritten, 400u);  // the sixth jump's rest, at least
+  EXPECT_EQ(glint::testing::count_rows(r.file, kFlagMissing), 5000u);
+  EXPECT_EQ(r.stats.bad_total, 0u);
+  // The rows up to the bound: frames 1000..1023 (24 images, 5 jumps of 900) and 500 of the sixth.
+  ASSERT_GE(r.file.frames.size(), 5000u + 24u);
+  EXPECT_EQ(r.file.end_reason, "missing_rows");
+}
+
+TEST(Acquisition, ADecimatedStreamIsRecordedWithItsStride) {
+  Case c = make_case("stride");
+  c.sim.send_every = 3;    // slsReceiver rx_zmqfreq 3
+  c.sim.dark_frames = 60;  // 20 of them sent: the run's 20 dark frames
+  c.sim.frames = 60;
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.end_reason, "end of acquisition");
+  EXPECT_EQ(r.stats.stream_stride, 3u);
+  EXPECT_EQ(r.file.stream_stride, 3u);
+  EXPECT_EQ(r.stats.missing, 0u);
+  ASSERT_EQ(r.file.frames.size(), 40u);
+  for (std::size_t i = 0; i < r.file.frames.size(); ++i) {
+    EXPECT_EQ(r.file.frames[i].frame_number, 1000 + 3 * i);
+    EXPECT_EQ(r.file.frames[i].flags, i < 20 ? kFlagDark : 0) << i;
+  }
+  expect_clusters_match(c, r);
+}
+
+TEST(Acquisition, ADecimatedStreamStillRecordsItsLostFrames) {
+  Case c = make_case("stride_gap");
+  c.sim.send_every = 2;
+  c.sim.dark_frames = 40;
+  c.sim.frames = 60;
+  c.sim.faults = {{SimFault::gap, 25}};  // images 24, 74 (sent ones) are left out
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.stream_stride, 2u);
+  EXPECT_EQ(r.stats.missing, 2u);
+  ASSERT_EQ(r.file.frames.size(), 50u);
+  for (std::size_t i = 0; i < r.file.frames.size(); ++i) {
+    EXPECT_EQ(r.file.frames[i].frame_number, 1000 + 2 * i);
+    const bool gap = i == 12 || i == 37;
+    EXPECT_EQ(r.file.frames[i].flags == kFlagMissing, gap) << i;
+  }
+}
+
+TEST(Acquisition, ALostEndMessageEndsTheRunAfterIdleEndSeconds) {
+  Case c = make_case("idle");
+  c.sim.send_end = false;
+  c.cfg.run.idle_end_seconds = 0.3;
+  Acquisition run(c.cfg, 1, std::nullopt);
+  run_stream_simulator(c.sim);
+  ASSERT_TRUE(run.wait(5s)) << "the run did not end without its end message";
+  const RunStats s = run.stats();
+  EXPECT_EQ(s.end_reason, "idle");
+  EXPECT_EQ(s.rows_written, 80u);
+  EXPECT_EQ(read_run_file(run.file()).end_reason, "idle");
+}
+
+TEST(Acquisition, PortsOutOfStepByMoreThanThePartTimeoutLoseNothing) {
+  Case c = make_case("skew", 2, 1, 1);
+  c.cfg.ingest.part_timeout_ms = 150;
+  c.sim.rate_hz = 200;
+  c.sim.port_delay_ms = {0, 400};  // port 1 runs 400 ms behind port 0
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.end_reason, "end of acquisition");
+  EXPECT_EQ(r.stats.incomplete, 0u);
+  EXPECT_EQ(r.stats.late_parts, 0u);
+  EXPECT_EQ(r.stats.parts, 160u);
+  ASSERT_EQ(r.file.frames.size(), 80u);
+  EXPECT_EQ(glint::testing::count_rows(r.file, 0), 60u);
+  expect_clusters_match(c, r);
+}
+
+TEST(Acquisition, APortBehindTheOthersAtTheEndIsWaitedForWhileItDelivers) {
+  // Two receivers on two endpoints; the second runs 400 ms behind, its end message too: the
+  // first one's end does not end the run while the second still delivers.
+  Case c = make_case("skew_end", 2, 1, 2);
+  c.cfg.ingest.part_timeout_ms = 150;
+  c.sim.rate_hz = 200;
+  c.sim.port_delay_ms = {0, 400};
+  const Result r = run_case(c);
+  EXPECT_EQ(r.stats.end_reason, "end of acquisition");
+  EXPECT_EQ(r.stats.incomplete, 0u);
+  EXPECT_EQ(r.stats.parts, 160u);
+  ASSERT_EQ(r.file.frames.size(), 80u);
+  EXPECT_EQ(glint::testing::count_rows(r.file, 0), 60u);
+  expect_clusters_match(c, r);
+}
+
+TEST(Ingest, HoldsWhatArrivesBetweenRunsUpToItsBoundAndHandsItToTheNextRunInOrder) {
+  Case c = make_case("ingest_hold");
+  c.cfg.ingest.queue_frames = 30;  // the bound: 30 images' parts
+  c.sim.dark_frames = 0;
+  c.sim.frames = 50;
+  Ingest ingest(c.cfg);  // no run attached
+  ingest.set_hold(true);
+  run_stream_simulator(c.sim);
+  IngestCounters ic;
+  for (const auto until = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < until;) {
+    ic = ingest.counters();
+    if (ic.held_parts + ic.frames_outside_run == 50) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(ic.held_parts, 30u);
+  EXPECT_EQ(ic.frames_outside_run, 20u);
+  FrameAssembler a(c.cfg.detector, c.cfg.ingest);
+  ingest.attach(a);
+  EXPECT_TRUE(ingest.all_ended()) << "the held acquisition's end message comes with it";
+  for (uint64_t fn = 1000; fn < 1030; ++fn) {
+    FramePtr f = a.pop(0ms);
+    ASSERT_TRUE(f) << fn;
+    EXPECT_EQ(f->frame_number, fn);
+    EXPECT_FALSE(f->incomplete);
+    a.release(std::move(f));
+  }
+  EXPECT_EQ(a.pop(0ms), nullptr);
+  EXPECT_EQ(ingest.counters().held_parts, 0u);
+  ingest.detach();
+
+  // Held for a run that will not start: counted as outside a run.
+  c.sim.first_frame_number = 5000;
+  c.sim.frames = 10;
+  ingest.set_hold(true);
+  run_stream_simulator(c.sim);
+  for (const auto until = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < until && ingest.counters().held_parts < 10;)
+    std::this_thread::sleep_for(10ms);
+  ingest.set_hold(false);
+  EXPECT_EQ(ingest.counters().held_parts, 0u);
+  EXPECT_EQ(ingest.counters().frames_outside_run, 30u);
+}

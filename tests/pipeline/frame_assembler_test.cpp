@@ -74,16 +74,42 @@ TEST(FrameAssembler, PlacesPartsByRowAndColumnInAnyOrder) {
 
 TEST(FrameAssembler, EmitsInFrameNumberOrder) {
   FrameAssembler a(det_2x2(), ingest(8));
-  // Frame 2 has begun when frame 3 completes: 3 waits for 2.
-  add(a, 2, 0, 0, 2);
-  for (uint32_t p = 0; p < 4; ++p) add(a, 3, p / 2, p % 2, 3);
+  // Each port sends its frames in order (the ingest refuses anything else); frames 2 and 3 are
+  // both under way, and 2 leaves first, 3 only once its last part is in.
+  for (uint32_t p = 0; p < 3; ++p) {
+    add(a, 2, p / 2, p % 2, 2);
+    add(a, 3, p / 2, p % 2, 3);
+  }
   EXPECT_EQ(a.pop(0ms), nullptr);
-  for (uint32_t p = 1; p < 4; ++p) add(a, 2, p / 2, p % 2, 2);
+  add(a, 2, 1, 1, 2);
   auto f1 = a.pop(0ms);
-  auto f2 = a.pop(0ms);
-  ASSERT_TRUE(f1 && f2);
+  ASSERT_TRUE(f1);
   EXPECT_EQ(f1->frame_number, 2u);
+  EXPECT_FALSE(f1->incomplete);
+  EXPECT_EQ(a.pop(0ms), nullptr);
+  add(a, 3, 1, 1, 3);
+  auto f2 = a.pop(0ms);
+  ASSERT_TRUE(f2);
   EXPECT_EQ(f2->frame_number, 3u);
+  EXPECT_FALSE(f2->incomplete);
+}
+
+TEST(FrameAssembler, AnImageWhoseMissingPortsHaveMovedOnIsIncompleteAtOnce) {
+  // Frame 2 got only port 0's part; ports 1-3 have sent frame 3 since: their parts of frame 2
+  // will never come (each port's frames arrive in order), so 2 leaves now, not at a timeout.
+  FrameAssembler a(det_2x2(), ingest(8));
+  add(a, 2, 0, 0, 2);
+  for (uint32_t p = 1; p < 4; ++p) add(a, 3, p / 2, p % 2, 3);
+  auto f = a.pop(0ms);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->frame_number, 2u);
+  EXPECT_TRUE(f->incomplete);
+  EXPECT_EQ(f->parts, 1u);
+  EXPECT_EQ(a.pop(0ms), nullptr);  // 3 waits for port 0, which is behind and not stalled
+  add(a, 3, 0, 0, 3);
+  EXPECT_EQ(a.pop(0ms)->frame_number, 3u);
+  EXPECT_EQ(a.counters().frames_incomplete, 1u);
+  EXPECT_EQ(a.counters().late_parts, 0u);
 }
 
 TEST(FrameAssembler, MissingPartBecomesIncompleteAfterReorderWindow) {
@@ -119,6 +145,50 @@ TEST(FrameAssembler, MissingPartBecomesIncompleteAfterTimeout) {
   ASSERT_NE(f, nullptr);
   EXPECT_TRUE(f->incomplete);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 25ms);
+}
+
+TEST(FrameAssembler, ALaggingPortThatKeepsMovingIsWaitedForBeyondTheTimeout) {
+  // Port 0 runs behind the others by more than the part timeout but keeps delivering: none of
+  // its parts is thrown away, every image completes.
+  FrameAssembler a(det_2x2(), ingest(16, 16, /*timeout_ms=*/200));
+  for (uint64_t fn = 1; fn <= 6; ++fn)
+    for (uint32_t p = 1; p < 4; ++p) add(a, fn, p / 2, p % 2, 1);
+  add(a, 1, 0, 0, 1);
+  std::thread lagging([&] {  // frame 6's part comes 400 ms after the others'
+    for (uint64_t fn = 2; fn <= 6; ++fn) {
+      std::this_thread::sleep_for(80ms);
+      add(a, fn, 0, 0, 1);
+    }
+  });
+  for (uint64_t fn = 1; fn <= 6; ++fn) {
+    auto f = a.pop(2000ms);
+    ASSERT_TRUE(f) << fn;
+    EXPECT_EQ(f->frame_number, fn);
+    EXPECT_FALSE(f->incomplete) << fn;
+    a.release(std::move(f));
+  }
+  lagging.join();
+  EXPECT_EQ(a.counters().frames_complete, 6u);
+  EXPECT_EQ(a.counters().frames_incomplete, 0u);
+  EXPECT_EQ(a.counters().late_parts, 0u);
+}
+
+TEST(FrameAssembler, AStalledPortIsGivenUpAfterTheTimeout) {
+  FrameAssembler a(det_2x2(), ingest(16, 16, /*timeout_ms=*/100));
+  for (uint64_t fn = 1; fn <= 4; ++fn)
+    for (uint32_t p = 1; p < 4; ++p) add(a, fn, p / 2, p % 2, 1);
+  add(a, 1, 0, 0, 1);
+  add(a, 2, 0, 0, 1);  // and then nothing more from port 0
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t fn = 1; fn <= 4; ++fn) {
+    auto f = a.pop(2000ms);
+    ASSERT_TRUE(f) << fn;
+    EXPECT_EQ(f->frame_number, fn);
+    EXPECT_EQ(f->incomplete, fn > 2) << fn;
+    EXPECT_EQ(f->parts, fn > 2 ? 3u : 4u);
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 95ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);  // not the absent-port wait
 }
 
 TEST(FrameAssembler, CompleteImageZeroFlagsIncomplete) {

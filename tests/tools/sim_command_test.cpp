@@ -13,3 +13,17 @@ TEST(GlintSim, RejectsABadFaultPeriod) {
                    "--fault gap:" + every + ": EVERY must be a whole number >= 1");
   expect_failure("sim --frames 1 --fault nonsense", 2, "unknown fault 'nonsense'");
 }
+
+TEST(GlintSim, RejectsBadStreamFaultOptions) {
+  for (const std::string v : {"x", "3", "3:", ":4", "3:4x"}) {
+    expect_failure("sim --frames 1 --glitch " + v, 2,
+                   "--glitch " + v + ": expected two whole numbers A:B");
+    expect_failure("sim --frames 1 --port-delay " + v, 2,
+                   "--port-delay " + v + ": expected two whole numbers A:B");
+  }
+  expect_failure("sim --frames 1 --jump 0:5", 2, "--jump: EVERY must be at least 1");
+  expect_failure("sim --frames 1 --ports 2 1 --port-delay 2:100", 2,
+                 "--port-delay 2:100: PORT must be below 2 (the ports)");
+  expect_failure("sim --frames 1 --every 0", 2, "--every: N must be at least 1");
+  expect_failure("sim --frames 1 --acquisitions 0", 2, "--acquisitions must be at least 1");
+}

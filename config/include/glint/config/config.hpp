@@ -50,6 +50,9 @@ struct IngestConfig {
   int receive_buffer_bytes = 0;     ///< ZMQ_RCVBUF; 0 = the system default
   int copy_threads = -1;            ///< threads copying images into the finder's input;
                                     ///< 0 = the run's own thread, -1 ("auto") = by core count
+  /// A frame number more than this above the port's previous one is bad input (frame_jump):
+  /// a glitched counter must not end the run or write millions of missing rows.
+  uint64_t max_frame_jump = 1000000;
 };
 
 struct PedestalConfig {
@@ -89,6 +92,11 @@ struct RunConfig {
   uint64_t max_frames = 0;      ///< stop after this many frames (dark included); 0 = no limit
   double max_seconds = 0;       ///< stop after this many seconds; 0 = no limit
   uint64_t memory_budget_mb = 8192;  ///< a run whose run_memory() exceeds this is refused
+  /// Rows flagged missing a run writes at most; reaching it ends the run (end reason
+  /// missing_rows).
+  uint64_t max_missing_rows = 10000000;
+  /// A run that received data and then none for this long ends (end reason idle); 0 = never.
+  double idle_end_seconds = 60;
 };
 
 struct ControlConfig {

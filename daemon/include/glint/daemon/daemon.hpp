@@ -86,6 +86,10 @@ class Daemon {
   std::string endpoint_;
   std::chrono::steady_clock::time_point started_;
 
+  /// The runs' ingest, kept between runs (its sockets stay subscribed; what arrives between runs
+  /// is held for an automatic run or counted); created at the first run, rebuilt when a run's
+  /// detector or ingest configuration differs from the one it was made for.
+  std::shared_ptr<pipeline::Ingest> ingest_;
   std::unique_ptr<pipeline::Acquisition> run_;
   std::optional<pipeline::RunStats> last_run_;  ///< stats of the last finished run
   std::optional<PedestalState> last_pedestal_;

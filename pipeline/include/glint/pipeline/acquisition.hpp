@@ -63,13 +63,17 @@ struct RunStats {
   uint64_t missing = 0;
   uint64_t dropped = 0;
   uint64_t late_parts = 0;
+  uint64_t missing_unwritten = 0;  ///< missing rows not written: past run.max_missing_rows
+  uint64_t stream_stride = 1;      ///< frame-number step of a decimated stream (1: every frame)
+  uint64_t restarts = 0;           ///< ports whose frameIndex restarted (a new acquisition)
   uint64_t clusters = 0;
   uint64_t rows_written = 0;
   std::array<uint64_t, kBadInputKinds> bad{};
   uint64_t bad_total = 0;
   std::size_t pending_images = 0, queued_images = 0, staging_used = 0, staging_total = 0;
   /// end of acquisition, stop, frame limit, time limit, abort, disk_low (free space fell below
-  /// the reserve kept for a clean close)
+  /// the reserve kept for a clean close), idle (no data for run.idle_end_seconds), missing_rows
+  /// (run.max_missing_rows reached), detector restart (the ports' frameIndex started again)
   std::string end_reason;
   uint64_t disk_free_bytes = 0;    ///< free space on the run file's file system, at the last
                                    ///< flush (besides the reserve the file has claimed)
@@ -90,10 +94,11 @@ class Acquisition {
   /// (with `make_finder`, default pipeline::make_finder), connects the ingest. Never throws for
   /// run-time failures: they put the run in the error state (see stats().error).
   /// `previous_pedestal` is used when pedestal.keep_previous is set. The engines take `tuning`
-  /// (the run reads no environment).
+  /// (the run reads no environment). With `ingest`, the run takes its input from that ingest,
+  /// which outlives it (glintd's: subscribed between runs); otherwise it opens its own.
   Acquisition(const config::Config& cfg, uint64_t run_index,
               std::optional<PedestalState> previous_pedestal, FinderFactory make_finder = {},
-              RunTuning tuning = {});
+              RunTuning tuning = {}, std::shared_ptr<Ingest> ingest = {});
   ~Acquisition();  ///< aborts if still running; the file is closed
   Acquisition(const Acquisition&) = delete;
   Acquisition& operator=(const Acquisition&) = delete;

@@ -54,13 +54,25 @@ struct AssemblerCounters {
   uint64_t frames_complete = 0;  ///< images emitted complete
   uint64_t frames_incomplete = 0;
   uint64_t frames_dropped = 0;   ///< no free buffer: dropped at the ingest
-  uint64_t late_parts = 0;       ///< parts of an image already emitted or dropped
+  uint64_t late_parts = 0;       ///< parts of an image already emitted or dropped (logged,
+                                 ///< at most every 10 s)
   std::size_t pending = 0;       ///< images waiting for parts
   std::size_t ready = 0;         ///< images waiting for the finder
   std::size_t pool = 0;          ///< buffers in total
   std::size_t free = 0;          ///< buffers free
 };
 
+/// A port that has sent nothing yet in the run is waited for this many ingest.part_timeout_ms
+/// (within ingest.reorder_frames) before its parts are taken as lost: ports of one detector can
+/// start seconds apart.
+inline constexpr int kAbsentPortTimeouts = 10;
+
+/// When an image waits for parts: it is emitted complete when all arrive. It is emitted
+/// incomplete when every missing port has already sent a later frame (its part will not come),
+/// or when every missing port is stalled (nothing from it for ingest.part_timeout_ms, and the
+/// image is that old; a port that has sent nothing in the run: kAbsentPortTimeouts times that),
+/// or when more than ingest.reorder_frames images wait, or at the end of the run. A missing port
+/// that is behind but moving is waited for.
 class FrameAssembler {
  public:
   FrameAssembler(const config::DetectorConfig& detector, const config::IngestConfig& ingest);
@@ -88,6 +100,8 @@ class FrameAssembler {
  private:
   void emit_ready_locked(std::chrono::steady_clock::time_point now, bool flush_all);
   void remember_dropped_locked(uint64_t fn);
+  /// When `f`, still missing parts, is given up (time_point::min(): now).
+  std::chrono::steady_clock::time_point give_up_at_locked(const AssembledFrame& f) const;
 
   const config::DetectorConfig det_;
   uint32_t reorder_frames_;
@@ -103,6 +117,10 @@ class FrameAssembler {
   std::set<uint64_t> dropped_;         ///< not yet taken by the consumer
   std::set<uint64_t> dropped_recent_;  ///< recent drops: later parts of them are discarded
   std::optional<uint64_t> last_emitted_;
+  std::vector<std::optional<uint64_t>> port_last_frame_;  ///< by port: the last part's frame
+  std::vector<std::chrono::steady_clock::time_point> port_last_at_;  ///< ... and its arrival
+  std::chrono::steady_clock::time_point late_logged_{};
+  uint64_t late_logged_count_ = 0;
   AssemblerCounters c_;
 };
 

@@ -43,6 +43,7 @@ struct RunEnd {
   bool aborted = false;   ///< queued frames were not processed
   bool failed = false;    ///< the run is in the error state: close what is open, nothing more
   std::string end_reason; ///< end of acquisition, stop, frame limit, time limit, abort, disk_low
+  uint64_t stream_stride = 1;  ///< frame-number step of the stream (a decimated stream: N)
 };
 
 /// Each consumer's own counters (exact; readable from any thread).

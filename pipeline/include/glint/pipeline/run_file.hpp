@@ -38,7 +38,10 @@
 //   /entry attributes at close:  end_time; end_reason (why the run ended: "end of
 //                               acquisition", "stop", "frame limit", "time limit", "abort",
 //                               "shutdown", "disk_low" when free space fell below the reserve
-//                               kept for a clean close, ...).
+//                               kept for a clean close, "idle", "missing_rows", "detector
+//                               restart", ...); stream_stride (u64: the frame-number step of
+//                               the stream, N for a decimated one: rows exist for those frame
+//                               numbers only; 1 otherwise).
 //
 // Storage faults: at each flush and between flushes (check_storage) the free space on the file
 // system is checked against a reserve (StorageGuard) and the file's identity against its path;
@@ -188,6 +191,8 @@ class RunFileWriter {
 
   /// Why the run ended: written as /entry's end_reason attribute at close.
   void set_end_reason(std::string reason);
+  /// The stream's frame-number step (a decimated stream: N): /entry's stream_stride at close.
+  void set_stream_stride(uint64_t stride);
 
   /// Writes the end pedestal (when given), end_time, end_reason and the reconstruction totals,
   /// and closes. After a failed write nothing more is written: the file is closed as of its
@@ -222,6 +227,7 @@ struct RunFileContents {
   std::string start_time;
   std::string end_time;             ///< empty when the run never closed (crash)
   std::string end_reason;           ///< empty when the run never closed or before glint wrote it
+  uint64_t stream_stride = 0;       ///< /entry/stream_stride; 0 when not written
   std::string config_yaml;
   std::string backend;
   std::vector<double> start_mean, start_noise, end_mean, end_noise;

@@ -38,6 +38,9 @@ class RunStateMachine {
 
   /// Asks the run to end gracefully; the first reason given (stop or abort) is the end reason.
   void request_stop(std::string reason);
+  /// The same, with a reason that replaces an earlier graceful one (not an abort): the run ends
+  /// on a bound that cut its data (missing_rows) even if it was ending anyway.
+  void request_stop_overriding(std::string reason);
   /// Asks the run to end now.
   void request_abort();
   bool stop_requested() const { return stop_.load(); }

@@ -24,6 +24,7 @@ enum class BadInput : uint8_t {
   unknown_port,         ///< (row, column) outside the configured detector
   oversize,             ///< a header over kMaxSlsHeaderBytes (refused before parsing)
   out_of_range,         ///< a number that does not fit its field (32 bits; data not 0 or 1)
+  frame_jump,           ///< frame number more than ingest.max_frame_jump above the port's previous
   count_
 };
 inline constexpr std::size_t kBadInputKinds = static_cast<std::size_t>(BadInput::count_);

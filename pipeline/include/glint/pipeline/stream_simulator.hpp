@@ -94,6 +94,28 @@ struct SimOptions {
   /// Before the first image, the header slsReceiver sends on a stop or restream while idle (its
   /// "dummy": the end-of-acquisition header) on every endpoint.
   bool dummy_start = false;
+  /// One glitched frame number: image `glitch_image` (an index; none by default) is sent with
+  /// `glitch_by` added to its frame number, the images after it as usual.
+  uint64_t glitch_image = UINT64_MAX;
+  uint64_t glitch_by = 0;
+  /// Frame-number jumps: from every `jump_every`-th image on (0: none), frame numbers are
+  /// `jump_by` further on (the images between are never sent).
+  uint64_t jump_every = 0;
+  uint64_t jump_by = 0;
+  /// A detector restart without an end message: from image `restart_image` (none by default)
+  /// frame numbers start again at first_frame_number and frameIndex at 0.
+  uint64_t restart_image = UINT64_MAX;
+  /// Back-to-back acquisitions: the whole sequence of images is sent this many times, each with
+  /// its end message (send_end) and acqIndex, frameIndex from 0, frame numbers continuing, and
+  /// `acquisition_pause_ms` between them.
+  uint32_t acquisitions = 1;
+  uint32_t acquisition_pause_ms = 0;
+  /// Per-port delay (by row * ports_x + column; missing entries 0): the port's parts are sent
+  /// this much later than the others of their image (ports of one detector out of step).
+  std::vector<uint32_t> port_delay_ms;
+  /// Decimation as slsReceiver's rx_zmqfreq N: only images whose index is a multiple of N are
+  /// sent (1: all).
+  uint64_t send_every = 1;
 };
 
 struct SimReport {
@@ -101,6 +123,7 @@ struct SimReport {
   uint64_t messages = 0;
   uint64_t bytes = 0;
   uint64_t gaps = 0;          ///< images left out for the gap fault
+  uint64_t decimated = 0;     ///< images left out by send_every
   double seconds = 0;
   bool subscribers_seen = true;
 };
