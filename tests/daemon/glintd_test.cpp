@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "../pipeline/stream_test_util.hpp"
 #include "control_client.hpp"
@@ -284,8 +285,21 @@ TEST(Glintd, ManyRunsLeaveNoDescriptorsOpenAndMemoryFlat) {
 }
 
 TEST(Glintd, ConfigCheckAndErrors) {
-  Process ok({bin("glintd").string(), "--check", "--config", (fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml").string()},
-             glint::testing::fresh_dir("check") / "ok.log");
+  // The example, with its run directory where this process may write (--check also checks
+  // that the machine can run the configuration).
+  const fs::path ok_dir = glint::testing::fresh_dir("check");
+  {
+    std::ifstream in(fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string yaml = text.str();
+    const std::string from = "  directory: /var/lib/glint/runs";
+    ASSERT_NE(yaml.find(from), std::string::npos);
+    yaml.replace(yaml.find(from), from.size(), "  directory: " + (ok_dir / "runs").string());
+    std::ofstream(ok_dir / "example.yaml") << yaml;
+  }
+  Process ok({bin("glintd").string(), "--check", "--config", (ok_dir / "example.yaml").string()},
+             ok_dir / "ok.log");
   EXPECT_EQ(ok.wait_exit(10s), 0) << ok.log();
   const fs::path dir = glint::testing::fresh_dir("check_bad");
   std::ofstream(dir / "bad.yaml") << "detector:\n  rows: 400\nfinder:\n  cluster_size: 6\n";
