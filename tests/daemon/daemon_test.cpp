@@ -424,16 +424,17 @@ TEST(Daemon, StartOverridesAreLimitedAndBudgeted) {
 TEST(Daemon, RunFileErrorsAreOneLineWithoutTheClock) {
   // HDF5's description of a failed open carries ctime()'s text and its newline; what the run
   // file's errors (and so status and the log) say is one line without it.
-  const fs::path d = glint::testing::fresh_dir("hdf5_message");
-  std::ofstream(d / "not_hdf5.h5") << "not an HDF5 file\n";
+  const fs::path missing = glint::testing::fresh_dir("hdf5_message") / "none.h5";
   try {
-    pipeline::read_run_file(d / "not_hdf5.h5");
-    FAIL() << "a text file was read as a run file";
+    pipeline::read_run_file(missing);
+    FAIL() << "a missing file was read";
   } catch (const std::exception& e) {
     const std::string what = e.what();
     EXPECT_EQ(what.find('\n'), std::string::npos) << what;
     EXPECT_EQ(what.find("time = "), std::string::npos) << what;
-    EXPECT_EQ(what.rfind((d / "not_hdf5.h5").string() + ": ", 0), 0u) << what;
-    EXPECT_NE(what.find("unable to open file"), std::string::npos) << what;
+    EXPECT_EQ(what.rfind(missing.string() + ": ", 0), 0u) << what;
+    EXPECT_NE(what.find("unable to open file: name = '" + missing.string() + "'"),
+              std::string::npos)
+        << what;
   }
 }
