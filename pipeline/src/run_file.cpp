@@ -475,8 +475,10 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
   struct stat st {};
   if (lstat(m.path.c_str(), &st) == 0) {
     if (!overwrite)
-      throw OutputError(name + ": file exists; refusing to overwrite a run file (set "
-                        "output.overwrite to replace it)");
+      throw OutputError(name + ": file exists; refusing to overwrite a run file (another "
+                        "glintd may be writing to this directory: give each its own "
+                        "output.directory or output.run_name; or set output.overwrite to "
+                        "replace it)");
     if (!S_ISREG(st.st_mode))
       throw OutputError(name + ": exists and is not a regular file (a symlink, directory or "
                         "device); output.overwrite replaces only an earlier run file");
