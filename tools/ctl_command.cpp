@@ -162,8 +162,8 @@ void add_ctl_command(CLI::App& app) {
     std::string key_file, server_key, output;
   };
   auto a = std::make_shared<Args>();
-  auto* endpoint_opt =
-      cmd->add_option("--endpoint", a->endpoint, "glintd's control endpoint")->capture_default_str();
+  auto* endpoint_opt = cmd->add_option("--endpoint", a->endpoint, "glintd's control endpoint")
+                           ->capture_default_str();
   cmd->add_option("--config", a->config,
                   "glintd's configuration file: its control.endpoint (and CURVE server key); "
                   "--endpoint wins");

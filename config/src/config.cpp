@@ -45,7 +45,8 @@ std::optional<std::string> endpoint_problem(const std::string& ep, bool bind) {
     return std::nullopt;
   }
   std::string_view rest = std::string_view(ep).substr(6);
-  if (const auto semi = rest.rfind(';'); semi != std::string_view::npos) rest = rest.substr(semi + 1);
+  if (const auto semi = rest.rfind(';'); semi != std::string_view::npos)
+    rest = rest.substr(semi + 1);
   const auto colon = rest.rfind(':');
   if (colon == std::string_view::npos || colon == 0)
     return fmt::format("'{}' has no HOST:PORT ({})", printable(ep), allowed);
@@ -54,7 +55,8 @@ std::optional<std::string> endpoint_problem(const std::string& ep, bool bind) {
     return fmt::format("'{}' has no host to connect to ({})", printable(ep), allowed);
   if (bind && port == "*") return std::nullopt;
   unsigned long p = 0;
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos ||
       (p = std::stoul(std::string(port))) < 1 || p > 65535)
     return fmt::format("'{}': port '{}' is out of range ({})", printable(ep), printable(port),
                        allowed);

@@ -115,7 +115,8 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
   if (o.wait_subscribers_ms > 0) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.wait_subscribers_ms);
     for (std::size_t k = 0; k < socks.size(); ++k) {
-      while (!subscribed[k] && std::chrono::steady_clock::now() < until && !(stop && stop->load())) {
+      while (!subscribed[k] && std::chrono::steady_clock::now() < until &&
+             !(stop && stop->load())) {
         zmq::pollitem_t item{socks[k].handle(), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, std::chrono::milliseconds(50));
         if (item.revents & ZMQ_POLLIN) read_subscriptions(k);
@@ -293,7 +294,8 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
   const auto closing = std::chrono::steady_clock::now();
   for (auto& s : socks) s.close();
   ctx.close();
-  const double close_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - closing).count();
+  const double close_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - closing).count();
   rep.drained = close_s * 1000.0 + 20.0 < o.drain_ms;  // drain_ms 0: not waited for
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;

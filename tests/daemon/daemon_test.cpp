@@ -281,8 +281,9 @@ TEST(Daemon, StartChecksWhatDependsOnTheMoment) {
   // An output directory below a regular file cannot be created.
   const fs::path blocker = s.cfg.output.directory / "a_file";
   std::ofstream(blocker) << "x";
-  json r = control(ep, json{{"command", "start"},
-                            {"overrides", {{"output", {{"directory", (blocker / "runs").string()}}}}}});
+  json r = control(
+      ep, json{{"command", "start"},
+               {"overrides", {{"output", {{"directory", (blocker / "runs").string()}}}}}});
   EXPECT_FALSE(r["ok"]) << r.dump();
   EXPECT_NE(r["error"].get<std::string>().find(
                 "output.directory: '" + (blocker / "runs").string() + "' cannot take run files: " +
@@ -294,8 +295,9 @@ TEST(Daemon, StartChecksWhatDependsOnTheMoment) {
   EXPECT_EQ(r["runs_completed"], 0);
   EXPECT_FALSE(r["last_run"]["file_written"]);
   // 0 dark frames with keep_previous, and no previous pedestal.
-  r = control(ep, json{{"command", "start"},
-                       {"overrides", {{"pedestal", {{"dark_frames", 0}, {"keep_previous", true}}}}}});
+  r = control(ep,
+              json{{"command", "start"},
+                   {"overrides", {{"pedestal", {{"dark_frames", 0}, {"keep_previous", true}}}}}});
   EXPECT_FALSE(r["ok"]) << r.dump();
   EXPECT_NE(r["error"].get<std::string>().find(
                 "pedestal.dark_frames: 0 dark frames with keep_previous, but there is no previous "
