@@ -5,12 +5,19 @@
 # photon clusters (GPU when usable, else the exact CPU backend) and writes the run's HDF5 file;
 # the script ends with the run's summary and the file's path (under build/demo/runs/).
 #   bash scripts/demo.sh            (as root on a fresh Debian 12 machine for the set-up step)
+# GLINT_DEMO_BUILD_DIR=DIR skips the set-up and build steps and uses that build (the tests do);
+# GLINT_DEMO_FRAMES and GLINT_DEMO_RATE change the photon frames (1000) and their rate (250/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-bash scripts/build.sh
-bin=$PWD/build/bin
-demo=$PWD/build/demo
+build=${GLINT_DEMO_BUILD_DIR:-}
+if [[ -z $build ]]; then
+  bash scripts/setup.sh
+  bash scripts/build.sh
+  build=$PWD/build
+fi
+bin=$build/bin
+demo=$build/demo
+rm -rf "$demo/runs"
 mkdir -p "$demo/runs"
 # The default configuration, except that the run files go under build/ instead of
 # /var/lib/glint/runs (a start request may not move them out of output.allowed_roots; the
@@ -31,13 +38,19 @@ echo "demo: glintd is up (control tcp://127.0.0.1:5555, log $demo/glintd.log)"
 
 file=$("$bin/glint" ctl start --json | sed -n 's/.*"file": "\(.*\)".*/\1/p')
 echo "demo: run started, writing $file"
-"$bin/glint" sim --config "$config" --frames 1000 --rate 250 --seed 1
+"$bin/glint" sim --config "$config" --frames "${GLINT_DEMO_FRAMES:-1000}" \
+  --rate "${GLINT_DEMO_RATE:-250}" --seed 1
 
 # The run ends on the end-of-acquisition message; wait for the file to be closed.
+ended=
 for _ in $(seq 300); do
-  "$bin/glint" ctl status --json | grep -q '"last_run"' && break
+  if "$bin/glint" ctl status --json | grep -q '"end_reason": "end of acquisition"'; then
+    ended=1
+    break
+  fi
   sleep 0.1
 done
+[[ -n $ended ]] || { echo "demo: the run did not end"; "$bin/glint" ctl status; exit 1; }
 echo
 "$bin/glint" ctl stats
 echo

@@ -1,5 +1,6 @@
 // glint ctl: talks to glintd's control socket.
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -8,7 +9,9 @@
 #include <zmq.hpp>
 
 #include "commands.hpp"
+#include "glint/config/config.hpp"
 #include "glint/daemon/control_security.hpp"
+#include "glint/log.hpp"
 
 namespace glint::tools {
 
@@ -40,9 +43,11 @@ json request(zmq::context_t& ctx, const std::string& endpoint, const json& req, 
   s.send(zmq::buffer(req.dump()), zmq::send_flags::none);
   zmq::message_t rep;
   if (!s.recv(rep))
-    throw std::runtime_error(
-        fmt::format("no answer from glintd at {} within {} ms{}", endpoint, timeout_ms,
-                    keys.enabled() ? " (is this key in its control.curve_clients?)" : ""));
+    throw std::runtime_error(fmt::format(
+        "no answer from glintd at {} within {} ms{}: is glintd running there? (--endpoint "
+        "ENDPOINT or --config GLINTD.yaml for its control.endpoint; --timeout-ms to wait longer)",
+        endpoint, timeout_ms,
+        keys.enabled() ? " (is this client's key in its control.curve_clients?)" : ""));
   json j = json::parse(rep.to_string(), nullptr, false);
   if (j.is_discarded()) throw std::runtime_error("glintd sent a reply that is not JSON");
   return j;
@@ -53,6 +58,16 @@ std::string num(const json& j, const char* key) {
   const auto& v = j[key];
   if (v.is_number_float()) return fmt::format("{:.1f}", v.get<double>());
   return v.dump();
+}
+
+/// Where a client connects for glintd's bound control endpoint: a wildcard host ("*", 0.0.0.0,
+/// [::]) is reached on loopback.
+std::string connect_endpoint(const std::string& bound) {
+  for (const auto& [any, local] : {std::pair{"tcp://*:", "tcp://127.0.0.1:"},
+                                   std::pair{"tcp://0.0.0.0:", "tcp://127.0.0.1:"},
+                                   std::pair{"tcp://[::]:", "tcp://[::1]:"}})
+    if (bound.starts_with(any)) return local + bound.substr(std::string_view(any).size());
+  return bound;
 }
 
 void print_human(const std::string& cmd, const json& r) {
@@ -104,9 +119,19 @@ void print_human(const std::string& cmd, const json& r) {
                                                           r.value("file", ""), num(r, "frames"));
     else if (r.contains("last_run")) {
       const auto& l = r["last_run"];
-      std::cout << fmt::format("; last run {} ended ({}): {} frames, {} clusters -> {}", num(l, "run_index"),
-                               l.value("end_reason", ""), num(l, "frames"), num(l, "clusters"),
-                               l.value("file", ""));
+      const std::string error = l.value("error", std::string());
+      const bool written = l.value("file_written", true);
+      if (!error.empty() && l.value("run_index", 0) == 0)
+        std::cout << "; the last run could not start";
+      else if (!error.empty())
+        std::cout << fmt::format("; last run {} failed after {} frames{}", num(l, "run_index"),
+                                 num(l, "frames"),
+                                 written ? " -> " + l.value("file", std::string())
+                                         : std::string(" (no file written)"));
+      else
+        std::cout << fmt::format("; last run {} ended ({}): {} frames, {} clusters -> {}",
+                                 num(l, "run_index"), l.value("end_reason", ""), num(l, "frames"),
+                                 num(l, "clusters"), l.value("file", ""));
     }
     if (!r.value("error", std::string()).empty()) std::cout << "; error: " << r["error"].get<std::string>();
     std::cout << fmt::format("; up {:.0f} s\n", r.value("uptime_s", 0.0));
@@ -133,18 +158,23 @@ void add_ctl_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("ctl", "control a running glintd");
   struct Args {
     std::string endpoint = "tcp://127.0.0.1:5555";
+    std::string config;
     std::string command;
     std::string overrides;
     bool as_json = false;
-    int timeout_ms = 3000;
+    int timeout_ms = 0;  // 0: 3000, and 15000 for start (which waits for the run to open)
     double interval_s = 1.0;
     int count = 0;
     std::string key_file, server_key, output;
   };
   auto a = std::make_shared<Args>();
-  cmd->add_option("--endpoint", a->endpoint, "glintd's control endpoint")->capture_default_str();
+  auto* endpoint_opt = cmd->add_option("--endpoint", a->endpoint, "glintd's control endpoint")
+                           ->capture_default_str();
+  cmd->add_option("--config", a->config,
+                  "glintd's configuration file: its control.endpoint (and CURVE server key); "
+                  "--endpoint wins");
   cmd->add_flag("--json", a->as_json, "print the reply as JSON");
-  cmd->add_option("--timeout-ms", a->timeout_ms, "reply timeout")->capture_default_str();
+  cmd->add_option("--timeout-ms", a->timeout_ms, "reply timeout [3000; start: 15000]");
   cmd->add_option("--overrides", a->overrides,
                   "start: JSON of config sections to override, e.g. '{\"run\": {\"max_frames\": 100}}'");
   cmd->add_option("--interval", a->interval_s, "watch: seconds between refreshes")->capture_default_str();
@@ -160,7 +190,7 @@ void add_ctl_command(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"status", "stats", "start", "stop", "abort", "config", "pedestal",
                              "shutdown", "watch", "keygen"}));
-  cmd->callback([a] {
+  cmd->callback([a, endpoint_opt] {
     try {
       if (a->command == "keygen") {
         if (a->output.empty()) fail("glint ctl keygen", "--output FILE is required", kExitUsage);
@@ -171,6 +201,29 @@ void add_ctl_command(CLI::App& app) {
         return;
       }
       ClientKeys keys;
+      if (!a->config.empty()) {
+        config::Config c;
+        try {
+          c = config::load(a->config);
+        } catch (const config::ConfigError& e) {
+          fail("glint ctl", log::one_line(e.what()), kExitUsage);
+        }
+        if (endpoint_opt->count() == 0) a->endpoint = connect_endpoint(c.control.endpoint);
+        if (c.control.curve() && a->server_key.empty()) {
+          // The pair file is glintd's secret (mode 0600); its .pub beside it is for clients.
+          const std::string pub = c.control.curve_server_key + ".pub";
+          std::error_code ec;
+          a->server_key = std::filesystem::exists(pub, ec) ? pub : c.control.curve_server_key;
+          if (a->key_file.empty())
+            fail("glint ctl",
+                 fmt::format("{}: glintd's control socket uses CURVE; give this client's key pair "
+                             "with --key-file FILE (from `glint ctl keygen`, its public key in "
+                             "glintd's control.curve_clients)",
+                             a->config),
+                 kExitUsage);
+        }
+      }
+      if (a->timeout_ms <= 0) a->timeout_ms = a->command == "start" ? 15000 : 3000;
       if (a->key_file.empty() != a->server_key.empty())
         fail("glint ctl", "CURVE needs both --key-file and --server-key", kExitUsage);
       if (!a->key_file.empty()) {
@@ -203,14 +256,16 @@ void add_ctl_command(CLI::App& app) {
       const json r = request(ctx, a->endpoint, req, a->timeout_ms, keys);
       if (a->as_json) std::cout << r.dump(2) << "\n";
       if (!r.value("ok", false)) {
-        if (!a->as_json) std::cerr << "glint ctl " << a->command << ": " << r.value("error", "failed") << "\n";
+        if (!a->as_json)
+          std::cerr << "glint ctl " << a->command << ": "
+                    << log::one_line(r.value("error", std::string("failed"))) << "\n";
         throw CLI::RuntimeError(kExitFailure);
       }
       if (!a->as_json) print_human(a->command, r);
     } catch (const CLI::RuntimeError&) {
       throw;
     } catch (const std::exception& e) {
-      std::cerr << "glint ctl: " << e.what() << "\n";
+      std::cerr << "glint ctl: " << log::one_line(e.what()) << "\n";
       throw CLI::RuntimeError(kExitFailure);
     }
   });

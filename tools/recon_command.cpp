@@ -53,6 +53,10 @@ int run_recon(const ReconArgs& a) {
       throw std::invalid_argument("give --input VOL.h5 or --phantom N");
     if (a.phantom != 0 && !a.input.empty())
       throw std::invalid_argument("--input and --phantom exclude each other");
+    // The phantom's result is its RMSE, printed; a volume read from a file is only worth its
+    // output file.
+    if (a.phantom == 0 && a.output.empty())
+      throw std::invalid_argument("--output OUT.h5 is required with --input");
     if (!(a.lambda >= 0)) throw std::invalid_argument("--lambda must be >= 0");
     o.lambda = a.lambda;
     o.outer = a.outer;
@@ -118,7 +122,7 @@ int run_recon(const ReconArgs& a) {
       out.push_back({"/phantom", &truth, {}});
       out.push_back({"/measured", &measured, {{"forward", fm.spec}, {"noise", a.noise}}});
     }
-    recon::write_volumes(a.output, out);
+    if (!a.output.empty()) recon::write_volumes(a.output, out);
     std::cout << fmt::format(
         "reconstructed {}x{}x{} on {}: {} outer x {} TV steps in {:.3f} s; objective {:.6g} "
         "(measurement {:.6g})",
@@ -126,7 +130,7 @@ int run_recon(const ReconArgs& a) {
     if (err)
       std::cout << fmt::format("; RMSE vs phantom {:.5f} (measurement {:.5f})", *err,
                                recon::rmse(measured.data, truth.data));
-    std::cout << "\nwrote " << a.output << ":/volume\n";
+    std::cout << (a.output.empty() ? std::string("\n") : "\nwrote " + a.output + ":/volume\n");
     return 0;
   } catch (const std::invalid_argument& e) {
     std::cerr << "glint recon: " << e.what() << "\n";
@@ -148,7 +152,9 @@ void add_recon_command(CLI::App& app) {
                 "dataset in --input; NAME[I] for volume I of an (n, Z, Y, X) stack, e.g. a run "
                 "file's /entry/reconstruction/input[I]")
       ->capture_default_str();
-  c->add_option("--output", a->output, "HDF5 file to write (/volume, float32)")->required();
+  c->add_option("--output", a->output,
+                 "HDF5 file to write (/volume, float32); required with --input, optional with "
+                 "--phantom");
   c->add_option("--phantom", a->phantom,
                 "reconstruct the N^3 phantom after the forward model and noise");
   c->add_option("--noise", a->noise, "phantom: Gaussian noise sigma")->capture_default_str();

@@ -58,6 +58,9 @@ void add_sim_command(CLI::App& app) {
   cmd->add_flag("--no-drop", a->o.block_at_hwm, "wait at the high-water mark instead of dropping");
   cmd->add_option("--wait-ms", a->o.wait_subscribers_ms, "wait this long for a subscriber on every port")
       ->capture_default_str();
+  cmd->add_option("--drain-ms", a->o.drain_ms,
+                  "after the last message, wait at most this long for what is queued to leave")
+      ->capture_default_str();
   cmd->add_flag("-q,--quiet", a->quiet, "no summary line");
   cmd->add_flag("--flip-rows", a->o.flip_rows,
                 "EIGER: ports of odd rows send their rows last first, with flipRows 1");
@@ -157,12 +160,40 @@ void add_sim_command(CLI::App& app) {
     try {
       const auto r = pipeline::run_stream_simulator(o, &stop);
       if (!r.subscribers_seen) log::warn("glint sim: no subscriber within {} ms; sent anyway", o.wait_subscribers_ms);
+      // The rate is of images out of this process (the sockets' queues drained), not handed
+      // to ZeroMQ, which queues without limit.
+      const double rate = r.seconds > 0 ? r.images / r.seconds : 0.0;
       if (!a->quiet)
-        std::cout << fmt::format("glint sim: {} images ({} dark) as {} messages, {:.1f} MB in {:.2f} s "
-                                 "({:.0f} images/s){}\n",
+        std::cout << fmt::format("glint sim: {} images ({} dark) as {} messages, {:.1f} MB sent in "
+                                 "{:.2f} s ({:.0f} images/s){}\n",
                                  r.images, std::min(o.dark_frames, r.images), r.messages, r.bytes / 1e6,
-                                 r.seconds, r.seconds > 0 ? r.images / r.seconds : 0.0,
-                                 stop.load() ? ", interrupted" : "");
+                                 r.seconds, rate, r.interrupted ? ", interrupted" : "");
+      if (o.rate_hz > 0 && r.images > 0 && (r.max_lag_s > 0.5 || rate < 0.95 * o.rate_hz))
+        log::warn("glint sim: could not keep --rate {:g}: sent {:.0f} images/s, up to {:.2f} s "
+                  "behind schedule (a lower --rate, --pool N, or a smaller image)",
+                  o.rate_hz, rate, r.max_lag_s);
+      bool lost = false;
+      if (r.images_to_nobody > 0) {
+        log::error("glint sim: {} of {} images were sent while a port had no subscriber and are "
+                   "lost (start the receiver, e.g. `glint ctl start`, before glint sim)",
+                   r.images_to_nobody, r.images);
+        lost = true;
+      }
+      if (r.end_to_nobody) {
+        log::error("glint sim: the end-of-acquisition message went to a port without a "
+                   "subscriber; the receiver's run does not end by it");
+        lost = true;
+      }
+      if (!r.drained && o.drain_ms > 0) {
+        log::error("glint sim: messages were still queued {} ms after the last one and are lost "
+                   "(the end message among them): the receiver is slower than --rate {:g}; "
+                   "lower --rate or raise --drain-ms",
+                   o.drain_ms, o.rate_hz);
+        lost = true;
+      }
+      if (lost) throw CLI::RuntimeError(kExitFailure);
+    } catch (const CLI::RuntimeError&) {
+      throw;
     } catch (const std::exception& e) {
       fail("glint sim", e.what(), kExitFailure);
     }

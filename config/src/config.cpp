@@ -32,6 +32,37 @@ namespace {
 std::optional<std::string> memory_budget_problem(const Config& c);
 std::string printable(std::string_view text, std::size_t max = 120);
 
+/// What is wrong with a ZeroMQ endpoint's address, if anything: tcp://HOST:PORT with a host and
+/// a port 1..65535 (`*` only where glintd binds), ipc://PATH with a path. Whether the host
+/// resolves depends on the moment: see the daemon's checks.
+std::optional<std::string> endpoint_problem(const std::string& ep, bool bind) {
+  const std::string allowed =
+      bind ? "allowed: tcp://HOST:PORT with PORT 1..65535 or *, ipc://PATH"
+           : "allowed: tcp://HOST:PORT with PORT 1..65535, ipc://PATH";
+  if (ep.starts_with("ipc://") || ep.starts_with("inproc://")) {
+    if (ep.size() == (ep.starts_with("ipc://") ? 6u : 9u))
+      return fmt::format("'{}' has no path ({})", printable(ep), allowed);
+    return std::nullopt;
+  }
+  std::string_view rest = std::string_view(ep).substr(6);
+  if (const auto semi = rest.rfind(';'); semi != std::string_view::npos)
+    rest = rest.substr(semi + 1);
+  const auto colon = rest.rfind(':');
+  if (colon == std::string_view::npos || colon == 0)
+    return fmt::format("'{}' has no HOST:PORT ({})", printable(ep), allowed);
+  const std::string_view host = rest.substr(0, colon), port = rest.substr(colon + 1);
+  if (host == "[]" || (host == "*" && !bind))
+    return fmt::format("'{}' has no host to connect to ({})", printable(ep), allowed);
+  if (bind && port == "*") return std::nullopt;
+  unsigned long p = 0;
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos ||
+      (p = std::stoul(std::string(port))) < 1 || p > 65535)
+    return fmt::format("'{}': port '{}' is out of range ({})", printable(ep), printable(port),
+                       allowed);
+  return std::nullopt;
+}
+
 bool is_run_name_char(char ch) {
   return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
          ch == '.' || ch == '_' || ch == '-';
@@ -45,10 +76,12 @@ int line_of(const YAML::Node& n) {
 /// Walks one mapping, remembering which keys were read so that the rest can be rejected.
 class Section {
  public:
-  Section(const std::string& source, std::string path, const YAML::Node& node)
-      : source_(source), path_(std::move(path)), node_(node) {
+  Section(const std::string& source, std::string path, const YAML::Node& node,
+          std::map<std::string, int>* key_lines = nullptr)
+      : source_(source), path_(std::move(path)), node_(node), key_lines_(key_lines) {
     if (node_ && !node_.IsNull() && !node_.IsMap())
       fail(path_, line_of(node_), "expected a mapping of keys");
+    reject_duplicates();
   }
 
   std::string key_path(const std::string& key) const {
@@ -62,6 +95,7 @@ class Section {
     for (auto it = node_.begin(); it != node_.end(); ++it) {
       if (it->first.Scalar() == key) {
         lines_[key] = line_of(it->first);
+        if (key_lines_) (*key_lines_)[key_path(key)] = lines_[key];
         return it->second;
       }
     }
@@ -154,7 +188,9 @@ class Section {
     else fail_key(key, fmt::format("'{}' is not a boolean (allowed: true, false)", s));
   }
 
-  Section section(const std::string& key) { return Section(source_, key_path(key), child(key)); }
+  Section section(const std::string& key) {
+    return Section(source_, key_path(key), child(key), key_lines_);
+  }
 
   YAML::Node sequence(const std::string& key) {
     auto n = child(key);
@@ -177,9 +213,25 @@ class Section {
   }
 
  private:
+  /// A key given twice in one mapping: yaml-cpp keeps both and a lookup finds the first, so the
+  /// second would be ignored without a word.
+  void reject_duplicates() const {
+    if (!node_ || !node_.IsMap()) return;
+    std::map<std::string, int> seen;
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      const std::string k = it->first.IsScalar() ? it->first.Scalar() : std::string();
+      const int line = line_of(it->first);
+      if (auto [at, fresh] = seen.emplace(k, line); !fresh)
+        fail(key_path(printable(k)), line,
+             fmt::format("given twice (first on line {}); keep one (allowed: each key once)",
+                         at->second));
+    }
+  }
+
   const std::string& source_;
   std::string path_;
   YAML::Node node_;
+  std::map<std::string, int>* key_lines_;  ///< every key read, by dotted path (Config::lines)
   std::set<std::string> known_;
   std::map<std::string, int> lines_;
 };
@@ -217,6 +269,8 @@ void read_ingest(Section s, IngestConfig& c) {
       if (ep.rfind("tcp://", 0) != 0 && ep.rfind("ipc://", 0) != 0 && ep.rfind("inproc://", 0) != 0)
         s.fail(s.key_path("endpoints"), line_of(e),
                fmt::format("'{}' is not a ZeroMQ endpoint (allowed: tcp://HOST:PORT, ipc://PATH)", ep));
+      if (auto why = endpoint_problem(ep, false))
+        s.fail(s.key_path("endpoints"), line_of(e), *why);
       c.endpoints.push_back(ep);
     }
     if (c.endpoints.empty()) s.fail_key("endpoints", "must list at least one endpoint");
@@ -240,6 +294,20 @@ void read_pedestal(Section s, PedestalConfig& c) {
   s.read_integer("window", c.window, 1, 10000000);
   s.read_string("dark_marker", c.dark_marker, {"none", "frame_mode"});
   s.reject_unknown();
+  // As `glint find`: the pedestal must have filled its window before the first data frame, or
+  // the first data frames are searched against a pedestal of a few frames (wrong clusters).
+  // 0 dark frames only reuses the previous run's pedestal (checked again when a run starts).
+  if (c.dark_frames == 0 && !c.keep_previous)
+    s.fail_key("dark_frames",
+               fmt::format("0 dark frames leaves the run without a pedestal (allowed: at least "
+                           "pedestal.window = {}, or 0 with keep_previous: true)",
+                           c.window));
+  if (c.dark_frames > 0 && c.dark_frames < c.window)
+    s.fail_key("dark_frames",
+               fmt::format("{} is fewer than pedestal.window = {}: the pedestal would not be "
+                           "settled at the first data frame (allowed: at least {}, or 0 with "
+                           "keep_previous: true)",
+                           c.dark_frames, c.window, c.window));
 }
 
 void read_finder(Section s, FinderConfig& c) {
@@ -349,6 +417,7 @@ void read_control(Section s, ControlConfig& c) {
     s.fail_key("endpoint",
                fmt::format("'{}' is not a ZeroMQ endpoint (allowed: tcp://HOST:PORT, ipc://PATH)",
                            printable(c.endpoint)));
+  if (auto why = endpoint_problem(c.endpoint, true)) s.fail_key("endpoint", *why);
   s.read_integer("max_request_bytes", c.max_request_bytes, 1024, 16 << 20);
   s.read_bool("require_curve", c.require_curve);
   s.read_string("curve_server_key", c.curve_server_key);
@@ -432,7 +501,7 @@ void read_metrics(Section s, MetricsConfig& c) {
 Config from_node(const YAML::Node& root, const std::string& source, std::string text) {
   Config c;
   c.source = source;
-  Section top(source, "", root);
+  Section top(source, "", root, &c.lines);
   read_detector(top.section("detector"), c.detector);
   read_ingest(top.section("ingest"), c.ingest);
   read_pedestal(top.section("pedestal"), c.pedestal);
@@ -474,6 +543,11 @@ YAML::Node merged(const YAML::Node& base, const YAML::Node& over) {
 }
 
 }  // namespace
+
+int Config::line(const std::string& key) const {
+  const auto it = lines.find(key);
+  return it == lines.end() ? 0 : it->second;
+}
 
 bool ControlConfig::curve() const { return require_curve || !is_loopback_endpoint(endpoint); }
 
@@ -589,11 +663,23 @@ Config parse(std::string_view yaml_text, std::string source) {
 }
 
 Config load(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(path.string(), "(file)", 0,
+                      "is a directory (expected a YAML file, e.g. config/glintd.example.yaml)");
   std::ifstream in(path);
   if (!in) throw ConfigError(path.string(), "(file)", 0, "cannot be opened for reading");
   std::ostringstream ss;
   ss << in.rdbuf();
-  return parse(ss.str(), path.string());
+  if (in.bad()) throw ConfigError(path.string(), "(file)", 0, "cannot be read");
+  const std::string text = ss.str();
+  // A file without a single key is a mistake (an emptied or truncated file), not "all defaults".
+  const YAML::Node root = load_node(text, path.string());
+  if (!root.IsDefined() || root.IsNull() || (root.IsMap() && root.size() == 0))
+    throw ConfigError(path.string(), "(file)", 0,
+                      "holds no configuration (expected sections such as detector:, ingest:, "
+                      "output:; every key is in config/glintd.example.yaml)");
+  return parse(text, path.string());
 }
 
 std::string to_yaml(const Config& c) {
@@ -769,6 +855,11 @@ Config with_overrides(const Config& base, std::string_view overrides_text) {
   YAML::Emitter emitter;
   emitter << m;
   Config c = from_node(m, base.source + " + overrides", std::string(emitter.c_str()) + "\n");
+  // Lines refer to the configuration file: an overridden key has none.
+  c.lines = base.lines;
+  for (auto it = over.begin(); it != over.end(); ++it)
+    for (auto k = it->second.begin(); k != it->second.end(); ++k)
+      c.lines.erase(it->first.Scalar() + "." + k->first.Scalar());
   // A directory from an override is confined to the roots (the configured one is trusted).
   if (over["output"] && over["output"]["directory"] &&
       c.output.directory != base.output.directory &&

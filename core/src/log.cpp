@@ -52,9 +52,32 @@ Level parse_level(std::string_view name) {
 void set_level(Level l) { g_level.store(l, std::memory_order_relaxed); }
 Level level() { return g_level.load(std::memory_order_relaxed); }
 
+std::string one_line(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b >= 0x20 && b != 0x7f) {
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else {
+      out += "\\x";
+      out += kHex[b >> 4];
+      out += kHex[b & 15];
+    }
+  }
+  return out;
+}
+
 void write(Level l, std::string_view message) {
   if (l < level()) return;  // the formatting helpers check first; direct callers rely on this
-  logger().log(to_spdlog(l), "{}", message);
+  logger().log(to_spdlog(l), "{}", one_line(message));
 }
 
 }  // namespace glint::log

@@ -1,5 +1,6 @@
 #include "glint/daemon/daemon.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <fmt/ranges.h>
 
@@ -9,6 +10,7 @@
 #include "glint/daemon/control_request.hpp"
 #include "glint/daemon/control_security.hpp"
 #include "glint/daemon/metrics.hpp"
+#include "glint/daemon/preflight.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/run_file.hpp"
 
@@ -42,6 +44,8 @@ std::size_t control_max_message_bytes(const config::ControlConfig& c) {
 
 uint64_t next_run_index(const std::filesystem::path& dir, const std::string& run_name) {
   uint64_t best = 0;
+  // Names past kMaxRunIndex are not counted: one such file (run_9999999999999999999.h5) would
+  // otherwise make every later run pick the same unusable index.
   std::error_code ec;
   const std::string prefix = run_name + "_";
   for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
@@ -53,11 +57,21 @@ uint64_t next_run_index(const std::filesystem::path& dir, const std::string& run
     const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - 3);
     if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
     // Only the names the run files get (pipeline::run_file_path: at least six digits).
-    const uint64_t index = std::stoull(digits);
+    uint64_t index = 0;
+    const auto [end, parse] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (parse != std::errc() || end != digits.data() + digits.size() || index > kMaxRunIndex)
+      continue;
     if (pipeline::run_file_path({}, run_name, index).filename() != name) continue;
     best = std::max(best, index);
   }
-  return best + 1;
+  // A name taken since the scan (another glintd writing here) is stepped over, a bounded number
+  // of times; the run's own O_EXCL create is the final word.
+  uint64_t index = best + 1;
+  for (int k = 0; k < 1000 && std::filesystem::exists(
+                                  pipeline::run_file_path(dir, run_name, index), ec);
+       ++k)
+    ++index;
+  return index;
 }
 
 Daemon::Daemon(config::Config cfg, pipeline::FinderFactory make_finder,
@@ -140,7 +154,50 @@ bool same_ingest(const config::Config& a, const config::Config& b) {
 
 }  // namespace
 
-void Daemon::start_run(const config::Config& cfg) {
+std::optional<std::string> Daemon::start_problem(const config::Config& cfg,
+                                                 std::vector<std::string>& warnings) const {
+  Preflight p = preflight(cfg, /*mask_is_fatal=*/false);
+  for (const auto& w : p.warnings)
+    warnings.push_back(std::string(w.what()) + "; the run goes on without its reconstruction");
+  if (!p.ok()) return std::string(p.problems.front().what());
+  const bool pedestal_usable =
+      last_pedestal_ &&
+      last_pedestal_->shape == FrameShape{cfg.detector.rows, cfg.detector.cols} &&
+      last_pedestal_->window == cfg.pedestal.window;
+  if (cfg.pedestal.keep_previous && cfg.pedestal.dark_frames == 0 && !pedestal_usable)
+    return config::ConfigError(
+               cfg.source, "pedestal.dark_frames", cfg.line("pedestal.dark_frames"),
+               fmt::format("0 dark frames with keep_previous, but there is no previous pedestal "
+                           "of {} x {} pixels and window {} to keep (allowed for this run: at "
+                           "least {} dark frames, e.g. start --overrides "
+                           "'{{\"pedestal\": {{\"dark_frames\": {}}}}}')",
+                           cfg.detector.rows, cfg.detector.cols, cfg.pedestal.window,
+                           cfg.pedestal.window, cfg.pedestal.window))
+        .what();
+  return std::nullopt;
+}
+
+void Daemon::start_failed(const std::string& why) {
+  log::error("run not started: {}", why);
+  pipeline::RunStats s;
+  s.state = RunState::error;
+  s.error = why;
+  last_run_ = std::move(s);
+  last_run_failed_ = true;
+  last_run_file_written_ = false;
+  auto_start_waiting_ = why;
+  // No run takes what arrives now, unless an automatic one will.
+  if (ingest_) ingest_->set_hold(cfg_.run.auto_start && !shutdown_.load());
+  back_off();
+}
+
+std::optional<std::string> Daemon::start_run(const config::Config& cfg,
+                                             std::vector<std::string>& warnings) {
+  if (auto why = start_problem(cfg, warnings)) {
+    start_failed(*why);
+    return why;
+  }
+  for (const auto& w : warnings) log::warn("{}", w);
   if (ingest_ && !same_ingest(ingest_->config(), cfg)) {
     log::info("ingest: the detector or ingest configuration changed; subscribing afresh");
     ingest_.reset();
@@ -152,13 +209,41 @@ void Daemon::start_run(const config::Config& cfg) {
             cfg.pedestal.keep_previous && last_pedestal_ ? 0u : cfg.pedestal.dark_frames,
             fmt::join(cfg.ingest.endpoints, " "));
   samples_.clear();
-  run_ = std::make_unique<pipeline::Acquisition>(cfg, index, last_pedestal_, make_finder_,
-                                               tuning_, ingest_);
+  try {
+    run_ = std::make_unique<pipeline::Acquisition>(cfg, index, last_pedestal_, make_finder_,
+                                                   tuning_, ingest_);
+  } catch (const std::bad_alloc&) {
+    const std::string why = fmt::format(
+        "out of memory setting up run {} ({} x {} images; the run needs about {}): lower "
+        "detector.rows/cols, ingest.queue_frames, ingest.reorder_frames or finder.batch_frames, "
+        "or free memory",
+        index, cfg.detector.rows, cfg.detector.cols, config::run_memory(cfg).describe());
+    start_failed(why);
+    return why;
+  } catch (const std::exception& e) {
+    const std::string why = fmt::format("run {} could not be set up: {}", index, e.what());
+    start_failed(why);
+    return why;
+  }
+  // The reply (and the next automatic decision) reflects the run as it is once its file and
+  // inputs are open: a run that fails at once is reported now, not at the next status.
+  run_->wait_started(kStartWait);
+  if (run_->state() == RunState::error) {
+    run_->wait(std::chrono::seconds(5));  // its thread closes what it opened
+    const std::string why = run_->stats().error;
+    end_finished_run();
+    return why.empty() ? std::string("the run failed at its start") : why;
+  }
+  return std::nullopt;
 }
 
 void Daemon::end_finished_run() {
   if (!run_ || !run_->done()) return;
   last_run_ = run_->stats();
+  {
+    std::error_code ec;
+    last_run_file_written_ = std::filesystem::exists(run_->file(), ec);
+  }
   if (auto p = run_->end_pedestal()) last_pedestal_ = std::move(p);
   last_run_failed_ = last_run_->state == RunState::error;
   ++runs_completed_;
@@ -242,7 +327,8 @@ void Daemon::housekeeping() {
             free / 1048576.0, cfg_.output.directory.string(), resume_free_bytes_ / 1048576.0);
         back_off();
       } else {
-        start_run(cfg_);
+        std::vector<std::string> warnings;
+        start_run(cfg_, warnings);
       }
     }
   }
@@ -256,9 +342,13 @@ void Daemon::housekeeping() {
     line = fmt::format("run {} {}: {} frames, {} clusters, {} dropped, {} bad", s.run_index,
                        to_string(s.state), s.frames_processed, s.clusters, s.dropped, s.bad_total);
   } else if (last_run_) {
-    line = fmt::format("{}; last run {} {}{}", last_run_failed_ ? "error" : "idle", last_run_->run_index,
-                       last_run_failed_ ? "failed: " : "ended: ",
-                       last_run_failed_ ? last_run_->error : last_run_->end_reason);
+    if (last_run_->run_index == 0)  // it could not be set up
+      line = fmt::format("error; run not started: {}", log::one_line(last_run_->error));
+    else
+      line = fmt::format("{}; last run {} {}{}", last_run_failed_ ? "error" : "idle",
+                         last_run_->run_index, last_run_failed_ ? "failed: " : "ended: ",
+                         log::one_line(last_run_failed_ ? last_run_->error
+                                                        : last_run_->end_reason));
     if (cfg_.run.auto_start && !shutdown_.load() && now < next_auto_start_)
       line += fmt::format("; retrying in {} s",
                           std::chrono::ceil<std::chrono::seconds>(next_auto_start_ - now).count());
@@ -295,7 +385,7 @@ void Daemon::serve(std::stop_token st) {
       }
       reply = handle_request(req.to_string(), client);
     } catch (const std::exception& e) {
-      reply = json{{"ok", false}, {"error", e.what()}}.dump();
+      reply = json{{"ok", false}, {"error", log::one_line(e.what())}}.dump();
     }
     try {
       rep.send(zmq::buffer(reply), zmq::send_flags::none);
@@ -331,24 +421,27 @@ json Daemon::status_json() const {
     j["run_index"] = s.run_index;
     j["file"] = s.file;
     j["backend"] = s.backend;
-    j["error"] = s.error;
+    j["error"] = log::one_line(s.error);
     j["frames"] = s.frames_processed;
   } else {
     j["state"] = last_run_failed_ ? "error" : "idle";
-    j["error"] = last_run_failed_ && last_run_ ? last_run_->error : "";
+    j["error"] = last_run_failed_ && last_run_ ? log::one_line(last_run_->error) : "";
     // Waiting before the next automatic run after failed ones.
     const auto now = clock::now();
     if (cfg_.run.auto_start && !shutdown_.load() && now < next_auto_start_)
       j["retry_in_s"] = std::chrono::duration<double>(next_auto_start_ - now).count();
     if (cfg_.run.auto_start && !auto_start_waiting_.empty())
-      j["auto_start_waiting"] = auto_start_waiting_;
+      j["auto_start_waiting"] = log::one_line(auto_start_waiting_);
   }
   j["fatal"] = fatal_at_.has_value() || (run_ && run_->stats().fatal);
   j["failed_runs_in_a_row"] = failed_runs_in_a_row_;
   if (last_run_) {
+    // file_written: false when the run failed before creating its file (or it is gone).
     j["last_run"] = {{"run_index", last_run_->run_index}, {"file", last_run_->file},
+                     {"file_written", last_run_file_written_},
                      {"end_reason", last_run_->end_reason}, {"frames", last_run_->rows_written},
-                     {"clusters", last_run_->clusters}, {"error", last_run_->error}};
+                     {"clusters", last_run_->clusters},
+                     {"error", log::one_line(last_run_->error)}};
   }
   return j;
 }
@@ -467,7 +560,9 @@ std::string Daemon::handle_request(const std::string& request, const std::string
     j["ok"] = true;
     return j.dump();
   };
-  auto err = [](const std::string& what) { return json{{"ok", false}, {"error", what}}.dump(); };
+  auto err = [](const std::string& what) {
+    return json{{"ok", false}, {"error", log::one_line(what)}}.dump();
+  };
 
   // A run that failed is in the error state a moment before its thread has closed the file.
   if (run_ && run_->state() == RunState::error) run_->wait(std::chrono::seconds(2));
@@ -495,8 +590,17 @@ std::string Daemon::handle_request(const std::string& request, const std::string
     } catch (const config::ConfigError& e) {
       return err(e.what());
     }
-    start_run(c);
-    return ok(json{{"run_index", run_->stats().run_index}, {"file", run_->file().string()}});
+    std::vector<std::string> warnings;
+    if (auto why = start_run(c, warnings)) return err(*why);
+    const auto st = run_->stats();
+    json reply{{"run_index", st.run_index}, {"file", st.file}, {"state", to_string(st.state)},
+               {"backend", st.backend}};
+    if (!warnings.empty()) {
+      json w = json::array();
+      for (const auto& x : warnings) w.push_back(log::one_line(x));
+      reply["warnings"] = w;
+    }
+    return ok(reply);
   }
   if (cmd == "stop" || cmd == "abort") {
     if (!run_) return err("no run in progress");

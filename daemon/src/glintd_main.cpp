@@ -16,6 +16,7 @@
 #include "glint/config/config.hpp"
 #include "glint/daemon/control_security.hpp"
 #include "glint/daemon/daemon.hpp"
+#include "glint/daemon/preflight.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/ingest.hpp"
 #include "glint/daemon/tuning_env.hpp"
@@ -36,13 +37,25 @@ int glintd_main(int argc, char** argv, pipeline::FinderFactory make_finder) {
   app.add_flag("--check", check_only, "validate the configuration and exit");
   CLI11_PARSE(app, argc, argv);
 
+  // The configuration file, with --log-level in place of logging.level (also after SIGHUP),
+  // checked against this machine: what a run will need (its directory, its hosts, a GPU, a mask
+  // file) is refused here rather than at the first run.
+  auto load_checked = [&] {
+    glint::config::Config c = glint::config::load(config_path);
+    if (!log_level.empty()) {
+      glint::log::parse_level(log_level);
+      c.logging.level = log_level == "warning" ? "warn" : log_level;
+    }
+    glint::daemon::ControlSecurity keys(c.control);  // the CURVE key files, when CURVE is on
+    glint::daemon::check_environment(c);
+    return c;
+  };
   glint::config::Config cfg;
   try {
-    cfg = glint::config::load(config_path);
-    glint::log::set_level(glint::log::parse_level(log_level.empty() ? cfg.logging.level : log_level));
-    glint::daemon::ControlSecurity keys(cfg.control);  // the CURVE key files, when CURVE is on
+    cfg = load_checked();
+    glint::log::set_level(glint::log::parse_level(cfg.logging.level));
   } catch (const std::exception& e) {
-    std::cerr << "glintd: " << e.what() << "\n";
+    std::cerr << "glintd: " << glint::log::one_line(e.what()) << "\n";
     return kExitConfig;
   }
   if (check_only) {
@@ -96,8 +109,7 @@ int glintd_main(int argc, char** argv, pipeline::FinderFactory make_finder) {
       }
     } else if (sig == SIGHUP) {
       try {
-        auto fresh = glint::config::load(config_path);
-        if (log_level.empty()) glint::log::set_level(glint::log::parse_level(fresh.logging.level));
+        auto fresh = load_checked();  // the service thread sets its logging.level
         daemon->request_reload(std::move(fresh));
         sd_notify(0, "RELOADING=1");
         sd_notify(0, "READY=1");

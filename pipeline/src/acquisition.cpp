@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include <new>
+
 #include <fmt/format.h>
 
 #include "glint/gpu/error.hpp"
@@ -147,6 +149,13 @@ void Acquisition::run() {
     finish();
   } catch (const gpu::CudaError& e) {
     fail(e.what(), e.sticky());
+  } catch (const std::bad_alloc&) {
+    fail(fmt::format("out of memory setting up or running the run ({} x {} images; the run "
+                     "needs about {}): lower detector.rows/cols, ingest.queue_frames, "
+                     "ingest.reorder_frames or finder.batch_frames, or free memory",
+                     cfg_.detector.rows, cfg_.detector.cols,
+                     config::run_memory(cfg_).describe()),
+         false);
   } catch (const std::exception& e) {
     fail(e.what(), false);
   }
@@ -187,6 +196,7 @@ void Acquisition::start() {
   sequencer_->take_dark_by_marker(cfg_.pedestal.dark_marker == "frame_mode");
   if (dark_frames == 0) sequencer_->start_data();
   source_.connect();
+  states_.set_started();
 }
 
 void Acquisition::begin_data() {

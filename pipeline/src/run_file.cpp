@@ -29,6 +29,23 @@ namespace {
 
 using Hid = hdf5::Handle;
 
+/// One HDF5 error description as one line: HDF5 puts the wall-clock time (ctime(), which ends
+/// in a newline) into some ("unable to open file: time = Wed Dec  2 ...\n, name = ..."); that
+/// part says nothing about the failure and is left out, other control characters are escaped.
+std::string hdf5_description(std::string_view desc) {
+  std::string text(desc);
+  for (auto at = text.find("time = "); at != std::string::npos; at = text.find("time = ", at)) {
+    auto end = text.find('\n', at);
+    end = end == std::string::npos ? text.find(',', at) : end + 1;
+    if (end == std::string::npos) end = text.size();
+    if (text.compare(end, 2, ", ") == 0) end += 2;
+    text.erase(at, end - at);
+  }
+  while (!text.empty() && (text.back() == ' ' || text.back() == ',' || text.back() == '\n'))
+    text.pop_back();
+  return log::one_line(text);
+}
+
 /// HDF5's own message for the most recent failure (its automatic printing is switched off).
 std::string hdf5_message() {
   std::string text;
@@ -38,7 +55,7 @@ std::string hdf5_message() {
         auto* out = static_cast<std::string*>(data);
         if (n < 3 && e->desc && *e->desc) {
           if (!out->empty()) *out += "; ";
-          *out += e->desc;
+          *out += hdf5_description(e->desc);
         }
         return 0;
       },
@@ -459,8 +476,10 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
   struct stat st {};
   if (lstat(m.path.c_str(), &st) == 0) {
     if (!overwrite)
-      throw OutputError(name + ": file exists; refusing to overwrite a run file (set "
-                        "output.overwrite to replace it)");
+      throw OutputError(name + ": file exists; refusing to overwrite a run file (another "
+                        "glintd may be writing to this directory: give each its own "
+                        "output.directory or output.run_name; or set output.overwrite to "
+                        "replace it)");
     if (!S_ISREG(st.st_mode))
       throw OutputError(name + ": exists and is not a regular file (a symlink, directory or "
                         "device); output.overwrite replaces only an earlier run file");

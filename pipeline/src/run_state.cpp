@@ -94,6 +94,19 @@ void RunStateMachine::set_done() {
   done_cv_.notify_all();
 }
 
+void RunStateMachine::set_started() {
+  {
+    std::lock_guard lock(mu_);
+    started_.store(true);
+  }
+  done_cv_.notify_all();
+}
+
+bool RunStateMachine::wait_started(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  return done_cv_.wait_for(lock, timeout, [&] { return started_.load() || done_.load(); });
+}
+
 bool RunStateMachine::wait_done(std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mu_);
   return done_cv_.wait_for(lock, timeout, [&] { return done_.load(); });

@@ -100,7 +100,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     zmq::socket_t s(ctx, zmq::socket_type::xpub);  // a PUB that also sees subscriptions
     s.set(zmq::sockopt::sndhwm, o.send_hwm);
     if (o.block_at_hwm) s.set(zmq::sockopt::xpub_nodrop, 1);
-    s.set(zmq::sockopt::linger, 10000);
+    s.set(zmq::sockopt::linger, std::max(o.drain_ms, 0));
     try {
       s.bind(ep);
     } catch (const zmq::error_t& e) {
@@ -114,19 +114,24 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     o.on_bound(bound);
   }
   SimReport rep;
+  // Whether each port has a subscriber now: the XPUB hands over the first subscription and the
+  // unsubscription of the last subscriber. A PUB drops what it sends to a port without one.
+  std::vector<char> subscribed(socks.size(), 0);
+  auto read_subscriptions = [&](std::size_t k) {
+    zmq::message_t m;
+    while (socks[k].recv(m, zmq::recv_flags::dontwait))
+      if (m.size() > 0) subscribed[k] = m.data<uint8_t>()[0] == 1;
+  };
   if (o.wait_subscribers_ms > 0) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.wait_subscribers_ms);
-    for (auto& s : socks) {
-      bool seen = false;
-      while (!seen && std::chrono::steady_clock::now() < until && !(stop && stop->load())) {
-        zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+    for (std::size_t k = 0; k < socks.size(); ++k) {
+      while (!subscribed[k] && std::chrono::steady_clock::now() < until &&
+             !(stop && stop->load())) {
+        zmq::pollitem_t item{socks[k].handle(), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, std::chrono::milliseconds(50));
-        if (item.revents & ZMQ_POLLIN) {
-          zmq::message_t m;
-          if (s.recv(m, zmq::recv_flags::dontwait) && m.size() > 0 && m.data<uint8_t>()[0] == 1) seen = true;
-        }
+        if (item.revents & ZMQ_POLLIN) read_subscriptions(k);
       }
-      rep.subscribers_seen = rep.subscribers_seen && seen;
+      rep.subscribers_seen = rep.subscribers_seen && subscribed[k];
     }
   }
 
@@ -197,6 +202,8 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
   auto send_end = [&] {
     if (o.send_end) {
       for (std::size_t s = 0; s < socks.size(); ++s) {
+        read_subscriptions(s);
+        if (!subscribed[s]) rep.end_to_nobody = true;
         uint32_t delay = 0;
         for (std::size_t p = s; p < o.port_delay_ms.size(); p += socks.size())
           delay = std::max(delay, o.port_delay_ms[p]);
@@ -221,7 +228,10 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       std::this_thread::sleep_for(std::chrono::milliseconds(o.acquisition_pause_ms));
       acq_t0 = std::chrono::steady_clock::now();
     }
-    if (stop && stop->load()) return rep;
+    if (stop && stop->load()) {
+      rep.interrupted = true;
+      break;
+    }
     send_due(false);
     if (i % o.send_every != 0) {
       ++rep.decimated;
@@ -230,8 +240,18 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     if (o.rate_hz > 0) {
       const auto due = acq_t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                     std::chrono::duration<double>((i - o.skip_images) / o.rate_hz));
-      std::this_thread::sleep_until(due);
+      const auto now = std::chrono::steady_clock::now();
+      if (now > due)
+        rep.max_lag_s = std::max(rep.max_lag_s, std::chrono::duration<double>(now - due).count());
+      else
+        std::this_thread::sleep_until(due);
       send_due(false);
+    }
+    // An image with a part for a port without a subscriber is lost (the PUB drops it).
+    bool to_nobody = false;
+    for (std::size_t k = 0; k < socks.size(); ++k) {
+      read_subscriptions(k);
+      to_nobody = to_nobody || (!subscribed[k] && k < std::size_t{o.ports_x} * o.ports_y);
     }
     const bool restarted = i >= o.restart_image;
     const uint64_t index_in_acq = restarted ? i - o.restart_image : i;
@@ -357,9 +377,20 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       send(0, e, nullptr, 0);
     }
     ++rep.images;
+    if (to_nobody) ++rep.images_to_nobody;
     if (progress) progress(i + 1);
   }
-  send_end();
+  if (!rep.interrupted) send_end();
+  rep.queued_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Sent means out of this process: ZeroMQ sends from its own thread, so the messages still
+  // queued (a subscriber slower than the sender) leave while the sockets close, for at most
+  // drain_ms; what is left then is lost, and the close took the whole drain_ms.
+  const auto closing = std::chrono::steady_clock::now();
+  for (auto& s : socks) s.close();
+  ctx.close();
+  const double close_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - closing).count();
+  rep.drained = close_s * 1000.0 + 20.0 < o.drain_ms;  // drain_ms 0: not waited for
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }

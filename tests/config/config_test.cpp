@@ -80,7 +80,7 @@ detector: {type: jungfrau, rows: 512, cols: 1024, ports: [1, 2]}
 ingest:
   endpoints: [tcp://127.0.0.1:30001, tcp://127.0.0.1:30002]
   queue_frames: 64
-pedestal: {dark_frames: 10, keep_previous: true, window: 20}
+pedestal: {dark_frames: 30, keep_previous: true, window: 20}
 finder: {n_sigma: 3.5, cluster_size: 5, backend: cpu, threads: 4, gpu_ids: [0, 1]}
 output: {directory: /tmp/x, run_name: scan, flush_interval_ms: 200}
 run: {auto_start: true, max_frames: 100, max_seconds: 2.5}
@@ -99,7 +99,7 @@ reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5, wei
   ASSERT_EQ(c.ingest.endpoints.size(), 2u);
   EXPECT_EQ(c.ingest.endpoints[1], "tcp://127.0.0.1:30002");
   EXPECT_EQ(c.ingest.queue_frames, 64u);
-  EXPECT_EQ(c.pedestal.dark_frames, 10u);
+  EXPECT_EQ(c.pedestal.dark_frames, 30u);
   EXPECT_TRUE(c.pedestal.keep_previous);
   EXPECT_EQ(c.pedestal.window, 20u);
   EXPECT_DOUBLE_EQ(c.finder.n_sigma, 3.5);
@@ -556,4 +556,104 @@ TEST(Config, StreamFaultBoundsHaveDocumentedDefaultsAndRanges) {
     EXPECT_EQ(e.line(), 2) << k.text;
     EXPECT_NE(std::string(e.what()).find(k.allowed), std::string::npos) << e.what();
   }
+}
+
+TEST(Config, DarkFramesMustFillThePedestalWindow) {
+  // As `glint find`: fewer dark frames than the window leave the pedestal unsettled.
+  auto e = expect_error("pedestal:\n  dark_frames: 10\n  window: 1000\n");
+  EXPECT_EQ(e.key(), "pedestal.dark_frames");
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_NE(std::string(e.what()).find("10 is fewer than pedestal.window = 1000"),
+            std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("allowed: at least 1000, or 0 with keep_previous: true"),
+            std::string::npos) << e.what();
+  // The default window (1000) counts too.
+  e = expect_error("pedestal:\n\n  dark_frames: 999\n");
+  EXPECT_EQ(e.key(), "pedestal.dark_frames");
+  EXPECT_EQ(e.line(), 3);
+  // 0 dark frames: only with keep_previous.
+  e = expect_error("pedestal: {dark_frames: 0}\n");
+  EXPECT_EQ(e.key(), "pedestal.dark_frames");
+  EXPECT_EQ(e.line(), 1);
+  EXPECT_NE(std::string(e.what()).find("without a pedestal"), std::string::npos) << e.what();
+  const auto keep = gc::parse("pedestal: {dark_frames: 0, keep_previous: true, window: 50}\n");
+  EXPECT_EQ(keep.pedestal.dark_frames, 0u);
+  EXPECT_EQ(keep.pedestal.window, 50u);
+  EXPECT_EQ(gc::parse("pedestal: {dark_frames: 50, window: 50}\n").pedestal.dark_frames, 50u);
+  // A start override is held to the same rule.
+  const auto base = gc::parse("pedestal: {dark_frames: 20, window: 20}\n", "base.yaml");
+  try {
+    gc::with_overrides(base, R"({"pedestal": {"dark_frames": 5}})");
+    FAIL() << "5 dark frames for a window of 20 accepted";
+  } catch (const gc::ConfigError& err) {
+    EXPECT_EQ(err.key(), "pedestal.dark_frames");
+  }
+}
+
+TEST(Config, KeysGivenTwiceAreRefusedAtAnyLevel) {
+  auto e = expect_error("detector: {rows: 40, cols: 40}\nrun: {}\ndetector: {rows: 80}\n");
+  EXPECT_EQ(e.key(), "detector");
+  EXPECT_EQ(e.line(), 3);
+  EXPECT_NE(std::string(e.what()).find("given twice (first on line 1)"), std::string::npos)
+      << e.what();
+  e = expect_error("finder:\n  n_sigma: 4\n  backend: cpu\n  n_sigma: 6\n");
+  EXPECT_EQ(e.key(), "finder.n_sigma");
+  EXPECT_EQ(e.line(), 4);
+  EXPECT_NE(std::string(e.what()).find("first on line 2"), std::string::npos) << e.what();
+}
+
+TEST(Config, EndpointsNeedAHostAndAPortInRange) {
+  struct Case {
+    const char* text;
+    const char* key;
+    const char* what;
+  };
+  const Case cases[] = {
+      {"ingest:\n  endpoints: [\"tcp://127.0.0.1:99999\"]\n", "ingest.endpoints",
+       "port '99999' is out of range (allowed: tcp://HOST:PORT with PORT 1..65535, ipc://PATH)"},
+      {"ingest:\n  endpoints: [\"tcp://127.0.0.1:0\"]\n", "ingest.endpoints", "port '0'"},
+      {"ingest:\n  endpoints: [\"tcp://127.0.0.1\"]\n", "ingest.endpoints", "no HOST:PORT"},
+      {"ingest:\n  endpoints: [\"tcp://:30001\"]\n", "ingest.endpoints", "no HOST:PORT"},
+      {"ingest:\n  endpoints: [\"tcp://*:30001\"]\n", "ingest.endpoints", "no host to connect"},
+      {"ingest:\n  endpoints: [\"tcp://127.0.0.1:*\"]\n", "ingest.endpoints", "port '*'"},
+      {"ingest:\n  endpoints: [\"ipc://\"]\n", "ingest.endpoints", "has no path"},
+      {"control:\n  endpoint: \"tcp://127.0.0.1:70000\"\n", "control.endpoint",
+       "PORT 1..65535 or *"},
+  };
+  for (const auto& c : cases) {
+    auto e = expect_error(c.text);
+    EXPECT_EQ(e.key(), c.key) << c.text;
+    EXPECT_EQ(e.line(), 2) << c.text;
+    EXPECT_NE(std::string(e.what()).find(c.what), std::string::npos) << e.what();
+  }
+  // glintd binds the control endpoint: a "*" port picks a free one.
+  EXPECT_EQ(gc::parse("control: {endpoint: \"tcp://127.0.0.1:*\"}\n").control.endpoint,
+            "tcp://127.0.0.1:*");
+}
+
+TEST(Config, DirectoryAndEmptyFilesAreRefused) {
+  const auto dir = std::filesystem::temp_directory_path() / "glint_config_files";
+  std::filesystem::create_directories(dir);
+  auto load_error = [](const std::filesystem::path& p) {
+    try {
+      gc::load(p);
+    } catch (const gc::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(load_error(dir), dir.string() +
+                                 ": (file): is a directory (expected a YAML file, e.g. "
+                                 "config/glintd.example.yaml)");
+  for (const char* text : {"", "# only a comment\n", "{}\n"}) {
+    std::ofstream(dir / "empty.yaml") << text;
+    EXPECT_NE(load_error(dir / "empty.yaml").find(": (file): holds no configuration"),
+              std::string::npos)
+        << text;
+  }
+  std::ofstream(dir / "one.yaml") << "run: {max_frames: 3}\n";
+  const auto c = gc::load(dir / "one.yaml");
+  EXPECT_EQ(c.run.max_frames, 3u);
+  EXPECT_EQ(c.line("run.max_frames"), 1);
+  EXPECT_EQ(c.line("output.directory"), 0);
 }

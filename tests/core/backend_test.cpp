@@ -73,7 +73,9 @@ TEST(Backend, GpuThrowsTheReasonWhereItCannotRun) {
     f.make(Backend::gpu);
     FAIL() << "no exception";
   } catch (const std::runtime_error& e) {
-    EXPECT_STREQ(e.what(), "test engine: GPU backend not available: no CUDA device found");
+    EXPECT_STREQ(e.what(),
+                 "test engine: GPU backend not available: no CUDA device found; or choose the "
+                 "cpu backend (auto takes the GPU when one is usable, else the CPU)");
   }
   EXPECT_EQ(f.gpus, 0);
   EXPECT_EQ(f.cpus, 0);

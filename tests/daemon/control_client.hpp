@@ -9,7 +9,10 @@
 namespace glint::testing {
 
 /// One request to glintd's control socket; {"ok": false, "error": "timeout"} when it does not answer.
-inline nlohmann::json control(const std::string& endpoint, const nlohmann::json& req, int timeout_ms = 3000) {
+/// The default timeout leaves room for `start`, which replies once the run has opened its file,
+/// finder and inputs (GPU and cuFFT set-up can take seconds).
+inline nlohmann::json control(const std::string& endpoint, const nlohmann::json& req,
+                              int timeout_ms = 15000) {
   static zmq::context_t ctx(1);
   zmq::socket_t s(ctx, zmq::socket_type::req);
   s.set(zmq::sockopt::linger, 0);

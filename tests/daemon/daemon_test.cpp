@@ -11,6 +11,7 @@
 #include "glint/config/config.hpp"
 #include "glint/daemon/control_request.hpp"
 #include "glint/daemon/daemon.hpp"
+#include "glint/gpu/device.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
 
@@ -144,8 +145,11 @@ TEST(Daemon, UnwritableDirectoryIsAnErrorAndTheDaemonStaysUp) {
   s.cfg.output.directory = "/proc/glint/not/writable";
   daemon::Daemon d(s.cfg);
   const std::string ep = d.control_endpoint();
+  // The start reply says so at once (the run fails as it opens its directory).
   json r = control(ep, "start");
-  ASSERT_TRUE(r["ok"]) << r.dump();
+  EXPECT_FALSE(r["ok"]) << r.dump();
+  EXPECT_NE(r["error"].get<std::string>().find("/proc/glint/not/writable"), std::string::npos)
+      << r.dump();
   r = wait_status(ep, [](const json& j) { return j["state"] == "error"; }, 5s);
   EXPECT_EQ(r["state"], "error");
   EXPECT_NE(r["error"].get<std::string>().find("/proc/glint/not/writable"), std::string::npos) << r.dump();
@@ -214,6 +218,106 @@ TEST(Daemon, NextRunIndexFollowsExistingFiles) {
   std::ofstream(d / "scan_1000000.h5") << "x";  // past six digits the name grows
   EXPECT_EQ(daemon::next_run_index(d, "scan"), 1000001u);
   EXPECT_EQ(daemon::next_run_index("/nonexistent/dir", "scan"), 1u);
+}
+
+TEST(Daemon, RunIndexDoesNotWedgeOnAHugeIndex) {
+  const fs::path d = glint::testing::fresh_dir("run_index_huge");
+  // 10^19 - 1: the next index, 10^19, gets a 20-digit name that the next scan would not read
+  // back, so every start picked 10^19 again and failed with "file exists".
+  std::ofstream(d / "run_9999999999999999999.h5") << "x";
+  EXPECT_EQ(daemon::next_run_index(d, "run"), 1u);
+  std::ofstream(d / "run_000002.h5") << "x";
+  std::ofstream(d / "run_18446744073709551615.h5") << "x";  // 2^64 - 1
+  std::ofstream(d / "run_99999999999999999999.h5") << "x";  // past 2^64
+  std::ofstream(d / ("run_" + std::to_string(daemon::kMaxRunIndex + 1) + ".h5")) << "x";
+  EXPECT_EQ(daemon::next_run_index(d, "run"), 3u);
+  std::ofstream(d / ("run_" + std::to_string(daemon::kMaxRunIndex) + ".h5")) << "x";
+  // The largest counted index: the next one is past it, and its name, taken (created above),
+  // is stepped over.
+  EXPECT_EQ(daemon::next_run_index(d, "run"), daemon::kMaxRunIndex + 2);
+}
+
+TEST(Daemon, StartRepliesWithTheRunsStateAfterItOpened) {
+  Rigging s = setup("daemon_start_state");
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  json r = control(ep, "start", 15000);
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  EXPECT_EQ(r["state"], "pedestal");
+  EXPECT_EQ(r["run_index"], 1);
+  EXPECT_EQ(r["backend"].get<std::string>().rfind("cpu", 0), 0u) << r.dump();
+  // The reply comes once the file exists.
+  EXPECT_TRUE(fs::exists(r["file"].get<std::string>())) << r.dump();
+  control(ep, "abort");
+}
+
+TEST(Daemon, StartFailingAtOnceRepliesTheErrorOnOneLine) {
+  Rigging s = setup("daemon_start_fail");
+  // A finder that cannot be built for lack of memory: the run fails on its thread at once.
+  daemon::Daemon d(s.cfg, [](const FinderParams&, const pipeline::FinderOptions&)
+                              -> std::unique_ptr<ClusterFinder> { throw std::bad_alloc(); });
+  const std::string ep = d.control_endpoint();
+  json r = control(ep, "start", 15000);
+  EXPECT_FALSE(r["ok"]) << r.dump();
+  const std::string error = r.value("error", std::string());
+  EXPECT_EQ(error.rfind("out of memory setting up or running the run (32 x 48 images; the run "
+                        "needs about ", 0),
+            0u)
+      << error;
+  EXPECT_NE(error.find("lower detector.rows/cols, ingest.queue_frames"), std::string::npos)
+      << error;
+  r = control(ep, "status");
+  EXPECT_EQ(r["state"], "error");
+  EXPECT_EQ(r["error"], error);
+  EXPECT_EQ(r["last_run"]["run_index"], 1);
+  EXPECT_FALSE(r["last_run"]["file_written"]) << r.dump();  // it failed before creating it
+  EXPECT_FALSE(fs::exists(r["last_run"]["file"].get<std::string>()));
+}
+
+TEST(Daemon, StartChecksWhatDependsOnTheMoment) {
+  Rigging s = setup("daemon_start_checks");
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  // An output directory below a regular file cannot be created.
+  const fs::path blocker = s.cfg.output.directory / "a_file";
+  std::ofstream(blocker) << "x";
+  json r = control(
+      ep, json{{"command", "start"},
+               {"overrides", {{"output", {{"directory", (blocker / "runs").string()}}}}}});
+  EXPECT_FALSE(r["ok"]) << r.dump();
+  EXPECT_NE(r["error"].get<std::string>().find(
+                "output.directory: '" + (blocker / "runs").string() + "' cannot take run files: " +
+                blocker.string() + " is not a directory"),
+            std::string::npos)
+      << r.dump();
+  r = control(ep, "status");
+  EXPECT_EQ(r["state"], "error");
+  EXPECT_EQ(r["runs_completed"], 0);
+  EXPECT_FALSE(r["last_run"]["file_written"]);
+  // 0 dark frames with keep_previous, and no previous pedestal.
+  r = control(ep,
+              json{{"command", "start"},
+                   {"overrides", {{"pedestal", {{"dark_frames", 0}, {"keep_previous", true}}}}}});
+  EXPECT_FALSE(r["ok"]) << r.dump();
+  EXPECT_NE(r["error"].get<std::string>().find(
+                "pedestal.dark_frames: 0 dark frames with keep_previous, but there is no previous "
+                "pedestal of 32 x 48 pixels and window 10 to keep (allowed for this run: at least "
+                "10 dark frames"),
+            std::string::npos)
+      << r.dump();
+  // The GPU backend where there is no GPU (the message does not read as a version problem).
+  if (gpu::device_count() == 0) {
+    r = control(ep, json{{"command", "start"}, {"overrides", {{"finder", {{"backend", "gpu"}}}}}});
+    EXPECT_FALSE(r["ok"]) << r.dump();
+    const std::string e = r["error"].get<std::string>();
+    EXPECT_NE(e.find("finder.backend: gpu: the GPU backend cannot run here: "), std::string::npos)
+        << e;
+    EXPECT_NE(e.find("(allowed here: cpu, or auto"), std::string::npos) << e;
+    EXPECT_EQ(e.find("CUDA driver version is insufficient"), std::string::npos) << e;
+  }
+  // No run was made: the directory holds only the blocking file.
+  EXPECT_EQ(std::distance(fs::directory_iterator(s.cfg.output.directory), fs::directory_iterator()),
+            1);
 }
 
 TEST(ControlRequest, BoundedBeforeParsing) {
@@ -426,4 +530,22 @@ TEST(Daemon, AReloadWithNewEndpointsSubscribesAfreshForTheNextRun) {
   EXPECT_EQ(r["last_run"]["end_reason"], "end of acquisition");
   control(ep, "shutdown");
   EXPECT_TRUE(d.wait(10s));
+}
+
+TEST(Daemon, RunFileErrorsAreOneLineWithoutTheClock) {
+  // HDF5's description of a failed open carries ctime()'s text and its newline; what the run
+  // file's errors (and so status and the log) say is one line without it.
+  const fs::path missing = glint::testing::fresh_dir("hdf5_message") / "none.h5";
+  try {
+    pipeline::read_run_file(missing);
+    FAIL() << "a missing file was read";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_EQ(what.find("time = "), std::string::npos) << what;
+    EXPECT_EQ(what.rfind(missing.string() + ": ", 0), 0u) << what;
+    EXPECT_NE(what.find("unable to open file: name = '" + missing.string() + "'"),
+              std::string::npos)
+        << what;
+  }
 }

@@ -98,13 +98,58 @@ TEST(GlintdStorage, AutoStartOnAFullDiskBacksOffAndCreatesNoFiles) {
   f.expect_back_off(9.0, 4, "disk low");
 }
 
-// An output directory that cannot be created (its parent is a file): the same back-off.
+// An output directory that cannot be created (its parent is a file) is refused at start-up;
+// one that becomes so while glintd runs gets the same back-off as a full disk.
 TEST(GlintdStorage, AutoStartIntoAnImpossibleDirectoryBacksOff) {
   FailingStart f("autostart_nodir");
   std::ofstream(f.dir / "a_file") << "x";
   f.c.runs = f.dir / "a_file" / "runs";
-  f.runs = f.c.runs;
-  f.expect_back_off(9.0, 4, "cannot create output directory");
+  glint::testing::write_glintd_config(f.config, f.c);
+  {
+    Process refused({bin("glintd").string(), "--config", f.config.string()},
+                    f.dir / "refused.log");
+    EXPECT_EQ(refused.wait_exit(20s), 2) << refused.log();
+    EXPECT_NE(refused.log().find("output.directory: '" + f.c.runs.string() +
+                                 "' cannot take run files: " + (f.dir / "a_file").string() +
+                                 " is not a directory"),
+              std::string::npos)
+        << refused.log();
+  }
+  // Below a directory that is replaced by a file while the first run waits for data.
+  const fs::path parent = f.dir / "parent";
+  fs::create_directories(parent);
+  f.c.runs = parent / "runs";
+  glint::testing::write_glintd_config(f.config, f.c);
+  Process d({bin("glintd").string(), "--config", f.config.string()}, f.dir / "glintd.log");
+  ASSERT_TRUE(wait_status(f.c.control_ep, [](const json& j) { return j.contains("run_index"); },
+                          10s)
+                  .contains("run_index"))
+      << d.log();
+  fs::remove_all(parent);
+  std::ofstream(parent) << "x";
+  ASSERT_TRUE(wait_status(f.c.control_ep, [](const json& j) { return j.contains("retry_in_s"); },
+                          10s)
+                  .contains("retry_in_s"))
+      << d.log();
+  std::this_thread::sleep_for(9s);
+  const json st = control(f.c.control_ep, "status");
+  const std::string log = d.log();
+  // Run 1 failed (its file was removed), then the attempts at about 2 and 6 s failed their
+  // check, each backing off further.
+  const std::size_t refusals = count_lines(log, "run not started: ");
+  EXPECT_GE(refusals, 1u) << log;
+  EXPECT_LE(refusals, 3u) << log;
+  EXPECT_EQ(count_lines(log, "starting: "), 1u) << log;
+  EXPECT_EQ(st["state"], "error") << st.dump();
+  EXPECT_NE(st["error"].get<std::string>().find("cannot take run files: " + parent.string() +
+                                                " is not a directory"),
+            std::string::npos)
+      << st.dump();
+  EXPECT_EQ(st["failed_runs_in_a_row"].get<std::size_t>(), refusals + 1) << st.dump();
+  ASSERT_TRUE(st.contains("retry_in_s")) << st.dump();
+  EXPECT_GT(st["retry_in_s"].get<double>(), 0.0);
+  d.signal(SIGTERM);
+  EXPECT_EQ(d.wait_exit(20s), 0) << d.log();
 }
 
 // glintd with run.auto_start writing to a small tmpfs until it fills: the run ends cleanly with

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "../pipeline/stream_test_util.hpp"
 #include "control_client.hpp"
@@ -287,8 +288,21 @@ TEST(Glintd, ManyRunsLeaveNoDescriptorsOpenAndMemoryFlat) {
 }
 
 TEST(Glintd, ConfigCheckAndErrors) {
-  Process ok({bin("glintd").string(), "--check", "--config", (fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml").string()},
-             glint::testing::fresh_dir("check") / "ok.log");
+  // The example, with its run directory where this process may write (--check also checks
+  // that the machine can run the configuration).
+  const fs::path ok_dir = glint::testing::fresh_dir("check");
+  {
+    std::ifstream in(fs::path(GLINT_SOURCE_DIR) / "config/glintd.example.yaml");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string yaml = text.str();
+    const std::string from = "  directory: /var/lib/glint/runs";
+    ASSERT_NE(yaml.find(from), std::string::npos);
+    yaml.replace(yaml.find(from), from.size(), "  directory: " + (ok_dir / "runs").string());
+    std::ofstream(ok_dir / "example.yaml") << yaml;
+  }
+  Process ok({bin("glintd").string(), "--check", "--config", (ok_dir / "example.yaml").string()},
+             ok_dir / "ok.log");
   EXPECT_EQ(ok.wait_exit(10s), 0) << ok.log();
   const fs::path dir = glint::testing::fresh_dir("check_bad");
   std::ofstream(dir / "bad.yaml") << "detector:\n  rows: 400\nfinder:\n  cluster_size: 6\n";
@@ -365,7 +379,12 @@ TEST(Glintd, DiskFullPutsTheRunInErrorAndTheDaemonStaysUp) {
   }
   Process d(rig.glintd(), rig.dir / "glintd.log");
   ASSERT_EQ(wait_status(rig.control_ep, [](const json&) { return true; }, 10s)["state"], "idle") << d.log();
-  ASSERT_TRUE(control(rig.control_ep, "start")["ok"]);
+  // The run cannot start (no room for its file; without the mount, a directory it may not
+  // write): the start reply says so, naming where.
+  const json started = control(rig.control_ep, "start", 15000);
+  EXPECT_FALSE(started["ok"]) << started.dump();
+  EXPECT_NE(started.value("error", std::string()).find(runs.string()), std::string::npos)
+      << started.dump();
   {
     rig.photons = "40";
     Process s(rig.sim(3000, 0), rig.dir / "sim.log");
@@ -373,7 +392,12 @@ TEST(Glintd, DiskFullPutsTheRunInErrorAndTheDaemonStaysUp) {
   }
   const json r = wait_status(rig.control_ep, [](const json& j) { return j["state"] == "error"; }, 20s);
   EXPECT_EQ(r["state"], "error") << r.dump() << d.log();
-  EXPECT_NE(r["error"].get<std::string>().find(rig.file(1).string()), std::string::npos) << r.dump();
+  EXPECT_EQ(r["error"], started["error"]) << r.dump();
+  if (mounted) {
+    EXPECT_NE(r["error"].get<std::string>().find(rig.file(1).string() + ": not created: disk low"),
+              std::string::npos)
+        << r.dump();
+  }
   // Still answering; SIGTERM ends it cleanly.
   EXPECT_TRUE(control(rig.control_ep, "stats")["ok"]);
   d.signal(SIGTERM);

@@ -106,6 +106,26 @@ TEST_F(GlintRecon, BadInputGetsAClearErrorAndStatus2) {
   EXPECT_NE(r.output.find("tpu"), std::string::npos) << r.output;
 }
 
+TEST_F(GlintRecon, PhantomPrintsItsRmseWithoutAnOutputFile) {
+  const std::string args =
+      "recon --phantom 12 --forward gaussian:1,1,1 --noise 0.05 --lambda 0.02 --backend cpu "
+      "--threads 2";
+  const ToolResult r = run_glint(args);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("RMSE vs phantom"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("wrote"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::is_empty(path("."))) << "nothing is written without --output";
+  // The same solve with --output writes the RMSE it printed.
+  const ToolResult w = run_glint(args + " --output " + path("ph.h5"));
+  ASSERT_EQ(w.status, 0) << w.output;
+  const auto at = r.output.find("RMSE vs phantom ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_NE(w.output.find(r.output.substr(at, 30)), std::string::npos) << r.output << w.output;
+  // A volume from a file is only worth its output.
+  glint::testing::expect_failure("recon --input " + path("ph.h5"), 2,
+                                 "--output OUT.h5 is required with --input");
+}
+
 // One volume of a run file's (n, Z, Y, X) stack, read while the run file is still being written
 // (SWMR) and given to glint recon; a partial volume comes back with the slices it has.
 TEST_F(GlintRecon, VolumeOfARunFileByIndex) {

@@ -325,7 +325,11 @@ logging: {{level: info}}
                 extra_threads.append(t)
             p = self.sim(frames, dark)
             out = p.communicate()[0]
-        if p.returncode != 0:
+        # A run that ends on disk_low stops listening while the stream goes on: glint sim
+        # reports the images that reached no subscriber and exits 1, as it should.
+        lost_after_disk_low = (kind == "disk_low" and p.returncode == 1 and
+                               "had no subscriber and are lost" in out)
+        if p.returncode != 0 and not lost_after_disk_low:
             self.failures.append(f"cycle {n}: glint sim exited {p.returncode}: {out.strip()}")
         stop.set()
         for t in extra_threads:

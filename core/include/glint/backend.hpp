@@ -47,7 +47,9 @@ std::unique_ptr<T> make_on_backend(Backend backend, std::string_view engine,
     case Backend::gpu: {
       const std::string why = gpu_unavailable();
       if (!why.empty())
-        throw std::runtime_error(std::string(engine) + ": GPU backend not available: " + why);
+        throw std::runtime_error(std::string(engine) + ": GPU backend not available: " + why +
+                                 "; or choose the cpu backend (auto takes the GPU when one is "
+                                 "usable, else the CPU)");
       return make_gpu();
     }
     case Backend::auto_select:

@@ -21,7 +21,14 @@ Level parse_level(std::string_view name);
 void set_level(Level level);
 Level level();
 
+/// Writes one line: control characters in `message` are escaped (see one_line()), so that text
+/// from outside (a run name, a stream header, a library's message) cannot split or forge lines.
 void write(Level level, std::string_view message);
+
+/// `text` on one line: control characters (newline, carriage return, tab, NUL, ESC, DEL, ...)
+/// written as \n, \r, \t or \xNN; everything else, UTF-8 included, as it is. Used for every
+/// log line and every control reply, so that both escape alike.
+std::string one_line(std::string_view text);
 
 #if !defined(__CUDACC__)
 

@@ -1,6 +1,8 @@
 #include "check.cuh"
 #include "glint/gpu/device.hpp"
 
+#include <string>
+
 namespace glint::gpu {
 
 bool built_with_cuda() { return true; }
@@ -33,7 +35,16 @@ std::string unavailable_reason() {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+    // CUDA's own words for these two ("CUDA driver version is insufficient for CUDA runtime
+    // version") read as a version mismatch on a machine that simply has no GPU driver.
+    if (e == cudaErrorInsufficientDriver)
+      return "no NVIDIA GPU driver is loaded, or it is older than this build's CUDA " +
+             std::to_string(CUDART_VERSION / 1000) + "." +
+             std::to_string(CUDART_VERSION % 1000 / 10) +
+             " needs (cudaErrorInsufficientDriver): install or update the NVIDIA driver";
+    if (e == cudaErrorNoDevice) return "no CUDA device found (cudaErrorNoDevice)";
+    return std::string("no usable CUDA device: ") + cudaGetErrorName(e) + " (" +
+           cudaGetErrorString(e) + ")";
   }
   if (n == 0) return "no CUDA device found";
   return {};

@@ -4,6 +4,7 @@
 // config/glintd.example.yaml.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -161,6 +162,9 @@ struct Config {
 
   std::string source;  ///< where it came from (file path or "<string>")
   std::string yaml;    ///< the text it was parsed from (to_yaml() gives the effective values)
+  std::map<std::string, int> lines;  ///< the line of every key given, by dotted path
+  /// The line `key` (dotted path, e.g. "output.directory") was given on; 0 when it was not.
+  int line(const std::string& key) const;
 };
 
 /// Run names are file name prefixes: 1 to kMaxRunNameLength characters of A-Z a-z 0-9 . _ -,
@@ -196,10 +200,11 @@ RunMemory run_memory(const Config& c);
 /// run_memory(c) exceeds c.run.memory_budget_mb.
 void check_memory_budget(const Config& c);
 
-/// Parses and validates YAML text. Missing keys take the documented defaults; unknown keys, bad
-/// types and values out of range throw ConfigError.
+/// Parses and validates YAML text. Missing keys take the documented defaults; unknown keys, keys
+/// given twice, bad types and values out of range throw ConfigError.
 Config parse(std::string_view yaml_text, std::string source = "<string>");
-/// Reads and parses a file; a missing or unreadable file throws ConfigError.
+/// Reads and parses a file; a missing or unreadable file, a directory and a file without any key
+/// throw ConfigError.
 Config load(const std::filesystem::path& path);
 /// The configuration as YAML text, every key (parses back to the same values).
 std::string to_yaml(const Config& c);

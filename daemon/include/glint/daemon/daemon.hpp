@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,10 @@ namespace glint::daemon {
 
 /// How long the control socket keeps answering after a fatal error before the service stops.
 inline constexpr std::chrono::milliseconds kFatalLinger{2000};
+/// How long `start` waits for the run to open its file and inputs before it replies.
+inline constexpr std::chrono::milliseconds kStartWait{10000};
+/// Run indices in file names above this are not counted by next_run_index().
+inline constexpr uint64_t kMaxRunIndex = 999'999'999'999'999ULL;
 
 class MetricsServer;
 
@@ -74,7 +79,15 @@ class Daemon {
  private:
   void serve(std::stop_token st);
   void housekeeping();
-  void start_run(const config::Config& cfg);
+  /// Starts a run and waits (up to kStartWait) until it has opened its file and inputs; the
+  /// error (one line) when it cannot start or fails at once, which is then the last run's.
+  std::optional<std::string> start_run(const config::Config& cfg,
+                                       std::vector<std::string>& warnings);
+  /// What keeps `cfg` from starting now (preflight(), keep_previous without a pedestal).
+  std::optional<std::string> start_problem(const config::Config& cfg,
+                                           std::vector<std::string>& warnings) const;
+  /// Records a run that could not be set up as the last run, failed (status, back-off).
+  void start_failed(const std::string& why);
   void end_finished_run();
   nlohmann::json status_json() const;
   nlohmann::json stats_json() const;
@@ -96,6 +109,7 @@ class Daemon {
   uint64_t runs_completed_ = 0;
   std::chrono::steady_clock::time_point last_run_end_{};
   bool last_run_failed_ = false;
+  bool last_run_file_written_ = false;  ///< the last run's file exists
   std::optional<std::chrono::steady_clock::time_point> fatal_at_;  ///< a run failed fatally
   // Automatic runs back off after a failed run or one ended by disk_low (2 s, doubling to 60 s;
   // reset by a run that ends otherwise): a full disk or a missing directory is not retried in a
@@ -134,7 +148,8 @@ class Daemon {
 /// that sends a larger one without allocating it.
 std::size_t control_max_message_bytes(const config::ControlConfig& c);
 
-/// The next free run index in `dir` for `run_name` (1 + the largest existing, 1 when none).
+/// The next free run index in `dir` for `run_name`: 1 + the largest index up to kMaxRunIndex
+/// among the run files there (1 when none), stepping over names that exist (at most 1000).
 uint64_t next_run_index(const std::filesystem::path& dir, const std::string& run_name);
 
 }  // namespace glint::daemon

@@ -111,6 +111,11 @@ class Acquisition {
   bool done() const { return states_.done(); }
   /// Waits until done() or the timeout; returns done().
   bool wait(std::chrono::milliseconds timeout) const { return states_.wait_done(timeout); }
+  /// Waits until the run has created its file, built its finder and connected its inputs, or
+  /// has failed doing so (then state() is error and stats().error says why), or the timeout.
+  bool wait_started(std::chrono::milliseconds timeout) const {
+    return states_.wait_started(timeout);
+  }
 
   RunStats stats() const;
   RunState state() const { return states_.state(); }

@@ -46,6 +46,11 @@ class RunStateMachine {
   bool stop_requested() const { return stop_.load(); }
   bool abort_requested() const { return abort_.load(); }
 
+  /// The run has opened its file and its inputs (or failed: set_done() wakes the waiters too).
+  void set_started();
+  /// Waits until set_started() or set_done(), or the timeout; returns whether either happened.
+  bool wait_started(std::chrono::milliseconds timeout) const;
+
   /// The run's thread is done with everything (the file is closed); wakes wait_done().
   void set_done();
   bool done() const { return done_.load(); }
@@ -58,7 +63,7 @@ class RunStateMachine {
 
  private:
   std::atomic<RunState> state_{RunState::pedestal};
-  std::atomic<bool> stop_{false}, abort_{false}, done_{false};
+  std::atomic<bool> stop_{false}, abort_{false}, done_{false}, started_{false};
   mutable std::mutex mu_;  ///< guards the strings and the transitions
   mutable std::condition_variable done_cv_;
   std::string error_, end_reason_;

@@ -75,6 +75,8 @@ struct SimOptions {
   bool block_at_hwm = false;           ///< wait at the high-water mark instead of dropping, as
                                        ///< slsReceiver's PUB does (ZMQ_XPUB_NODROP)
   int wait_subscribers_ms = 5000;      ///< wait for a subscriber on every endpoint first; 0: don't
+  int drain_ms = 10000;                ///< after the last message, wait at most this long for the
+                                       ///< messages still queued to leave (ZMQ_LINGER)
   std::vector<std::pair<SimFault, uint64_t>> faults;  ///< (fault, every Nth image)
   uint64_t skip_images = 0;            ///< start at this image index (a sender restarted mid-run)
   /// 0: every image is generated as it is sent. N > 0: N dark and N photon images are generated
@@ -124,12 +126,24 @@ struct SimReport {
   uint64_t bytes = 0;
   uint64_t gaps = 0;          ///< images left out for the gap fault
   uint64_t decimated = 0;     ///< images left out by send_every
+  /// Images of which a part went to a port without a subscriber at that moment: a PUB drops
+  /// those (nobody received them).
+  uint64_t images_to_nobody = 0;
+  bool end_to_nobody = false;  ///< the end message went to a port without a subscriber
+  double queued_seconds = 0;   ///< until the last message was handed to ZeroMQ
+  /// Until the last message left this process (or drain_ms ran out): the sending time.
   double seconds = 0;
-  bool subscribers_seen = true;
+  /// Every queued message left within drain_ms; false: what was still queued then was lost
+  /// (the end message among it).
+  bool drained = true;
+  double max_lag_s = 0;        ///< the most the sender fell behind its rate's schedule
+  bool interrupted = false;    ///< `stop` ended it (no end message)
+  bool subscribers_seen = true;  ///< every port had a subscriber within wait_subscribers_ms
 };
 
-/// Binds, waits for subscribers, sends everything, sends the end message. `stop` ends early
-/// (without the end message). Throws std::runtime_error when an endpoint cannot be bound.
+/// Binds, waits for subscribers, sends everything, sends the end message, and waits (at most
+/// drain_ms) until what is queued has left. `stop` ends early (without the end message). Throws
+/// std::runtime_error when an endpoint cannot be bound.
 SimReport run_stream_simulator(const SimOptions& options, const std::atomic<bool>* stop = nullptr,
                                const std::function<void(uint64_t)>& progress = {});
 
