@@ -52,6 +52,15 @@ struct Config {
   double drift_per_frame = 0.004;   ///< pedestal drift (ADU/frame), per-pixel rate in [-1, 1]x this
   double twin_fraction = 0.01;      ///< pixels that start a tied twin pair with their right neighbour
   double tie_photon_fraction = 0.02;///< fraction of photons split exactly 50/50 on a twin pair
+
+  // JUNGFRAU frames (jungfrau = true): every pixel carries gain bits 15:14 over a 14-bit ADC value
+  // (G0 values are clamped to 16383). Per pixel and frame, with the rates below, a deposit too
+  // large for G0 puts the pixel in G1 (70%) or G2 (30%) with the ADC value such a pixel reads:
+  // G1 in [8000, 14000), G2 in [10500, 14500) ADU (the ADC falls as the charge grows), plus noise.
+  bool jungfrau = false;
+  double gain_switch_rate = 1e-3;   ///< data frames: 538 of 524,288 pixels in a real frame
+  double dark_switch_rate = 0.0;    ///< dark frames
+  double invalid_gain_rate = 0.0;   ///< gain bits 10 (not a stage), any frame
 };
 
 /// Throws std::invalid_argument naming the bad field.
@@ -85,6 +94,7 @@ class Generator {
   std::vector<double> sigma_;
   std::vector<uint8_t> kind_;      // see synthetic.cpp
   std::vector<uint32_t> twins_;    // left pixel index of every twin pair
+  void switch_gains(uint64_t index, std::span<uint16_t> frame) const;
 };
 
 }  // namespace glint::synth
