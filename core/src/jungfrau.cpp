@@ -115,4 +115,25 @@ void write_pedestal_file(const std::filesystem::path& path, std::span<const doub
   if (!out) throw std::runtime_error("pedestal file '" + path.string() + "': write failed");
 }
 
+std::shared_ptr<Calibration> load_calibration(FrameShape shape,
+                                              const std::filesystem::path& gain_file,
+                                              const std::filesystem::path& pedestal_file,
+                                              bool hg0) {
+  auto cal = std::make_shared<Calibration>();
+  cal->shape = shape;
+  cal->gain = read_gain_file(gain_file, shape, hg0);
+  if (pedestal_file.empty()) {
+    cal->pedestal.assign(kStages * shape.pixels(), 0.0);
+  } else {
+    cal->pedestal = read_pedestal_file(pedestal_file, shape);
+    cal->pedestal_from_dark[1] = cal->pedestal_from_dark[2] = false;
+  }
+  try {
+    cal->validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("gain file '" + gain_file.string() + "': " + e.what());
+  }
+  return cal;
+}
+
 }  // namespace glint::jungfrau

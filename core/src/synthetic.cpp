@@ -50,7 +50,9 @@ uint64_t mix(uint64_t a, uint64_t b) {
   return r.next();
 }
 
-enum Stream : uint64_t { kMaps = 1, kNoise = 2, kPhotons = 3, kOutliers = 4, kGains = 5 };
+enum Stream : uint64_t {
+  kMaps = 1, kNoise = 2, kPhotons = 3, kOutliers = 4, kGains = 5, kCalibration = 6
+};
 
 uint64_t stream_seed(uint64_t seed, uint64_t index, Stream s) {
   return mix(mix(seed, s), index);
@@ -79,6 +81,28 @@ void validate(const Config& c) {
                    c.dark_switch_rate, c.invalid_gain_rate})
     if (!(f >= 0.0 && f <= 1.0)) fail("fractions and rates must be in [0, 1]");
   if (!(c.crowded_factor >= 0.0)) fail("crowded_factor must be >= 0");
+}
+
+std::vector<double> jungfrau_gain_maps(FrameShape shape, uint64_t seed) {
+  const std::size_t np = shape.pixels();
+  std::vector<double> g(6 * np);
+  Rng rng(stream_seed(seed, 0, kCalibration));
+  const double centre[6] = {40.0, -1.5, -0.1, 120.0, -1.5, -0.1};
+  for (int s = 0; s < 6; ++s)
+    for (std::size_t i = 0; i < np; ++i)
+      g[s * np + i] = centre[s] * (0.95 + 0.1 * rng.uniform());
+  return g;
+}
+
+std::vector<double> jungfrau_stage_pedestals(FrameShape shape, uint64_t seed) {
+  const std::size_t np = shape.pixels();
+  std::vector<double> p(3 * np, 0.0);
+  Rng rng(stream_seed(seed, 1, kCalibration));
+  for (std::size_t i = 0; i < np; ++i) {
+    p[np + i] = 14000.0 + 50.0 * rng.uniform();
+    p[2 * np + i] = 14500.0 + 50.0 * rng.uniform();
+  }
+  return p;
 }
 
 Generator::Generator(const Config& config) : config_(config) {

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "glint/clust_file.hpp"
 #include "glint/cluster_finder.hpp"
 #include "glint/jungfrau.hpp"
 #include "glint/synthetic.hpp"
@@ -289,4 +290,54 @@ TEST(JungfrauFiles, StagePedestalIsAaresCalculatePedestal) {
   EXPECT_EQ(m[1], 0.0);       // pixel 0 never in G1/G2: 0, as aare's safe_divide gives
   EXPECT_EQ(m[3], 14000.0);
   EXPECT_EQ(m[5], 14500.5);
+}
+
+// aare's own chain, built outside the repository (calculate_pedestal over the dark frames, G1/G2
+// pedestals from the file, apply_calibration, ClusterFinder<Cluster<float, S, S>, double, double>,
+// ClusterFile), gave these .clust digests for the frames of
+// `glint synth --rows 128 --cols 256 --dark 1000 --frames 300 --photons 60 --jungfrau
+//  --gain-switch-rate 2e-3 --dark-switch-rate 2e-4 --invalid-gain-rate 1e-4 --seed 21`
+// (docs/cluster-finding.md). The reference and the CPU backend give the same bytes.
+TEST(JungfrauCalibrated, SameBytesAsAare) {
+  glint::synth::Config c;
+  c.shape = {128, 256};
+  c.seed = 21;
+  c.dark_frames = 1000;
+  c.photons = 60;
+  c.jungfrau = true;
+  c.gain_switch_rate = 2e-3;
+  c.dark_switch_rate = 2e-4;
+  c.invalid_gain_rate = 1e-4;
+  const SyntheticRun run(c, 300);
+  auto cal = std::make_shared<jf::Calibration>();
+  cal->shape = c.shape;
+  cal->gain = glint::synth::jungfrau_gain_maps(c.shape, c.seed);
+  cal->gain.resize(3 * c.shape.pixels());
+  cal->pedestal = glint::synth::jungfrau_stage_pedestals(c.shape, c.seed);
+  cal->pedestal_from_dark[1] = cal->pedestal_from_dark[2] = false;
+  struct Case {
+    int size;
+    double n_sigma;
+    const char* sha;
+  };
+  const Case cases[] = {
+      {3, 5.0, "9607e86dedfc2f01d2765bfa0ced23a5c25426d28c557c5f15e4fd822723ed92"},
+      {5, 3.0, "a764d7a98016e75449a1387a045f47267f4efc74cf665361597cec71fff7b95c"},
+  };
+  const auto path = std::filesystem::temp_directory_path() / "glint_jungfrau_aare.clust";
+  for (const Case& k : cases) {
+    auto p = params(c.shape, k.size, k.n_sigma, 1000, glint::PixelMode::jungfrau_calibrated);
+    p.calibration = cal;
+    for (int cpu = 0; cpu < 2; ++cpu) {
+      auto f = cpu ? glint::make_cpu_finder(p, 4) : glint::make_reference_finder(p);
+      const glint::ClusterTable out = run_finder(*f, run, cpu ? 64 : 1u << 30);
+      {
+        glint::ClustWriter w(path, k.size);
+        w.write(out);
+        w.close();
+      }
+      EXPECT_EQ(glint::testing::file_sha256(path), k.sha) << "S=" << k.size << " cpu=" << cpu;
+    }
+  }
+  std::filesystem::remove(path);
 }

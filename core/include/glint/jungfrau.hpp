@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -95,5 +96,13 @@ std::vector<double> read_gain_file(const std::filesystem::path& path, FrameShape
 /// by write_pedestal_file. Throws std::runtime_error naming the file when it does not fit.
 std::vector<double> read_pedestal_file(const std::filesystem::path& path, FrameShape shape);
 void write_pedestal_file(const std::filesystem::path& path, std::span<const double> pedestal);
+
+/// The tables of a calibrated finder for frames of `shape`: gains from `gain_file` (see
+/// read_gain_file); the G0 pedestal from the run's dark frames; G1 and G2 from `pedestal_file`
+/// when given, else from the dark frames as well. Throws std::runtime_error naming the file.
+std::shared_ptr<Calibration> load_calibration(FrameShape shape,
+                                              const std::filesystem::path& gain_file,
+                                              const std::filesystem::path& pedestal_file,
+                                              bool hg0);
 
 }  // namespace glint::jungfrau

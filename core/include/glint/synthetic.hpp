@@ -66,6 +66,14 @@ struct Config {
 /// Throws std::invalid_argument naming the bad field.
 void validate(const Config& config);
 
+/// Synthetic JUNGFRAU gain maps in the layout of PSI's module file: G0, G1, G2, HG0, HG1, HG2
+/// arrays of `shape` pixels (ADU/keV; G0 about 40, HG0 about 120, G1 about -1.5, G2 about -0.1:
+/// the ADC falls with the charge in G1 and G2). Deterministic in the seed.
+std::vector<double> jungfrau_gain_maps(FrameShape shape, uint64_t seed);
+/// Synthetic G0, G1, G2 pedestals (ADU) as a forced-gain pedestal run gives them: G1 about 14000,
+/// G2 about 14500, G0 0 (taken from the run's dark frames). Deterministic in the seed.
+std::vector<double> jungfrau_stage_pedestals(FrameShape shape, uint64_t seed);
+
 class Generator {
  public:
   explicit Generator(const Config& config);
