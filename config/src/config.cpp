@@ -425,6 +425,24 @@ void read_metrics(Section s, MetricsConfig& c) {
   s.reject_unknown();
 }
 
+void read_calibration(Section s, CalibrationConfig& c, const DetectorConfig& d) {
+  s.read_string("gain_file", c.gain_file);
+  s.read_string("pedestal_file", c.pedestal_file);
+  s.read_bool("hg0", c.hg0);
+  s.read_string("units", c.units, {"keV"});
+  s.reject_unknown();
+  const char* set = !c.gain_file.empty() ? "gain_file"
+                    : !c.pedestal_file.empty() ? "pedestal_file"
+                    : c.hg0 ? "hg0" : nullptr;
+  if (set && d.type != "jungfrau")
+    s.fail_key(set, fmt::format("calibration applies to detector.type jungfrau only (the type is "
+                                "{})", d.type));
+  if (!c.gain_file.empty()) return;
+  if (!c.pedestal_file.empty())
+    s.fail_key("pedestal_file", "needs calibration.gain_file (calibrated frames)");
+  if (c.hg0) s.fail_key("hg0", "needs calibration.gain_file (calibrated frames)");
+}
+
 Config from_node(const YAML::Node& root, const std::string& source, std::string text) {
   Config c;
   c.source = source;
@@ -439,7 +457,14 @@ Config from_node(const YAML::Node& root, const std::string& source, std::string 
   read_logging(top.section("logging"), c.logging);
   read_reconstruction(top.section("reconstruction"), c.reconstruction);
   read_metrics(top.section("metrics"), c.metrics);
+  read_calibration(top.section("calibration"), c.calibration, c.detector);
   top.reject_unknown();
+  if (c.calibration.calibrated() && c.pedestal.keep_previous) {
+    Section ped = top.section("pedestal");
+    ped.child("keep_previous");
+    ped.fail_key("keep_previous", "not with calibration.gain_file: calibrated runs take their "
+                                  "G0 pedestal from their own dark frames (allowed: false)");
+  }
   {
     Section run = top.section("run");
     run.child("memory_budget_mb");
@@ -609,6 +634,14 @@ std::string to_yaml(const Config& c) {
   kv("pixel_type", c.detector.pixel_type);
   flow("ports", std::vector<uint32_t>{c.detector.ports_x, c.detector.ports_y});
   e << YAML::EndMap;
+  if (c.detector.type == "jungfrau") {
+    begin("calibration");
+    kv("gain_file", c.calibration.gain_file);
+    kv("pedestal_file", c.calibration.pedestal_file);
+    kv("hg0", c.calibration.hg0);
+    kv("units", c.calibration.units);
+    e << YAML::EndMap;
+  }
   begin("ingest");
   flow("endpoints", c.ingest.endpoints);
   kv("queue_frames", c.ingest.queue_frames);

@@ -7,6 +7,7 @@
 #include "glint/gpu/error.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/clust_file_consumer.hpp"
+#include "glint/pipeline/detector_pixels.hpp"
 #include "glint/pipeline/finder_stage.hpp"
 #include "glint/pipeline/frame_sequencer.hpp"
 #include "glint/pipeline/reconstruction_consumer.hpp"
@@ -22,7 +23,7 @@ FinderParams finder_params(const config::Config& c) {
   p.cluster_size = c.finder.cluster_size;
   p.n_sigma = c.finder.n_sigma;
   p.pedestal_window = c.pedestal.window;
-  return p;
+  return with_detector_pixels(c, p);
 }
 
 FinderOptions finder_options(const config::Config& c, const gpu::FindTuning& tuning) {

@@ -41,6 +41,16 @@ struct DetectorConfig {
   uint32_t n_ports() const { return ports_x * ports_y; }
 };
 
+/// JUNGFRAU calibration (detector.type jungfrau only). Without a gain file, clusters are found on
+/// G0 pixels only and pixels in G1/G2 are counted per frame; with one, on frames calibrated to keV.
+struct CalibrationConfig {
+  std::string gain_file;      ///< PSI module gain file (G0, G1, G2[, HG0, HG1, HG2] float64)
+  std::string pedestal_file;  ///< G1/G2 pedestals (float64 G0, G1, G2 arrays, ADU); empty: dark
+  bool hg0 = false;           ///< use the gain file's HG0 array for G0
+  std::string units = "keV";  ///< what calibrated frames and cluster values are in; only keV
+  bool calibrated() const { return !gain_file.empty(); }
+};
+
 struct IngestConfig {
   std::vector<std::string> endpoints{"tcp://127.0.0.1:30001"};  ///< one ZeroMQ SUB per endpoint
   uint32_t queue_frames = 256;      ///< assembled frames buffered before the finder; then drops
@@ -136,6 +146,7 @@ struct ReconstructionConfig {
 
 struct Config {
   DetectorConfig detector;
+  CalibrationConfig calibration;
   IngestConfig ingest;
   PedestalConfig pedestal;
   FinderConfig finder;

@@ -225,6 +225,8 @@ struct RunFileContents {
   std::string config_yaml;
   std::string backend;
   std::vector<double> start_mean, start_noise, end_mean, end_noise;
+  /// JUNGFRAU runs: per frame row, pixels in G1/G2 and with the invalid gain code.
+  std::vector<uint32_t> gain_switched, gain_invalid;
   std::optional<PedestalState> end_state;  ///< present when the end pedestal was written
   /// When the run reconstructed; the counts are the table length after a crash (no totals).
   std::optional<ReconstructionSummary> reconstruction_summary;
