@@ -237,7 +237,15 @@ void read_pedestal(Section s, PedestalConfig& c) {
   s.read_integer("dark_frames", c.dark_frames, 0, 10000000);
   s.read_bool("keep_previous", c.keep_previous);
   s.read_integer("window", c.window, 1, 10000000);
+  s.read_string("source", c.source);
   s.reject_unknown();
+  if (c.source != "dark" && c.source != "previous" && (!c.source.starts_with("file:") ||
+                                                        c.source.size() == 5))
+    s.fail_key("source", fmt::format("'{}' is not allowed (allowed: dark, previous, file:PATH)",
+                                     c.source));
+  if (c.keep_previous && c.source != "dark" && c.source != "previous")
+    s.fail_key("keep_previous", fmt::format("true contradicts pedestal.source '{}' (keep_previous "
+                                            "is pedestal.source previous)", c.source));
 }
 
 void read_finder(Section s, FinderConfig& c) {
@@ -459,6 +467,12 @@ Config from_node(const YAML::Node& root, const std::string& source, std::string 
   read_metrics(top.section("metrics"), c.metrics);
   read_calibration(top.section("calibration"), c.calibration, c.detector);
   top.reject_unknown();
+  if (c.calibration.calibrated() && c.pedestal.source != "dark") {
+    Section ped = top.section("pedestal");
+    ped.child("source");
+    ped.fail_key("source", "not with calibration.gain_file: calibrated runs take their G0 "
+                           "pedestal from their own dark frames (allowed: dark)");
+  }
   if (c.calibration.calibrated() && c.pedestal.keep_previous) {
     Section ped = top.section("pedestal");
     ped.child("keep_previous");
@@ -656,6 +670,7 @@ std::string to_yaml(const Config& c) {
   kv("dark_frames", c.pedestal.dark_frames);
   kv("keep_previous", c.pedestal.keep_previous);
   kv("window", c.pedestal.window);
+  kv("source", c.pedestal.source);
   e << YAML::EndMap;
   begin("finder");
   kv("n_sigma", c.finder.n_sigma);

@@ -1078,6 +1078,47 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
 
 }  // namespace
 
+PedestalState read_pedestal_state(const std::filesystem::path& path) {
+  silence_hdf5();
+  const Context c{&path};
+  Hid fapl = make_fapl();
+  Hid file(c.id(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()),
+                   "cannot open"),
+           H5Fclose);
+  const hid_t f = file.get();
+  Hid det(c.id(H5Gopen2(f, "entry/instrument/detector", H5P_DEFAULT), "detector group"),
+          H5Gclose);
+  const auto shape = read_numeric_attr<uint32_t>(c, det.get(), "frame_shape");
+  if (shape.size() != 2) c.fail("frame_shape must have two entries");
+  PedestalState s;
+  s.shape = {shape[0], shape[1]};
+  s.window = read_numeric_attr<uint32_t>(c, det.get(), "pedestal_window").at(0);
+  s.sum = read_all<double>(c, f, "entry/pedestal/end_sum");
+  if (s.sum.empty() || std::isnan(s.sum[0]))
+    c.fail("holds no end pedestal (the run did not close, or closed without one)");
+  s.sum2 = read_all<double>(c, f, "entry/pedestal/end_sum2");
+  s.count = read_all<uint32_t>(c, f, "entry/pedestal/end_count");
+  const std::size_t pixels = s.shape.pixels();
+  if (s.sum.size() != pixels || s.sum2.size() != pixels || s.count.size() != pixels)
+    c.fail(fmt::format("/entry/pedestal end_sum, end_sum2 and end_count hold {}, {} and {} "
+                       "values, frame_shape [{}, {}] has {} pixels", s.sum.size(), s.sum2.size(),
+                       s.count.size(), s.shape.rows, s.shape.cols, pixels));
+  return s;
+}
+
+void write_pedestal_file(const std::filesystem::path& path, const PedestalState& state,
+                         const std::string& source, bool overwrite) {
+  RunMetadata meta;
+  meta.finder.shape = state.shape;
+  meta.finder.pedestal_window = state.window;
+  meta.detector_type = "pedestal";
+  meta.source = source;
+  meta.config_yaml = "# glint pedestal\nsource: " + source + "\n";
+  RunFileWriter w(path, meta, overwrite);
+  w.write_start_pedestal(state);
+  w.close(&state);
+}
+
 RunFileContents read_run_file(const std::filesystem::path& path) {
   silence_hdf5();
   const Context c{&path};

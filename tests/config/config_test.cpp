@@ -550,3 +550,23 @@ TEST(Config, JungfrauCalibration) {
     EXPECT_NE(std::string(e.what()).find(k.allowed), std::string::npos) << e.what();
   }
 }
+
+TEST(Config, PedestalSource) {
+  EXPECT_EQ(gc::parse("").pedestal.source, "dark");
+  const auto c = gc::parse("pedestal:\n  source: file:/p/dark.h5\n");
+  EXPECT_EQ(c.pedestal.file(), "/p/dark.h5");
+  EXPECT_FALSE(c.pedestal.from_previous());
+  EXPECT_EQ(gc::parse(gc::to_yaml(c)).pedestal.source, "file:/p/dark.h5");
+  EXPECT_TRUE(gc::parse("pedestal: {source: previous}").pedestal.from_previous());
+  EXPECT_TRUE(gc::parse("pedestal: {keep_previous: true}").pedestal.from_previous());
+  auto e = expect_error("pedestal:\n  source: \"file:\"\n");
+  EXPECT_EQ(e.key(), "pedestal.source");
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_NE(std::string(e.what()).find("dark, previous, file:PATH"), std::string::npos);
+  e = expect_error("pedestal:\n  keep_previous: true\n  source: file:x.h5\n");
+  EXPECT_EQ(e.key(), "pedestal.keep_previous");
+  e = expect_error("detector: {type: jungfrau}\ncalibration: {gain_file: g.bin}\n"
+                   "pedestal:\n  source: previous\n");
+  EXPECT_EQ(e.key(), "pedestal.source");
+  EXPECT_EQ(e.line(), 4);
+}

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "glint/cluster_finder.hpp"
 #include "glint/clust_file.hpp"
 #include "glint/jungfrau.hpp"
 #include "glint/pipeline/run_file.hpp"
@@ -132,4 +133,36 @@ TEST_F(GlintFindJungfrau, BadOptionsAreUsageErrors) {
                  1, "does not support detector.type jungfrau with calibration");
   expect_failure("synth -o " + path("x.h5") + " --gain-file " + path("g2.bin"), 2,
                  "need --jungfrau");
+}
+
+// glint pedestal writes the finder's whole tracking state after the dark frames.
+TEST_F(GlintFindJungfrau, PedestalFileFromDarkFrames) {
+  ASSERT_EQ(run_glint("synth -q -o " + path("in.h5") + " --rows 20 --cols 30 --dark 100 "
+                      "--frames 10 --seed 5 --jungfrau --dark-switch-rate 1e-2").status, 0);
+  const ToolResult r = run_glint("pedestal -i " + path("in.h5") + " --dark 100 --window 50 "
+                                 "--detector jungfrau -o " + path("ped.h5"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const glint::PedestalState got = glint::pipeline::read_pedestal_state(path("ped.h5"));
+  glint::synth::Config c;
+  c.shape = {20, 30};
+  c.seed = 5;
+  c.dark_frames = 100;
+  c.jungfrau = true;
+  c.dark_switch_rate = 1e-2;
+  const glint::testing::SyntheticRun run(c, 0);
+  glint::FinderParams p;
+  p.shape = c.shape;
+  p.pedestal_window = 50;
+  p.pixels = glint::PixelMode::jungfrau_g0;
+  auto ref = glint::make_reference_finder(p);
+  ref->push_dark(run.dark());
+  EXPECT_EQ(got, ref->pedestal());
+  p.pixels = glint::PixelMode::raw;  // switched dark pixels were not pushed
+  auto raw = glint::make_reference_finder(p);
+  raw->push_dark(run.dark());
+  EXPECT_NE(got.sum, raw->pedestal().sum);
+  expect_failure("pedestal -i " + path("in.h5") + " --dark 100 -o " + path("ped.h5"), 2,
+                 "exists already");
+  expect_failure("pedestal -i " + path("in.h5") + " --dark 500 -o " + path("p2.h5"), 2,
+                 "holds 110 frames");
 }

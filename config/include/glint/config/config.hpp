@@ -66,6 +66,13 @@ struct PedestalConfig {
   uint32_t dark_frames = 1000;  ///< dark frames at the start of each run
   bool keep_previous = false;   ///< reuse the previous run's pedestal (same shape) instead
   uint32_t window = 1000;       ///< pedestal running-average window
+  /// Where a run's pedestal comes from: "dark" (its dark frames), "previous" (the previous run's
+  /// end state, also across a restart: read from the previous run file; keep_previous: true says
+  /// the same) or "file:PATH" (a pedestal file or a run file, its end state).
+  std::string source = "dark";
+  bool from_previous() const { return keep_previous || source == "previous"; }
+  /// The PATH of "file:PATH", empty otherwise.
+  std::string file() const { return source.starts_with("file:") ? source.substr(5) : ""; }
 };
 
 struct FinderConfig {

@@ -237,4 +237,15 @@ struct RunFileContents {
 /// Reads a run file (also one still being written, through SWMR). Throws OutputError.
 RunFileContents read_run_file(const std::filesystem::path& path);
 
+/// The end pedestal state (sum, sum2, count, window, shape) of a run file or a pedestal file,
+/// without reading the rest. Throws OutputError naming the file when it holds none (a run that
+/// never closed) or cannot be read.
+PedestalState read_pedestal_state(const std::filesystem::path& path);
+
+/// Writes a pedestal file: a run file without frames whose start and end pedestal are `state`
+/// (read_pedestal_state and read_run_file read it back). `source` is recorded (e.g. the frames
+/// it was made from). Throws OutputError.
+void write_pedestal_file(const std::filesystem::path& path, const PedestalState& state,
+                         const std::string& source, bool overwrite);
+
 }  // namespace glint::pipeline
