@@ -389,6 +389,7 @@ TEST(Acquisition, PedestalSourcePreviousAfterARestartAndFile) {
   Acquisition run(e.cfg, 1, std::nullopt);
   ASSERT_TRUE(run.wait(5s));
   EXPECT_EQ(run.state(), RunState::error);
-  EXPECT_NE(run.stats().error.find("pedestal.source file:"), std::string::npos) << run.stats().error;
+  EXPECT_NE(run.stats().error.find("pedestal.source file:"), std::string::npos)
+      << run.stats().error;
   EXPECT_NE(run.stats().error.find("window 20"), std::string::npos) << run.stats().error;
 }
