@@ -175,7 +175,7 @@ int run_find(const FindArgs& a) {
   // Data frames: frame number = index in the dataset.
   ClusterTable table = make_result_table(params);
   std::vector<uint64_t> numbers;
-  uint64_t clusters = 0;
+  uint64_t clusters = 0, switched = 0, invalid = 0;
   for (uint64_t f = a.dark; f < in.frames(); f += chunk) {
     const uint64_t n = std::min(chunk, in.frames() - f);
     buf.resize(n * np);
@@ -187,6 +187,10 @@ int run_find(const FindArgs& a) {
     finder->find(buf, numbers, table);
     find_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     clusters += table.n_clusters();
+    for (const jungfrau::GainCounts& g : table.gain_counts()) {
+      switched += g.g1 + g.g2;
+      invalid += g.invalid;
+    }
     if (clust) clust->write(table);
     if (h5) h5->append(table);
     progress.update(f + n, clusters);
@@ -200,6 +204,13 @@ int run_find(const FindArgs& a) {
 
   const uint64_t data = in.frames() - a.dark;
   const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
+  if (!a.quiet && params.pixels != PixelMode::raw)
+    std::cout << fmt::format("glint find: JUNGFRAU data frames: {} pixels in G1/G2, {} with the "
+                             "invalid gain code{}\n",
+                             switched, invalid,
+                             params.pixels == PixelMode::jungfrau_g0
+                                 ? " (never taken as photons: no gain maps)"
+                                 : "");
   if (!a.quiet)
     std::cout << fmt::format(
         "glint find: {} frames ({} dark, {} data), {} clusters, {:.0f} frames/s ({:.1f} us/frame "

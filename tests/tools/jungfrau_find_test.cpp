@@ -79,13 +79,14 @@ TEST_F(GlintFindJungfrau, GainBitsAreNotPhotonsAndAreCountedInTheRunFile) {
     return c;
   }());
   std::vector<uint16_t> frame(128 * 256);
-  uint64_t switched = 0, raw_on_switched = 0, on_switched = 0;
+  uint64_t switched = 0, switched_g12 = 0, raw_on_switched = 0, on_switched = 0;
   for (uint64_t k = 1000; k < 1300; ++k) {
     gen.fill(k, frame);
     const auto g = glint::jungfrau::count_gains(frame);
     EXPECT_EQ(run.gain_switched[k], g.g1 + g.g2) << k;
     EXPECT_EQ(run.gain_invalid[k], g.invalid) << k;
     switched += g.switched();
+    switched_g12 += g.g1 + g.g2;
     auto count_on = [&](const glint::pipeline::RunFileContents& c) {
       uint64_t n = 0;
       const auto& rec = c.clusters.frames()[k];
@@ -97,6 +98,10 @@ TEST_F(GlintFindJungfrau, GainBitsAreNotPhotonsAndAreCountedInTheRunFile) {
     on_switched += count_on(run);
   }
   EXPECT_GT(switched, 10000u);
+  EXPECT_NE(r.output.find(std::to_string(switched_g12) + " pixels in G1/G2, " +
+                          std::to_string(switched - switched_g12) + " with the invalid gain code"),
+            std::string::npos)
+      << r.output;
   EXPECT_GT(raw_on_switched, 5000u);
   EXPECT_EQ(on_switched, 0u);
   EXPECT_LT(run.clusters.n_clusters(), raw_run.clusters.n_clusters());
