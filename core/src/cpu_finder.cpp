@@ -515,8 +515,20 @@ class CpuFinder final : public SynchronousFinder {
         publish(t, base + 1);
         if (band.boundary_work)
           for (unsigned o = band.up_lo; o < t; ++o) wait_for(o, base + 2);
-        resolve(band, f);
-        extract(band, f);
+        switch (params_.pixels) {  // the mode is a template argument of the per-pixel code
+          case PixelMode::raw:
+            resolve<PixelMode::raw>(band, f);
+            extract<PixelMode::raw>(band, f);
+            break;
+          case PixelMode::jungfrau_g0:
+            resolve<PixelMode::jungfrau_g0>(band, f);
+            extract<PixelMode::jungfrau_g0>(band, f);
+            break;
+          case PixelMode::jungfrau_calibrated:
+            resolve<PixelMode::jungfrau_calibrated>(band, f);
+            extract<PixelMode::jungfrau_calibrated>(band, f);
+            break;
+        }
         publish(t, base + 2);
         wait_near(t, base + 2);
         commit(band, f);
@@ -618,12 +630,14 @@ class CpuFinder final : public SynchronousFinder {
         static_cast<std::size_t>(band.y1 - band.y0) * cols));
   }
 
-  bool excluded(const uint16_t* f, std::size_t j) const {
-    return params_.pixels == PixelMode::jungfrau_g0 && !jungfrau::in_g0(f[j]);
+  template <PixelMode M>
+  static bool excluded(const uint16_t* f, std::size_t j) {
+    return M == PixelMode::jungfrau_g0 && !jungfrau::in_g0(f[j]);
   }
+  template <PixelMode M>
   double value(const uint16_t* f, std::size_t j) const {
-    if (params_.pixels == PixelMode::jungfrau_calibrated) return calibrated_.calibrate(f[j], j);
-    return static_cast<double>(f[j]);
+    if constexpr (M == PixelMode::jungfrau_calibrated) return calibrated_.calibrate(f[j], j);
+    else return static_cast<double>(f[j]);
   }
 
   static unsigned effective_threads(const FinderParams& p, unsigned threads) {
@@ -750,13 +764,14 @@ class CpuFinder final : public SynchronousFinder {
 
   /// The value window pixel j had when pixel i (raster index) was visited: f - mean, the mean
   /// updated by this frame's fast push when j precedes i and updated.
+  template <PixelMode M>
   double visit_value(const uint16_t* f, std::size_t i, int yy, int xx) const {
     const int rows = static_cast<int>(params_.shape.rows);
     const int cols = static_cast<int>(params_.shape.cols);
     if (yy < 0 || yy >= rows || xx < 0 || xx >= cols) return 0.0;
     const std::size_t j = static_cast<std::size_t>(yy) * cols + xx;
-    if (excluded(f, j)) return 0.0;
-    const double v = value(f, j);
+    if (excluded<M>(f, j)) return 0.0;
+    const double v = value<M>(f, j);
     if (j < i && status_[j] == kUpdate) {
       const double n = static_cast<double>(params_.pedestal_window);
       const double s = sum_[j];
@@ -766,16 +781,17 @@ class CpuFinder final : public SynchronousFinder {
   }
 
   /// Exact sequential decision of the band's uncertain pixels, in raster order.
+  template <PixelMode M>
   void resolve(Band& band, const uint16_t* f) {
     const int cols = static_cast<int>(params_.shape.cols);
     const int h = params_.cluster_size / 2;
     for (const uint32_t i : band.uncertain) {
       const int y = static_cast<int>(i / cols), x = static_cast<int>(i % cols);
-      const double v = cm::sub(value(f, i), mean_at(i));
+      const double v = cm::sub(value<M>(f, i), mean_at(i));
       double total = 0.0, max = max0_;
       for (int yy = y - h; yy <= y + h; ++yy)
         for (int xx = x - h; xx <= x + h; ++xx) {
-          const double d = visit_value(f, i, yy, xx);
+          const double d = visit_value<M>(f, i, yy, xx);
           total = cm::add(total, d);
           if (max < d) max = d;
         }
@@ -794,6 +810,7 @@ class CpuFinder final : public SynchronousFinder {
     }
   }
 
+  template <PixelMode M>
   void extract(Band& band, const uint16_t* f) {
     band.frame_first.push_back(band.cx.size());
     const int cols = static_cast<int>(params_.shape.cols);
@@ -808,10 +825,11 @@ class CpuFinder final : public SynchronousFinder {
         band.cy.push_back(static_cast<uint16_t>(y));
         for (int yy = y - h; yy <= y + h; ++yy)
           for (int xx = x - h; xx <= x + h; ++xx) {
-            const double d = visit_value(f, row + x, yy, xx);
-            band.cdata.push_back(calibrated_.active()
-                                     ? std::bit_cast<int32_t>(static_cast<float>(d))
-                                     : cm::cluster_value(d));
+            const double d = visit_value<M>(f, row + x, yy, xx);
+            if constexpr (M == PixelMode::jungfrau_calibrated)
+              band.cdata.push_back(std::bit_cast<int32_t>(static_cast<float>(d)));
+            else
+              band.cdata.push_back(cm::cluster_value(d));
           }
       }
     }
