@@ -28,6 +28,8 @@ const std::atomic<bool>& stop_on_signals();
 void add_find_command(CLI::App& app);
 /// `glint synth`: writes synthetic frames to an HDF5 file.
 void add_synth_command(CLI::App& app);
+/// `glint pedestal`: a pedestal file from dark frames in an HDF5 file.
+void add_pedestal_command(CLI::App& app);
 /// `glint bench`: registers the benchmark subcommands below.
 void add_bench_command(CLI::App& app);
 /// `glint bench find` (tools/bench_find.cpp).

@@ -37,6 +37,10 @@ struct FindArgs {
   std::string clust;
   bool overwrite = false;
   bool quiet = false;
+  std::string detector = "generic";  ///< generic | jungfrau
+  std::string gain_file;             ///< JUNGFRAU gain maps: calibrated frames in keV
+  std::string pedestal_file;         ///< JUNGFRAU G1/G2 pedestals (ADU)
+  bool hg0 = false;
 };
 
 /// Progress on stderr, only when it is a terminal; redrawn at most 5 times a second.
@@ -67,8 +71,10 @@ class Progress {
 std::string settings_yaml(const FindArgs& a, const std::string& backend) {
   return fmt::format(
       "# glint find\ninput: {}\ndataset: {}\ndark_frames: {}\nfinder:\n  n_sigma: {}\n"
-      "  cluster_size: {}\n  backend: {}\n  threads: {}\n",
-      a.input, a.dataset, a.dark, a.n_sigma, a.cluster_size, backend, a.threads);
+      "  cluster_size: {}\n  backend: {}\n  threads: {}\ndetector:\n  type: {}\n"
+      "calibration:\n  gain_file: '{}'\n  pedestal_file: '{}'\n  hg0: {}\n",
+      a.input, a.dataset, a.dark, a.n_sigma, a.cluster_size, backend, a.threads, a.detector,
+      a.gain_file, a.pedestal_file, a.hg0);
 }
 
 int run_find(const FindArgs& a) {
@@ -81,6 +87,23 @@ int run_find(const FindArgs& a) {
   params.shape = in.shape();
   params.cluster_size = a.cluster_size;
   params.n_sigma = a.n_sigma;
+  if (a.detector != "generic" && a.detector != "jungfrau")
+    throw InputError("--detector " + a.detector + ": allowed are generic, jungfrau");
+  if (a.detector != "jungfrau" && (!a.gain_file.empty() || !a.pedestal_file.empty() || a.hg0))
+    throw InputError("--gain-file, --pedestal-file and --hg0 need --detector jungfrau");
+  if (a.gain_file.empty() && (!a.pedestal_file.empty() || a.hg0))
+    throw InputError("--pedestal-file and --hg0 need --gain-file (calibrated frames)");
+  if (a.detector == "jungfrau") {
+    params.pixels = a.gain_file.empty() ? PixelMode::jungfrau_g0 : PixelMode::jungfrau_calibrated;
+    if (!a.gain_file.empty()) {
+      try {
+        params.calibration =
+            jungfrau::load_calibration(params.shape, a.gain_file, a.pedestal_file, a.hg0);
+      } catch (const std::runtime_error& e) {
+        throw InputError(e.what());
+      }
+    }
+  }
   try {
     validate(params);
   } catch (const std::invalid_argument& e) {
@@ -150,9 +173,9 @@ int run_find(const FindArgs& a) {
   }
 
   // Data frames: frame number = index in the dataset.
-  ClusterTable table(a.cluster_size);
+  ClusterTable table = make_result_table(params);
   std::vector<uint64_t> numbers;
-  uint64_t clusters = 0;
+  uint64_t clusters = 0, switched = 0, invalid = 0;
   for (uint64_t f = a.dark; f < in.frames(); f += chunk) {
     const uint64_t n = std::min(chunk, in.frames() - f);
     buf.resize(n * np);
@@ -164,6 +187,10 @@ int run_find(const FindArgs& a) {
     finder->find(buf, numbers, table);
     find_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     clusters += table.n_clusters();
+    for (const jungfrau::GainCounts& g : table.gain_counts()) {
+      switched += g.g1 + g.g2;
+      invalid += g.invalid;
+    }
     if (clust) clust->write(table);
     if (h5) h5->append(table);
     progress.update(f + n, clusters);
@@ -177,6 +204,13 @@ int run_find(const FindArgs& a) {
 
   const uint64_t data = in.frames() - a.dark;
   const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
+  if (!a.quiet && params.pixels != PixelMode::raw)
+    std::cout << fmt::format("glint find: JUNGFRAU data frames: {} pixels in G1/G2, {} with the "
+                             "invalid gain code{}\n",
+                             switched, invalid,
+                             params.pixels == PixelMode::jungfrau_g0
+                                 ? " (never taken as photons: no gain maps)"
+                                 : "");
   if (!a.quiet)
     std::cout << fmt::format(
         "glint find: {} frames ({} dark, {} data), {} clusters, {:.0f} frames/s ({:.1f} us/frame "
@@ -207,6 +241,17 @@ void add_find_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-o,--output", a->output, "write the run file (HDF5: frames, clusters, pedestal)");
   cmd->add_option("--clust", a->clust, "write the clusters in aare's .clust format");
+  cmd->add_option("--detector", a->detector,
+                  "generic (pixels are values) or jungfrau (gain bits 15:14 over a 14-bit ADC; "
+                  "without --gain-file clusters are found on G0 pixels only)")
+      ->capture_default_str();
+  cmd->add_option("--gain-file", a->gain_file,
+                  "JUNGFRAU gain maps (PSI module file: G0, G1, G2[, HG0, HG1, HG2] float64, "
+                  "ADU/keV): find on calibrated frames (keV, float clusters)");
+  cmd->add_option("--pedestal-file", a->pedestal_file,
+                  "JUNGFRAU G1/G2 pedestals (float64 G0, G1, G2 arrays, ADU; G0 is taken from "
+                  "the dark frames); without it all stages come from the dark frames");
+  cmd->add_flag("--hg0", a->hg0, "use the gain file's HG0 array for G0 (high-gain G0)");
   cmd->add_flag("--overwrite", a->overwrite, "replace existing output files");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress, no summary line");
   cmd->callback([a] {

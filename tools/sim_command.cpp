@@ -52,6 +52,17 @@ void add_sim_command(CLI::App& app) {
                   "missing-field, unknown-port, backwards, out-of-range");
   cmd->add_option("--pool", a->o.image_pool,
                   "generate N dark and N photon images up front and cycle through them (fast sender)");
+  cmd->add_flag("--jungfrau", a->o.image.jungfrau,
+                "JUNGFRAU images: gain bits 15:14 over a 14-bit ADC, with gain switching");
+  cmd->add_option("--gain-switch-rate", a->o.image.gain_switch_rate,
+                  "JUNGFRAU: per pixel and photon frame, a switch to G1/G2")
+      ->capture_default_str();
+  cmd->add_option("--dark-switch-rate", a->o.image.dark_switch_rate,
+                  "JUNGFRAU: the same in dark frames")
+      ->capture_default_str();
+  cmd->add_option("--invalid-gain-rate", a->o.image.invalid_gain_rate,
+                  "JUNGFRAU: per pixel and frame, the invalid gain code 10")
+      ->capture_default_str();
   cmd->add_flag("--no-end", a->no_end, "do not send the end-of-acquisition message");
   cmd->add_option("--end-repeat", a->o.end_repeat, "send the end message this many times")->capture_default_str();
   cmd->add_option("--sndhwm", a->o.send_hwm, "ZMQ_SNDHWM, 0 = unlimited")->capture_default_str();

@@ -1,5 +1,6 @@
 // glint synth: writes synthetic detector frames (glint::synth) to an HDF5 file for `glint find`.
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -8,6 +9,7 @@
 
 #include "commands.hpp"
 #include "frame_file.hpp"
+#include "glint/jungfrau.hpp"
 #include "glint/synthetic.hpp"
 
 namespace glint::tools {
@@ -22,6 +24,7 @@ void add_synth_command(CLI::App& app) {
     uint64_t frames = 1000;
     bool overwrite = false;
     bool quiet = false;
+    std::string gain_file, pedestal_file;
   };
   auto a = std::make_shared<Args>();
   a->config.shape = {400, 400};
@@ -38,6 +41,21 @@ void add_synth_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", a->config.seed, "random seed (same seed, same bytes)")
       ->capture_default_str();
+  cmd->add_flag("--jungfrau", a->config.jungfrau,
+                "JUNGFRAU frames: gain bits 15:14 over a 14-bit ADC, with gain switching");
+  cmd->add_option("--gain-switch-rate", a->config.gain_switch_rate,
+                  "JUNGFRAU: per pixel and photon frame, a switch to G1/G2")
+      ->capture_default_str();
+  cmd->add_option("--dark-switch-rate", a->config.dark_switch_rate,
+                  "JUNGFRAU: the same in dark frames")
+      ->capture_default_str();
+  cmd->add_option("--invalid-gain-rate", a->config.invalid_gain_rate,
+                  "JUNGFRAU: per pixel and frame, the invalid gain code 10")
+      ->capture_default_str();
+  cmd->add_option("--gain-file", a->gain_file,
+                  "JUNGFRAU: also write synthetic gain maps (PSI module file layout) here");
+  cmd->add_option("--pedestal-file", a->pedestal_file,
+                  "JUNGFRAU: also write synthetic G1/G2 pedestals (G0, G1, G2 float64) here");
   cmd->add_flag("--overwrite", a->overwrite, "replace an existing file");
   cmd->add_flag("-q,--quiet", a->quiet, "no summary line");
   cmd->callback([a] {
@@ -47,7 +65,18 @@ void add_synth_command(CLI::App& app) {
     } catch (const std::exception& e) {
       fail("glint synth", e.what(), kExitUsage);
     }
+    if ((!a->gain_file.empty() || !a->pedestal_file.empty()) && !a->config.jungfrau)
+      fail("glint synth", "--gain-file and --pedestal-file need --jungfrau", kExitUsage);
     try {
+      for (const auto& path : {a->gain_file, a->pedestal_file})
+        if (!path.empty() && !a->overwrite && std::filesystem::exists(path))
+          throw std::runtime_error(path + " exists already (use --overwrite to replace it)");
+      if (!a->gain_file.empty())
+        jungfrau::write_pedestal_file(  // the same layout: float64 arrays back to back
+            a->gain_file, synth::jungfrau_gain_maps(a->config.shape, a->config.seed));
+      if (!a->pedestal_file.empty())
+        jungfrau::write_pedestal_file(
+            a->pedestal_file, synth::jungfrau_stage_pedestals(a->config.shape, a->config.seed));
       const uint64_t total = a->config.dark_frames + a->frames;
       const std::size_t np = a->config.shape.pixels();
       FrameFileWriter out(a->output, a->dataset, total, a->config.shape, a->overwrite);

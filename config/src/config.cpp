@@ -293,20 +293,29 @@ void read_pedestal(Section s, PedestalConfig& c) {
   s.read_bool("keep_previous", c.keep_previous);
   s.read_integer("window", c.window, 1, 10000000);
   s.read_string("dark_marker", c.dark_marker, {"none", "frame_mode"});
+  s.read_string("source", c.source);
   s.reject_unknown();
+  if (c.source != "dark" && c.source != "previous" && (!c.source.starts_with("file:") ||
+                                                        c.source.size() == 5))
+    s.fail_key("source", fmt::format("'{}' is not allowed (allowed: dark, previous, file:PATH)",
+                                     c.source));
+  if (c.keep_previous && c.source != "dark" && c.source != "previous")
+    s.fail_key("keep_previous", fmt::format("true contradicts pedestal.source '{}' (keep_previous "
+                                            "is pedestal.source previous)", c.source));
   // As `glint find`: the pedestal must have filled its window before the first data frame, or
   // the first data frames are searched against a pedestal of a few frames (wrong clusters).
-  // 0 dark frames only reuses the previous run's pedestal (checked again when a run starts).
-  if (c.dark_frames == 0 && !c.keep_previous)
+  // 0 dark frames only reuses a pedestal from elsewhere (checked again when a run starts).
+  if (c.dark_frames == 0 && !c.from_previous() && c.file().empty())
     s.fail_key("dark_frames",
                fmt::format("0 dark frames leaves the run without a pedestal (allowed: at least "
-                           "pedestal.window = {}, or 0 with keep_previous: true)",
+                           "pedestal.window = {}, or 0 with keep_previous: true or "
+                           "pedestal.source previous or file:PATH)",
                            c.window));
   if (c.dark_frames > 0 && c.dark_frames < c.window)
     s.fail_key("dark_frames",
                fmt::format("{} is fewer than pedestal.window = {}: the pedestal would not be "
                            "settled at the first data frame (allowed: at least {}, or 0 with "
-                           "keep_previous: true)",
+                           "keep_previous: true or pedestal.source previous or file:PATH)",
                            c.dark_frames, c.window, c.window));
 }
 
@@ -498,6 +507,24 @@ void read_metrics(Section s, MetricsConfig& c) {
   s.reject_unknown();
 }
 
+void read_calibration(Section s, CalibrationConfig& c, const DetectorConfig& d) {
+  s.read_string("gain_file", c.gain_file);
+  s.read_string("pedestal_file", c.pedestal_file);
+  s.read_bool("hg0", c.hg0);
+  s.read_string("units", c.units, {"keV"});
+  s.reject_unknown();
+  const char* set = !c.gain_file.empty() ? "gain_file"
+                    : !c.pedestal_file.empty() ? "pedestal_file"
+                    : c.hg0 ? "hg0" : nullptr;
+  if (set && d.type != "jungfrau")
+    s.fail_key(set, fmt::format("calibration applies to detector.type jungfrau only (the type is "
+                                "{})", d.type));
+  if (!c.gain_file.empty()) return;
+  if (!c.pedestal_file.empty())
+    s.fail_key("pedestal_file", "needs calibration.gain_file (calibrated frames)");
+  if (c.hg0) s.fail_key("hg0", "needs calibration.gain_file (calibrated frames)");
+}
+
 Config from_node(const YAML::Node& root, const std::string& source, std::string text) {
   Config c;
   c.source = source;
@@ -512,7 +539,20 @@ Config from_node(const YAML::Node& root, const std::string& source, std::string 
   read_logging(top.section("logging"), c.logging);
   read_reconstruction(top.section("reconstruction"), c.reconstruction);
   read_metrics(top.section("metrics"), c.metrics);
+  read_calibration(top.section("calibration"), c.calibration, c.detector);
   top.reject_unknown();
+  if (c.calibration.calibrated() && c.pedestal.source != "dark") {
+    Section ped = top.section("pedestal");
+    ped.child("source");
+    ped.fail_key("source", "not with calibration.gain_file: calibrated runs take their G0 "
+                           "pedestal from their own dark frames (allowed: dark)");
+  }
+  if (c.calibration.calibrated() && c.pedestal.keep_previous) {
+    Section ped = top.section("pedestal");
+    ped.child("keep_previous");
+    ped.fail_key("keep_previous", "not with calibration.gain_file: calibrated runs take their "
+                                  "G0 pedestal from their own dark frames (allowed: false)");
+  }
   {
     Section run = top.section("run");
     run.child("memory_budget_mb");
@@ -699,6 +739,14 @@ std::string to_yaml(const Config& c) {
   kv("pixel_type", c.detector.pixel_type);
   flow("ports", std::vector<uint32_t>{c.detector.ports_x, c.detector.ports_y});
   e << YAML::EndMap;
+  if (c.detector.type == "jungfrau") {
+    begin("calibration");
+    kv("gain_file", c.calibration.gain_file);
+    kv("pedestal_file", c.calibration.pedestal_file);
+    kv("hg0", c.calibration.hg0);
+    kv("units", c.calibration.units);
+    e << YAML::EndMap;
+  }
   begin("ingest");
   flow("endpoints", c.ingest.endpoints);
   kv("queue_frames", c.ingest.queue_frames);
@@ -715,6 +763,7 @@ std::string to_yaml(const Config& c) {
   kv("keep_previous", c.pedestal.keep_previous);
   kv("window", c.pedestal.window);
   kv("dark_marker", c.pedestal.dark_marker);
+  kv("source", c.pedestal.source);
   e << YAML::EndMap;
   begin("finder");
   kv("n_sigma", c.finder.n_sigma);

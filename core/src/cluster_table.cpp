@@ -6,9 +6,30 @@ namespace glint {
 
 void ClusterTable::begin_frame(uint64_t frame_number) {
   frames_.push_back(FrameRecord{frame_number, x_.size(), 0});
+  if (gain_counts_) gains_.emplace_back();
+}
+
+void ClusterTable::set_gain_counts(const jungfrau::GainCounts& counts) {
+  if (!gain_counts_ || gains_.empty())
+    throw std::logic_error("ClusterTable::set_gain_counts: no gain counts or no frame");
+  gains_.back() = counts;
+}
+
+void ClusterTable::add_cluster(uint16_t x, uint16_t y, std::span<const float> values) {
+  if (values_ != ClusterValues::float32)
+    throw std::logic_error("ClusterTable::add_cluster: float values for an int32 table");
+  if (frames_.empty()) throw std::logic_error("ClusterTable::add_cluster before begin_frame");
+  if (values.size() != values_per_cluster())
+    throw std::invalid_argument("ClusterTable::add_cluster: wrong number of values");
+  x_.push_back(x);
+  y_.push_back(y);
+  for (const float v : values) data_.push_back(std::bit_cast<int32_t>(v));
+  ++frames_.back().n_clusters;
 }
 
 void ClusterTable::add_cluster(uint16_t x, uint16_t y, std::span<const int32_t> values) {
+  if (values_ != ClusterValues::int32)
+    throw std::logic_error("ClusterTable::add_cluster: int32 values for a float table");
   if (frames_.empty()) throw std::logic_error("ClusterTable::add_cluster before begin_frame");
   if (values.size() != values_per_cluster())
     throw std::invalid_argument("ClusterTable::add_cluster: wrong number of values");
@@ -19,8 +40,9 @@ void ClusterTable::add_cluster(uint16_t x, uint16_t y, std::span<const int32_t> 
 }
 
 void ClusterTable::append(const ClusterTable& other) {
-  if (other.cluster_size_ != cluster_size_)
-    throw std::invalid_argument("ClusterTable::append: cluster sizes differ");
+  if (other.cluster_size_ != cluster_size_ || other.values_ != values_ ||
+      other.gain_counts_ != gain_counts_)
+    throw std::invalid_argument("ClusterTable::append: cluster sizes or value types differ");
   const uint64_t base = x_.size();
   for (FrameRecord r : other.frames_) {
     r.first_cluster += base;
@@ -29,6 +51,7 @@ void ClusterTable::append(const ClusterTable& other) {
   x_.insert(x_.end(), other.x_.begin(), other.x_.end());
   y_.insert(y_.end(), other.y_.begin(), other.y_.end());
   data_.insert(data_.end(), other.data_.begin(), other.data_.end());
+  gains_.insert(gains_.end(), other.gains_.begin(), other.gains_.end());
 }
 
 void ClusterTable::clear() {
@@ -36,6 +59,7 @@ void ClusterTable::clear() {
   x_.clear();
   y_.clear();
   data_.clear();
+  gains_.clear();
 }
 
 void ClusterTable::reserve(std::size_t frames, std::size_t clusters) {

@@ -21,6 +21,8 @@
 // wavefront instead of meeting at frame-wide barriers.
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <limits>
 #include <memory>
 #include <cmath>
 #include <cstring>
@@ -32,6 +34,7 @@
 
 #include "glint/cluster_finder.hpp"
 #include "glint/cluster_math.hpp"
+#include "glint/detail/calibrated_dark.hpp"
 #include "glint/detail/worker_pool.hpp"
 
 // Hot loops are compiled twice, for AVX2 and for the x86-64 baseline, and picked at load time.
@@ -76,7 +79,7 @@ template <int S>
 [[gnu::always_inline]] inline unsigned decide_row_t(const double* const* rows0,
                                                     const double* const* rows1, int cols,
                                                     const double* rms, double neg_n,
-                                                    double n_sigma, double c3_n,
+                                                    double n_sigma, double c3_n, double max0,
                                                     uint8_t* status) {
   constexpr int h = S / 2;
   const Mask4 s0 = {kSkip, kSkip, kSkip, kSkip}, s1 = {kUpdate, kUpdate, kUpdate, kUpdate},
@@ -85,7 +88,8 @@ template <int S>
   Mask4 any_uncertain = s0, any_store = s0;
   unsigned tail_flags = 0;
   for (int x = 0; x < cols; x += kLanes) {
-    Vec4 tl = {0.0, 0.0, 0.0, 0.0}, th = tl, ml = tl, mh = tl;
+    Vec4 tl = {0.0, 0.0, 0.0, 0.0}, th = tl;
+    Vec4 ml = {max0, max0, max0, max0}, mh = ml;
 #pragma GCC unroll 9
     for (int k = 0; k < S; ++k) {
 #pragma GCC unroll 9
@@ -146,8 +150,9 @@ template <int S>
 #define GLINT_DECIDE_ROW(S)                                                                    \
   GLINT_VECTOR_CLONES unsigned decide_row_##S(const double* const* r0, const double* const* r1, \
                                               int cols, const double* rms, double neg_n,       \
-                                              double n_sigma, double c3_n, uint8_t* status) {  \
-    return decide_row_t<S>(r0, r1, cols, rms, neg_n, n_sigma, c3_n, status);                   \
+                                              double n_sigma, double c3_n, double max0,        \
+                                              uint8_t* status) {                               \
+    return decide_row_t<S>(r0, r1, cols, rms, neg_n, n_sigma, c3_n, max0, status);             \
   }
 GLINT_DECIDE_ROW(3)
 GLINT_DECIDE_ROW(5)
@@ -156,21 +161,21 @@ GLINT_DECIDE_ROW(9)
 #undef GLINT_DECIDE_ROW
 
 unsigned decide_row(int size, const double* const* r0, const double* const* r1, int cols,
-                    const double* rms, double neg_n, double n_sigma, double c3_n,
+                    const double* rms, double neg_n, double n_sigma, double c3_n, double max0,
                     uint8_t* status) {
   switch (size) {
-    case 3: return decide_row_3(r0, r1, cols, rms, neg_n, n_sigma, c3_n, status);
-    case 5: return decide_row_5(r0, r1, cols, rms, neg_n, n_sigma, c3_n, status);
-    case 7: return decide_row_7(r0, r1, cols, rms, neg_n, n_sigma, c3_n, status);
-    default: return decide_row_9(r0, r1, cols, rms, neg_n, n_sigma, c3_n, status);
+    case 3: return decide_row_3(r0, r1, cols, rms, neg_n, n_sigma, c3_n, max0, status);
+    case 5: return decide_row_5(r0, r1, cols, rms, neg_n, n_sigma, c3_n, max0, status);
+    case 7: return decide_row_7(r0, r1, cols, rms, neg_n, n_sigma, c3_n, max0, status);
+    default: return decide_row_9(r0, r1, cols, rms, neg_n, n_sigma, c3_n, max0, status);
   }
 }
 
 /// Pass 0 inputs for one frame row: d0 = f - mean and d1 = f - mean after a fast push.
-GLINT_VECTOR_CLONES
-void prepare_row(int cols, const uint16_t* __restrict f, const double* __restrict mean,
-                 const double* __restrict sum, double n, double* __restrict d0,
-                 double* __restrict d1) {
+template <class T>
+[[gnu::always_inline]] inline void prepare_row_t(
+    int cols, const T* __restrict f, const double* __restrict mean, const double* __restrict sum,
+    double n, double* __restrict d0, double* __restrict d1) {
   for (int x = 0; x < cols; ++x) {
     const double v = static_cast<double>(f[x]);
     d0[x] = v - mean[x];
@@ -182,10 +187,10 @@ void prepare_row(int cols, const uint16_t* __restrict f, const double* __restric
 /// The same when every pixel holds a full window (count == N): the cached mean is then sum / N,
 /// computed here instead of loaded. The fast push's sum and mean are kept for the commit (sum1,
 /// mean1), which then needs two divisions per pixel instead of four.
-GLINT_VECTOR_CLONES
-void prepare_row_steady(int cols, const uint16_t* __restrict f, const double* __restrict sum,
-                        double n, double* __restrict d0, double* __restrict d1,
-                        double* __restrict sum1, double* __restrict mean1) {
+template <class T>
+[[gnu::always_inline]] inline void prepare_row_steady_t(
+    int cols, const T* __restrict f, const double* __restrict sum, double n, double* __restrict d0,
+    double* __restrict d1, double* __restrict sum1, double* __restrict mean1) {
   for (int x = 0; x < cols; ++x) {
     const double v = static_cast<double>(f[x]);
     const double s = sum[x];
@@ -199,24 +204,25 @@ void prepare_row_steady(int cols, const uint16_t* __restrict f, const double* __
   }
 }
 
-GLINT_VECTOR_CLONES
-void prepare_row_d0_steady(int cols, const uint16_t* __restrict f, const double* __restrict sum,
-                           double n, double* __restrict d0) {
+template <class T>
+[[gnu::always_inline]] inline void prepare_row_d0_steady_t(
+    int cols, const T* __restrict f, const double* __restrict sum, double n,
+    double* __restrict d0) {
   for (int x = 0; x < cols; ++x) d0[x] = static_cast<double>(f[x]) - sum[x] / n;
 }
 
-GLINT_VECTOR_CLONES
-void prepare_row_d0(int cols, const uint16_t* __restrict f, const double* __restrict mean,
-                    double* __restrict d0) {
+template <class T>
+[[gnu::always_inline]] inline void prepare_row_d0_t(
+    int cols, const T* __restrict f, const double* __restrict mean, double* __restrict d0) {
   for (int x = 0; x < cols; ++x) d0[x] = static_cast<double>(f[x]) - mean[x];
 }
 
 /// Commit of one row: updated pixels take their fast-push state and a fresh cached rms.
-GLINT_VECTOR_CLONES
-void commit_row(int cols, const uint8_t* __restrict status, const uint16_t* __restrict f,
-                double n, double* __restrict sum, double* __restrict sum2,
-                double* __restrict mean, const uint32_t* __restrict count,
-                double* __restrict rms) {
+template <class T>
+[[gnu::always_inline]] inline void commit_row_t(
+    int cols, const uint8_t* __restrict status, const T* __restrict f, double n,
+    double* __restrict sum, double* __restrict sum2, double* __restrict mean,
+    const uint32_t* __restrict count, double* __restrict rms) {
   for (int x = 0; x < cols; ++x) {
     const bool upd = status[x] == kUpdate;
     const double v = static_cast<double>(f[x]);
@@ -236,11 +242,11 @@ void commit_row(int cols, const uint8_t* __restrict status, const uint16_t* __re
 }
 
 /// The same when every pixel holds a full window: no cached mean and count to maintain.
-GLINT_VECTOR_CLONES
-void commit_row_steady(int cols, const uint8_t* __restrict status, const uint16_t* __restrict f,
-                       double n, const double* __restrict sum1, const double* __restrict mean1,
-                       double* __restrict sum, double* __restrict sum2,
-                       double* __restrict rms) {
+template <class T>
+[[gnu::always_inline]] inline void commit_row_steady_t(
+    int cols, const uint8_t* __restrict status, const T* __restrict f, double n,
+    const double* __restrict sum1, const double* __restrict mean1, double* __restrict sum,
+    double* __restrict sum2, double* __restrict rms) {
   for (int x = 0; x < cols; ++x) {
     const bool upd = status[x] == kUpdate;
     const double v = static_cast<double>(f[x]);
@@ -257,9 +263,10 @@ void commit_row_steady(int cols, const uint8_t* __restrict status, const uint16_
 }
 
 /// Dark push of one row (the reference's Pedestal::push), refreshing the cached mean.
-GLINT_VECTOR_CLONES
-void dark_row(int cols, const uint16_t* __restrict f, uint32_t window, double* __restrict sum,
-              double* __restrict sum2, uint32_t* __restrict count, double* __restrict mean) {
+template <class T>
+[[gnu::always_inline]] inline void dark_row_t(
+    int cols, const T* __restrict f, uint32_t window, double* __restrict sum,
+    double* __restrict sum2, uint32_t* __restrict count, double* __restrict mean) {
   const double n = static_cast<double>(window);
   for (int x = 0; x < cols; ++x) {
     const double v = static_cast<double>(f[x]);
@@ -275,6 +282,74 @@ void dark_row(int cols, const uint16_t* __restrict f, uint32_t window, double* _
     count[x] = c;
     mean[x] = s_new / static_cast<double>(c);
   }
+}
+
+// The row functions for both frame types: uint16 pixels, and calibrated (double) values.
+#define GLINT_ROW_FUNCTIONS(T, SUFFIX)                                                             \
+  GLINT_VECTOR_CLONES void prepare_row##SUFFIX(                                                    \
+      int cols, const T* __restrict f, const double* __restrict mean,                              \
+      const double* __restrict sum, double n, double* __restrict d0, double* __restrict d1) {      \
+    prepare_row_t<T>(cols, f, mean, sum, n, d0, d1);                                               \
+  }                                                                                                \
+  GLINT_VECTOR_CLONES void prepare_row_steady##SUFFIX(                                             \
+      int cols, const T* __restrict f, const double* __restrict sum, double n,                     \
+      double* __restrict d0, double* __restrict d1, double* __restrict sum1,                       \
+      double* __restrict mean1) {                                                                  \
+    prepare_row_steady_t<T>(cols, f, sum, n, d0, d1, sum1, mean1);                                 \
+  }                                                                                                \
+  GLINT_VECTOR_CLONES void prepare_row_d0_steady##SUFFIX(                                          \
+      int cols, const T* __restrict f, const double* __restrict sum, double n,                     \
+      double* __restrict d0) {                                                                     \
+    prepare_row_d0_steady_t<T>(cols, f, sum, n, d0);                                               \
+  }                                                                                                \
+  GLINT_VECTOR_CLONES void prepare_row_d0##SUFFIX(                                                 \
+      int cols, const T* __restrict f, const double* __restrict mean, double* __restrict d0) {     \
+    prepare_row_d0_t<T>(cols, f, mean, d0);                                                        \
+  }                                                                                                \
+  GLINT_VECTOR_CLONES void commit_row##SUFFIX(                                                     \
+      int cols, const uint8_t* __restrict status, const T* __restrict f, double n,                 \
+      double* __restrict sum, double* __restrict sum2, double* __restrict mean,                    \
+      const uint32_t* __restrict count, double* __restrict rms) {                                  \
+    commit_row_t<T>(cols, status, f, n, sum, sum2, mean, count, rms);                              \
+  }                                                                                                \
+  GLINT_VECTOR_CLONES void commit_row_steady##SUFFIX(                                              \
+      int cols, const uint8_t* __restrict status, const T* __restrict f, double n,                 \
+      const double* __restrict sum1, const double* __restrict mean1, double* __restrict sum,       \
+      double* __restrict sum2, double* __restrict rms) {                                           \
+    commit_row_steady_t<T>(cols, status, f, n, sum1, mean1, sum, sum2, rms);                       \
+  }                                                                                                \
+  GLINT_VECTOR_CLONES void dark_row##SUFFIX(                                                       \
+      int cols, const T* __restrict f, uint32_t window, double* __restrict sum,                    \
+      double* __restrict sum2, uint32_t* __restrict count, double* __restrict mean) {              \
+    dark_row_t<T>(cols, f, window, sum, sum2, count, mean);                                        \
+  }
+GLINT_ROW_FUNCTIONS(uint16_t, )
+GLINT_ROW_FUNCTIONS(double, _calibrated)
+#undef GLINT_ROW_FUNCTIONS
+
+/// Calibrated values of one row of raw JUNGFRAU pixels (i0: the row's first pixel index).
+GLINT_VECTOR_CLONES
+void calibrate_row(int cols, const uint16_t* __restrict f, std::size_t i0, std::size_t np,
+                   const double* __restrict ped, const double* __restrict gain,
+                   double* __restrict out) {
+  for (int x = 0; x < cols; ++x) out[x] = jungfrau::calibrate(f[x], i0 + x, np, ped, gain);
+}
+
+/// G0-only mode: pixels out of G0 count as pedestal level (d = 0) in their neighbours' windows.
+void zero_out_of_g0(int cols, const uint16_t* f, double* d0, double* d1) {
+  for (int x = 0; x < cols; ++x)
+    if (!jungfrau::in_g0(f[x])) {
+      d0[x] = 0.0;
+      if (d1) d1[x] = 0.0;
+    }
+}
+
+/// G0-only dark push: pixels out of G0 are not pushed.
+void dark_row_g0(int cols, const uint16_t* f, uint32_t window, double* sum, double* sum2,
+                 uint32_t* count, double* mean) {
+  for (int x = 0; x < cols; ++x)
+    if (jungfrau::in_g0(f[x]))
+      mean[x] = cm::dark_push(sum[x], sum2[x], count[x], static_cast<double>(f[x]), window);
 }
 
 /// A progress counter on its own cache line.
@@ -299,6 +374,10 @@ struct Band {
   std::vector<int32_t> cdata;
   std::vector<std::size_t> frame_first;
   std::vector<std::size_t> out_first;  // where frame k's clusters go in the output table
+  // JUNGFRAU: gain counts of the owned rows per frame; calibrated values of the owned rows
+  // (pass 0 to commit) and of one other row (scratch).
+  std::vector<jungfrau::GainCounts> gains;
+  std::vector<double> values, scratch;
 };
 
 class CpuFinder final : public SynchronousFinder {
@@ -306,8 +385,11 @@ class CpuFinder final : public SynchronousFinder {
   CpuFinder(const FinderParams& params, unsigned threads, int batch_frames)
       : SynchronousFinder(batch_frames), params_(params),
         thresholds_(cm::make_thresholds(params.n_sigma, params.cluster_size)),
-        pool_(effective_threads(params, threads)) {
+        pool_(effective_threads(params, threads)), calibrated_(params) {
     validate(params_);
+    // aare starts the window max at numeric_limits<frame type>::min(): 0 for uint16 frames, the
+    // smallest normal double for calibrated (double) frames.
+    if (calibrated_.active()) max0_ = std::numeric_limits<double>::min();
     const std::size_t np = params_.shape.pixels();
     sum_.assign(np, 0.0);
     sum2_.assign(np, 0.0);
@@ -337,6 +419,10 @@ class CpuFinder final : public SynchronousFinder {
       band.halo_sum1.assign(cols, 0.0);
       band.halo_mean1.assign(cols, 0.0);
       band.row_flags.assign(static_cast<std::size_t>(band.y1 - band.y0), 0);
+      if (calibrated_.active()) {
+        band.values.assign(band.sum1.size(), 0.0);
+        band.scratch.assign(cols, 0.0);
+      }
     }
     for (unsigned b = 0; b < nb; ++b) {
       Band& band = bands_[b];
@@ -356,16 +442,39 @@ class CpuFinder final : public SynchronousFinder {
   const FinderParams& params() const override { return params_; }
 
   void push_dark(std::span<const uint16_t> frames) override {
+    check_dark_frames(params_, frames);
+    if (calibrated_.open()) {
+      calibrated_.keep(frames);
+      return;
+    }
+    push_dark_values(frames);
+  }
+
+  void push_dark_values(std::span<const uint16_t> frames) {
     const std::size_t np = params_.shape.pixels();
-    const std::size_t n_frames = check_dark_frames(params_, frames);
+    const std::size_t n_frames = frames.size() / np;
     const int cols = static_cast<int>(params_.shape.cols);
+    const uint32_t w = params_.pedestal_window;
     pool_.run([&](unsigned t) {
-      const Band& band = bands_[t];
+      Band& band = bands_[t];
       for (std::size_t k = 0; k < n_frames; ++k)
         for (int y = band.y0; y < band.y1; ++y) {
           const std::size_t i = static_cast<std::size_t>(y) * cols;
-          dark_row(cols, frames.data() + k * np + i, params_.pedestal_window, &sum_[i],
-                   &sum2_[i], &count_[i], &mean_[i]);
+          const uint16_t* f = frames.data() + k * np + i;
+          switch (params_.pixels) {
+            case PixelMode::raw:
+              dark_row(cols, f, w, &sum_[i], &sum2_[i], &count_[i], &mean_[i]);
+              break;
+            case PixelMode::jungfrau_g0:
+              dark_row_g0(cols, f, w, &sum_[i], &sum2_[i], &count_[i], &mean_[i]);
+              break;
+            case PixelMode::jungfrau_calibrated:
+              calibrate_row(cols, f, i, np, calibrated_.pedestal(), calibrated_.gain(),
+                            band.scratch.data());
+              dark_row_calibrated(cols, band.scratch.data(), w, &sum_[i], &sum2_[i], &count_[i],
+                                  &mean_[i]);
+              break;
+          }
         }
       refresh_rms(static_cast<std::size_t>(band.y0) * cols, static_cast<std::size_t>(band.y1) * cols);
     });
@@ -378,6 +487,7 @@ class CpuFinder final : public SynchronousFinder {
     check_find_arguments(params_, frames, frame_numbers, out);
     const std::size_t nf = frame_numbers.size();
     if (nf == 0) return;
+    settle();
     for (unsigned b = 0; b < pool_.size(); ++b) {
       progress_[b].value.store(0, std::memory_order_relaxed);
       Band& band = bands_[b];
@@ -385,6 +495,7 @@ class CpuFinder final : public SynchronousFinder {
       band.cy.clear();
       band.cdata.clear();
       band.frame_first.clear();
+      band.gains.clear();
     }
     // Each band moves through three phases per frame and waits only for the bands whose rows its
     // own windows reach (a wavefront; no frame-wide barrier):
@@ -399,12 +510,25 @@ class CpuFinder final : public SynchronousFinder {
         const uint32_t base = static_cast<uint32_t>(3 * k);
         const uint16_t* f = frames.data() + k * np;
         wait_near(t, base);
+        if (params_.pixels != PixelMode::raw) band.gains.push_back(band_gains(band, f));
         pass0(band, f);
         publish(t, base + 1);
         if (band.boundary_work)
           for (unsigned o = band.up_lo; o < t; ++o) wait_for(o, base + 2);
-        resolve(band, f);
-        extract(band, f);
+        switch (params_.pixels) {  // the mode is a template argument of the per-pixel code
+          case PixelMode::raw:
+            resolve<PixelMode::raw>(band, f);
+            extract<PixelMode::raw>(band, f);
+            break;
+          case PixelMode::jungfrau_g0:
+            resolve<PixelMode::jungfrau_g0>(band, f);
+            extract<PixelMode::jungfrau_g0>(band, f);
+            break;
+          case PixelMode::jungfrau_calibrated:
+            resolve<PixelMode::jungfrau_calibrated>(band, f);
+            extract<PixelMode::jungfrau_calibrated>(band, f);
+            break;
+        }
         publish(t, base + 2);
         wait_near(t, base + 2);
         commit(band, f);
@@ -434,6 +558,15 @@ class CpuFinder final : public SynchronousFinder {
         next += last - band.frame_first[k];
       }
       records.push_back(FrameRecord{frame_numbers[k], first, static_cast<uint32_t>(next - first)});
+      if (out.has_gain_counts()) {
+        jungfrau::GainCounts g;
+        for (const Band& band : bands_) {
+          g.g1 += band.gains[k].g1;
+          g.g2 += band.gains[k].g2;
+          g.invalid += band.gains[k].invalid;
+        }
+        out.gain_counts_mut().push_back(g);
+      }
     }
     out.x_mut().resize(next);
     out.y_mut().resize(next);
@@ -455,6 +588,7 @@ class CpuFinder final : public SynchronousFinder {
   }
 
   PedestalState pedestal() const override {
+    const_cast<CpuFinder*>(this)->settle();  // fixes the calibration's pedestal (once)
     PedestalState s(params_.shape, params_.pedestal_window);
     s.sum = sum_;
     s.sum2 = sum2_;
@@ -468,6 +602,7 @@ class CpuFinder final : public SynchronousFinder {
     const std::size_t np = params_.shape.pixels();
     if (s.sum.size() != np || s.sum2.size() != np || s.count.size() != np)
       throw std::invalid_argument("load_pedestal: state arrays do not match the shape");
+    settle();
     sum_ = s.sum;
     sum2_ = s.sum2;
     count_ = s.count;
@@ -481,6 +616,30 @@ class CpuFinder final : public SynchronousFinder {
   }
 
  private:
+  /// Calibrated mode: fixes the ADC pedestal and pushes the kept dark frames (calibrated).
+  void settle() {
+    if (calibrated_.open()) {
+      push_dark_values(calibrated_.close());
+    }
+  }
+
+  jungfrau::GainCounts band_gains(const Band& band, const uint16_t* f) const {
+    const std::size_t cols = params_.shape.cols;
+    return jungfrau::count_gains(std::span<const uint16_t>(
+        f + static_cast<std::size_t>(band.y0) * cols,
+        static_cast<std::size_t>(band.y1 - band.y0) * cols));
+  }
+
+  template <PixelMode M>
+  static bool excluded(const uint16_t* f, std::size_t j) {
+    return M == PixelMode::jungfrau_g0 && !jungfrau::in_g0(f[j]);
+  }
+  template <PixelMode M>
+  double value(const uint16_t* f, std::size_t j) const {
+    if constexpr (M == PixelMode::jungfrau_calibrated) return calibrated_.calibrate(f[j], j);
+    else return static_cast<double>(f[j]);
+  }
+
   static unsigned effective_threads(const FinderParams& p, unsigned threads) {
     if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
     return std::max(1u, std::min<unsigned>(threads, std::max<uint32_t>(p.shape.rows, 1)));
@@ -542,6 +701,10 @@ class CpuFinder final : public SynchronousFinder {
         }
         const std::size_t i = static_cast<std::size_t>(next) * cols;
         const bool below = next >= band.y1;  // successors of every owned pixel: d0 only
+        if (calibrated_.active()) {
+          prepare_calibrated(band, f, next, d0, d1);
+          continue;
+        }
         if (steady_) {
           if (below) prepare_row_d0_steady(cols, f + i, &sum_[i], n, d0);
           else if (next < band.y0)
@@ -555,6 +718,8 @@ class CpuFinder final : public SynchronousFinder {
           if (below) prepare_row_d0(cols, f + i, &mean_[i], d0);
           else prepare_row(cols, f + i, &mean_[i], &sum_[i], n, d0, d1);
         }
+        if (params_.pixels == PixelMode::jungfrau_g0)
+          zero_out_of_g0(cols, f + i, d0, below ? nullptr : d1);
       }
       for (int k = 0; k < S; ++k) {
         r0[k] = band.ring0.data() + slot(y - h + k);
@@ -562,7 +727,10 @@ class CpuFinder final : public SynchronousFinder {
       }
       const std::size_t i = static_cast<std::size_t>(y) * cols;
       const unsigned flags = decide_row(S, r0, r1, cols, &rms_[i], thresholds_.neg_n,
-                                        thresholds_.n, thresholds_.c3_n, &status_[i]);
+                                        thresholds_.n, thresholds_.c3_n, max0_, &status_[i]);
+      if (params_.pixels == PixelMode::jungfrau_g0)  // out of G0: neither centre nor update
+        for (int x = 0; x < cols; ++x)
+          if (!jungfrau::in_g0(f[i + x])) status_[i + x] = kSkip;
       band.row_flags[y - band.y0] = static_cast<uint8_t>(flags);
       if (flags & kRowUncertain)
         for (int x = 0; x < cols; ++x)
@@ -571,14 +739,39 @@ class CpuFinder final : public SynchronousFinder {
     }
   }
 
+  /// Pass 0 inputs of frame row `r` in calibrated mode: the row is calibrated first (into the
+  /// band's values for its own rows, kept for the commit; into scratch otherwise).
+  void prepare_calibrated(Band& band, const uint16_t* f, int r, double* d0, double* d1) {
+    const int cols = static_cast<int>(params_.shape.cols);
+    const std::size_t np = params_.shape.pixels();
+    const double n = static_cast<double>(params_.pedestal_window);
+    const std::size_t i = static_cast<std::size_t>(r) * cols;
+    const bool own = r >= band.y0 && r < band.y1;
+    const std::size_t o = own ? static_cast<std::size_t>(r - band.y0) * cols : 0;
+    double* v = own ? &band.values[o] : band.scratch.data();
+    calibrate_row(cols, f + i, i, np, calibrated_.pedestal(), calibrated_.gain(), v);
+    if (r >= band.y1) {
+      if (steady_) prepare_row_d0_steady_calibrated(cols, v, &sum_[i], n, d0);
+      else prepare_row_d0_calibrated(cols, v, &mean_[i], d0);
+    } else if (steady_) {
+      double* s1 = own ? &band.sum1[o] : band.halo_sum1.data();
+      double* m1 = own ? &band.mean1[o] : band.halo_mean1.data();
+      prepare_row_steady_calibrated(cols, v, &sum_[i], n, d0, d1, s1, m1);
+    } else {
+      prepare_row_calibrated(cols, v, &mean_[i], &sum_[i], n, d0, d1);
+    }
+  }
+
   /// The value window pixel j had when pixel i (raster index) was visited: f - mean, the mean
   /// updated by this frame's fast push when j precedes i and updated.
+  template <PixelMode M>
   double visit_value(const uint16_t* f, std::size_t i, int yy, int xx) const {
     const int rows = static_cast<int>(params_.shape.rows);
     const int cols = static_cast<int>(params_.shape.cols);
     if (yy < 0 || yy >= rows || xx < 0 || xx >= cols) return 0.0;
     const std::size_t j = static_cast<std::size_t>(yy) * cols + xx;
-    const double v = static_cast<double>(f[j]);
+    if (excluded<M>(f, j)) return 0.0;
+    const double v = value<M>(f, j);
     if (j < i && status_[j] == kUpdate) {
       const double n = static_cast<double>(params_.pedestal_window);
       const double s = sum_[j];
@@ -588,16 +781,17 @@ class CpuFinder final : public SynchronousFinder {
   }
 
   /// Exact sequential decision of the band's uncertain pixels, in raster order.
+  template <PixelMode M>
   void resolve(Band& band, const uint16_t* f) {
     const int cols = static_cast<int>(params_.shape.cols);
     const int h = params_.cluster_size / 2;
     for (const uint32_t i : band.uncertain) {
       const int y = static_cast<int>(i / cols), x = static_cast<int>(i % cols);
-      const double v = cm::sub(static_cast<double>(f[i]), mean_at(i));
-      double total = 0.0, max = 0.0;
+      const double v = cm::sub(value<M>(f, i), mean_at(i));
+      double total = 0.0, max = max0_;
       for (int yy = y - h; yy <= y + h; ++yy)
         for (int xx = x - h; xx <= x + h; ++xx) {
-          const double d = visit_value(f, i, yy, xx);
+          const double d = visit_value<M>(f, i, yy, xx);
           total = cm::add(total, d);
           if (max < d) max = d;
         }
@@ -616,6 +810,7 @@ class CpuFinder final : public SynchronousFinder {
     }
   }
 
+  template <PixelMode M>
   void extract(Band& band, const uint16_t* f) {
     band.frame_first.push_back(band.cx.size());
     const int cols = static_cast<int>(params_.shape.cols);
@@ -629,8 +824,13 @@ class CpuFinder final : public SynchronousFinder {
         band.cx.push_back(static_cast<uint16_t>(x));
         band.cy.push_back(static_cast<uint16_t>(y));
         for (int yy = y - h; yy <= y + h; ++yy)
-          for (int xx = x - h; xx <= x + h; ++xx)
-            band.cdata.push_back(cm::cluster_value(visit_value(f, row + x, yy, xx)));
+          for (int xx = x - h; xx <= x + h; ++xx) {
+            const double d = visit_value<M>(f, row + x, yy, xx);
+            if constexpr (M == PixelMode::jungfrau_calibrated)
+              band.cdata.push_back(std::bit_cast<int32_t>(static_cast<float>(d)));
+            else
+              band.cdata.push_back(cm::cluster_value(d));
+          }
       }
     }
   }
@@ -644,12 +844,21 @@ class CpuFinder final : public SynchronousFinder {
     for (std::size_t off = 0; off < count; off += 1u << 16) {
       const int len = static_cast<int>(std::min<std::size_t>(count - off, 1u << 16));
       const std::size_t i = first + off;
-      if (steady_)
+      if (calibrated_.active()) {
+        const double* v = &band.values[off];
+        if (steady_)
+          commit_row_steady_calibrated(len, &status_[i], v, n, &band.sum1[off], &band.mean1[off],
+                                       &sum_[i], &sum2_[i], &rms_[i]);
+        else
+          commit_row_calibrated(len, &status_[i], v, n, &sum_[i], &sum2_[i], &mean_[i],
+                                &count_[i], &rms_[i]);
+      } else if (steady_) {
         commit_row_steady(len, &status_[i], f + i, n, &band.sum1[off], &band.mean1[off],
                           &sum_[i], &sum2_[i], &rms_[i]);
-      else
+      } else {
         commit_row(len, &status_[i], f + i, n, &sum_[i], &sum2_[i], &mean_[i], &count_[i],
                    &rms_[i]);
+      }
     }
   }
 
@@ -660,6 +869,8 @@ class CpuFinder final : public SynchronousFinder {
   std::vector<uint32_t> count_;
   std::vector<uint8_t> status_;
   bool steady_ = false;
+  detail::CalibratedDark calibrated_;
+  double max0_ = 0.0;
   std::vector<Band> bands_;
   std::unique_ptr<Progress[]> progress_;
 };

@@ -29,8 +29,11 @@ std::span<const uint16_t> SynchronousFinder::input(std::size_t n, const char* wh
 void SynchronousFinder::submit(std::span<const uint64_t> frame_numbers) {
   if (frame_numbers.empty()) return;
   const std::span<const uint16_t> frames = input(frame_numbers.size(), "submit");
-  if (results_.cluster_size() != params().cluster_size)
-    results_ = ClusterTable(params().cluster_size);
+  ClusterTable fresh = make_result_table(params());
+  if (results_.cluster_size() != fresh.cluster_size() ||
+      results_.value_type() != fresh.value_type() ||
+      results_.has_gain_counts() != fresh.has_gain_counts())
+    results_ = std::move(fresh);
   results_.clear();
   find(frames, frame_numbers, results_);
   if (sink_) sink_(results_);

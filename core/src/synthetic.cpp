@@ -50,7 +50,9 @@ uint64_t mix(uint64_t a, uint64_t b) {
   return r.next();
 }
 
-enum Stream : uint64_t { kMaps = 1, kNoise = 2, kPhotons = 3, kOutliers = 4 };
+enum Stream : uint64_t {
+  kMaps = 1, kNoise = 2, kPhotons = 3, kOutliers = 4, kGains = 5, kCalibration = 6
+};
 
 uint64_t stream_seed(uint64_t seed, uint64_t index, Stream s) {
   return mix(mix(seed, s), index);
@@ -75,9 +77,32 @@ void validate(const Config& c) {
   if (!(c.photon_adu >= 0.0)) fail("photon_adu must be >= 0");
   if (!(c.cloud_width > 0.0 && c.cloud_width <= 0.5)) fail("cloud_width must be in (0, 0.5]");
   for (double f : {c.border_fraction, c.hot_fraction, c.noisy_fraction, c.stuck_fraction,
-                   c.outlier_rate, c.twin_fraction, c.tie_photon_fraction})
+                   c.outlier_rate, c.twin_fraction, c.tie_photon_fraction, c.gain_switch_rate,
+                   c.dark_switch_rate, c.invalid_gain_rate})
     if (!(f >= 0.0 && f <= 1.0)) fail("fractions and rates must be in [0, 1]");
   if (!(c.crowded_factor >= 0.0)) fail("crowded_factor must be >= 0");
+}
+
+std::vector<double> jungfrau_gain_maps(FrameShape shape, uint64_t seed) {
+  const std::size_t np = shape.pixels();
+  std::vector<double> g(6 * np);
+  Rng rng(stream_seed(seed, 0, kCalibration));
+  const double centre[6] = {40.0, -1.5, -0.1, 120.0, -1.5, -0.1};
+  for (int s = 0; s < 6; ++s)
+    for (std::size_t i = 0; i < np; ++i)
+      g[s * np + i] = centre[s] * (0.95 + 0.1 * rng.uniform());
+  return g;
+}
+
+std::vector<double> jungfrau_stage_pedestals(FrameShape shape, uint64_t seed) {
+  const std::size_t np = shape.pixels();
+  std::vector<double> p(3 * np, 0.0);
+  Rng rng(stream_seed(seed, 1, kCalibration));
+  for (std::size_t i = 0; i < np; ++i) {
+    p[np + i] = 14000.0 + 50.0 * rng.uniform();
+    p[2 * np + i] = 14500.0 + 50.0 * rng.uniform();
+  }
+  return p;
 }
 
 Generator::Generator(const Config& config) : config_(config) {
@@ -223,6 +248,31 @@ void Generator::fill(uint64_t index, std::span<uint16_t> frame) const {
       if (kind & kHot) v = v + config_.hot_adu;
     }
     frame[i] = to_adu(v);
+  }
+  if (config_.jungfrau) switch_gains(index, frame);
+}
+
+void Generator::switch_gains(uint64_t index, std::span<uint16_t> frame) const {
+  const std::size_t np = config_.shape.pixels();
+  for (uint16_t& v : frame) v = std::min<uint16_t>(v, 0x3FFF);
+  Rng rng(stream_seed(config_.seed, index, kGains));
+  auto events = [&](double rate) {
+    const double expected = rate * static_cast<double>(np);
+    return static_cast<uint64_t>(std::floor(expected * (2.0 * rng.uniform()) + 0.5));
+  };
+  const uint64_t n_switch = events(is_dark(index) ? config_.dark_switch_rate
+                                                  : config_.gain_switch_rate);
+  for (uint64_t k = 0; k < n_switch; ++k) {
+    const std::size_t i = rng.below(np);
+    const bool g2 = rng.uniform() >= 0.7;
+    const double level = g2 ? 14500.0 - 4000.0 * rng.uniform() : 14000.0 - 6000.0 * rng.uniform();
+    const uint16_t adc = std::min<uint16_t>(to_adu(level + 4.0 * rng.gaussian()), 0x3FFF);
+    frame[i] = static_cast<uint16_t>((g2 ? 0xC000 : 0x4000) | adc);
+  }
+  const uint64_t n_invalid = events(config_.invalid_gain_rate);
+  for (uint64_t k = 0; k < n_invalid; ++k) {
+    const std::size_t i = rng.below(np);
+    frame[i] = static_cast<uint16_t>(0x8000 | (frame[i] & 0x3FFF));
   }
 }
 

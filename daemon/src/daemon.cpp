@@ -12,6 +12,7 @@
 #include "glint/daemon/metrics.hpp"
 #include "glint/daemon/preflight.hpp"
 #include "glint/log.hpp"
+#include "glint/pipeline/pedestal_source.hpp"
 #include "glint/pipeline/run_file.hpp"
 
 namespace glint::daemon {
@@ -160,20 +161,26 @@ std::optional<std::string> Daemon::start_problem(const config::Config& cfg,
   for (const auto& w : p.warnings)
     warnings.push_back(std::string(w.what()) + "; the run goes on without its reconstruction");
   if (!p.ok()) return std::string(p.problems.front().what());
-  const bool pedestal_usable =
-      last_pedestal_ &&
-      last_pedestal_->shape == FrameShape{cfg.detector.rows, cfg.detector.cols} &&
-      last_pedestal_->window == cfg.pedestal.window;
-  if (cfg.pedestal.keep_previous && cfg.pedestal.dark_frames == 0 && !pedestal_usable)
-    return config::ConfigError(
-               cfg.source, "pedestal.dark_frames", cfg.line("pedestal.dark_frames"),
-               fmt::format("0 dark frames with keep_previous, but there is no previous pedestal "
-                           "of {} x {} pixels and window {} to keep (allowed for this run: at "
-                           "least {} dark frames, e.g. start --overrides "
-                           "'{{\"pedestal\": {{\"dark_frames\": {}}}}}')",
-                           cfg.detector.rows, cfg.detector.cols, cfg.pedestal.window,
-                           cfg.pedestal.window, cfg.pedestal.window))
-        .what();
+  if (cfg.pedestal.dark_frames == 0) {
+    // No dark frames: the pedestal must come from elsewhere (pedestal.source), now.
+    std::optional<PedestalState> from;
+    try {
+      from = pipeline::initial_pedestal(
+          cfg, next_run_index(cfg.output.directory, cfg.output.run_name), last_pedestal_);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    if (!from)
+      return config::ConfigError(
+                 cfg.source, "pedestal.dark_frames", cfg.line("pedestal.dark_frames"),
+                 fmt::format("0 dark frames with keep_previous, but there is no previous pedestal "
+                             "of {} x {} pixels and window {} to keep (allowed for this run: at "
+                             "least {} dark frames, e.g. start --overrides "
+                             "'{{\"pedestal\": {{\"dark_frames\": {}}}}}')",
+                             cfg.detector.rows, cfg.detector.cols, cfg.pedestal.window,
+                             cfg.pedestal.window, cfg.pedestal.window))
+          .what();
+  }
   return std::nullopt;
 }
 

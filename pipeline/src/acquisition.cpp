@@ -9,6 +9,8 @@
 #include "glint/gpu/error.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/clust_file_consumer.hpp"
+#include "glint/pipeline/detector_pixels.hpp"
+#include "glint/pipeline/pedestal_source.hpp"
 #include "glint/pipeline/finder_stage.hpp"
 #include "glint/pipeline/frame_sequencer.hpp"
 #include "glint/pipeline/reconstruction_consumer.hpp"
@@ -24,7 +26,7 @@ FinderParams finder_params(const config::Config& c) {
   p.cluster_size = c.finder.cluster_size;
   p.n_sigma = c.finder.n_sigma;
   p.pedestal_window = c.pedestal.window;
-  return p;
+  return with_detector_pixels(c, p);
 }
 
 FinderOptions finder_options(const config::Config& c, const gpu::FindTuning& tuning) {
@@ -176,16 +178,9 @@ void Acquisition::start() {
   consumers_.on_start(RunContext{cfg_, run_index_, file_, params, backend});
 
   uint64_t dark_frames = cfg_.pedestal.dark_frames;
-  const auto& prev = previous_pedestal_;
-  if (cfg_.pedestal.keep_previous && prev &&
-      prev->shape == FrameShape{cfg_.detector.rows, cfg_.detector.cols} &&
-      prev->window == cfg_.pedestal.window) {
-    finder_->finder().load_pedestal(*prev);
+  if (auto p = initial_pedestal(cfg_, run_index_, previous_pedestal_)) {
+    finder_->finder().load_pedestal(*p);
     dark_frames = 0;
-    log::info("run {}: keeping the previous run's pedestal", run_index_);
-  } else if (cfg_.pedestal.keep_previous) {
-    log::info("run {}: no usable previous pedestal; taking {} dark frames", run_index_,
-              dark_frames);
   }
   sequencer_ = std::make_unique<FrameSequencer>(
       run_index_, dark_frames, source_, *finder_, counters_, [this] { begin_data(); },

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -290,6 +291,11 @@ struct RunFileWriter::Impl {
   FinderParams finder;
   Hid file;
   Hid f_frame_number, f_timestamp, f_cluster_offset, f_n_clusters, f_flags;
+  // JUNGFRAU: pixels out of G0 per frame (G1 or G2; the invalid gain code), float clusters.
+  bool gain_counts = false;
+  bool float_clusters = false;
+  Hid f_gain_switched, f_gain_invalid;
+  std::vector<uint32_t> col_gain_switched, col_gain_invalid;
   Hid c_frame_number, c_x, c_y, c_data;
   Hid p_start_mean, p_start_noise, p_end_mean, p_end_noise, p_end_sum, p_end_sum2, p_end_count;
   Hid flushed_rows;  // /entry/flushed_rows
@@ -423,6 +429,10 @@ struct RunFileWriter::Impl {
     col_cluster_offset.resize(n);
     col_n_clusters.resize(n);
     col_flags.resize(n);
+    if (gain_counts) {
+      col_gain_switched.assign(n, 0);
+      col_gain_invalid.assign(n, 0);
+    }
   }
 
   /// Appends the rows held in the column buffers (resize_frame_columns, then filled).
@@ -434,6 +444,12 @@ struct RunFileWriter::Impl {
                 col_cluster_offset.data());
     append_rows(ctx, f_n_clusters.get(), H5T_NATIVE_UINT32, frames, n, {}, col_n_clusters.data());
     append_rows(ctx, f_flags.get(), H5T_NATIVE_UINT8, frames, n, {}, col_flags.data());
+    if (gain_counts) {
+      append_rows(ctx, f_gain_switched.get(), H5T_NATIVE_UINT32, frames, n, {},
+                  col_gain_switched.data());
+      append_rows(ctx, f_gain_invalid.get(), H5T_NATIVE_UINT32, frames, n, {},
+                  col_gain_invalid.data());
+    }
     frames += n;
     appended_bytes += n * kFrameRowBytes;
   }
@@ -443,6 +459,7 @@ struct RunFileWriter::Impl {
 
   void close_all() {
     for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
+                   &f_gain_switched, &f_gain_invalid,
                    &c_frame_number, &c_x, &c_y, &c_data, &p_start_mean, &p_start_noise,
                    &p_end_mean, &p_end_noise, &p_end_sum, &p_end_sum2, &p_end_count,
                    &flushed_rows})
@@ -558,6 +575,19 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
     write_string_attr(c, frames.get(), "flag_bits",
                       "1 incomplete, 2 dark, 4 cluster overflow (reserved: glint never cuts a "
                       "frame's clusters short), 8 missing, 16 dropped");
+    m.gain_counts = meta.finder.pixels != PixelMode::raw;
+    m.float_clusters = meta.finder.pixels == PixelMode::jungfrau_calibrated;
+    if (m.gain_counts) {
+      m.f_gain_switched =
+          make_table(c, frames.get(), "gain_switched", H5T_STD_U32LE, {}, kFrameChunk);
+      write_string_attr(c, m.f_gain_switched.get(), "description",
+                        "JUNGFRAU: pixels in G1 or G2 (gain bits 01 or 11) in the frame; never "
+                        "taken as photons without gain maps (0 for dark and unsearched frames)");
+      m.f_gain_invalid =
+          make_table(c, frames.get(), "gain_invalid", H5T_STD_U32LE, {}, kFrameChunk);
+      write_string_attr(c, m.f_gain_invalid.get(), "description",
+                        "JUNGFRAU: pixels with the invalid gain bits 10 in the frame");
+    }
 
     Hid clusters = make_group(c, entry.get(), "clusters", "NXevent_data");
     const auto cd = m.cluster_dims();
@@ -565,7 +595,10 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
         make_table(c, clusters.get(), "frame_number", H5T_STD_U64LE, {}, kClusterChunk);
     m.c_x = make_table(c, clusters.get(), "x", H5T_STD_U16LE, {}, kClusterChunk);
     m.c_y = make_table(c, clusters.get(), "y", H5T_STD_U16LE, {}, kClusterChunk);
-    m.c_data = make_table(c, clusters.get(), "data", H5T_STD_I32LE, cd, kClusterChunk / 4);
+    m.c_data = make_table(c, clusters.get(), "data",
+                          m.float_clusters ? H5T_IEEE_F32LE : H5T_STD_I32LE, cd,
+                          kClusterChunk / 4);
+    write_string_attr(c, m.c_data.get(), "units", m.float_clusters ? "keV" : "ADU");
 
     Hid ped = make_group(c, entry.get(), "pedestal", "NXcollection");
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -637,6 +670,8 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
   if (m.closed) throw OutputError(m.path.string() + ": append after close");
   if (table.cluster_size() != m.finder.cluster_size)
     throw OutputError(m.path.string() + ": cluster size differs from the file's");
+  if ((table.value_type() == ClusterValues::float32) != m.float_clusters)
+    throw OutputError(m.path.string() + ": cluster value type differs from the file's");
   const auto recs = table.frames();
   if ((!timestamps.empty() && timestamps.size() != recs.size()) ||
       (!flags.empty() && flags.size() != recs.size()))
@@ -653,6 +688,11 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
     m.col_cluster_offset[k] = m.clusters + recs[k].first_cluster;
     m.col_n_clusters[k] = recs[k].n_clusters;
     m.col_flags[k] = flags.empty() ? uint8_t{0} : flags[k];
+    if (m.gain_counts && table.has_gain_counts()) {
+      const jungfrau::GainCounts g = table.gain_counts()[k];
+      m.col_gain_switched[k] = g.g1 + g.g2;
+      m.col_gain_invalid[k] = g.invalid;
+    }
   }
   const auto cd = m.cluster_dims();
   m.write([&] {
@@ -660,8 +700,9 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
                 m.col_cluster_frame.data());
     append_rows(m.ctx, m.c_x.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.x().data());
     append_rows(m.ctx, m.c_y.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.y().data());
-    append_rows(m.ctx, m.c_data.get(), H5T_NATIVE_INT32, m.clusters, n, cd,
-                table.data().data());
+    // A float table holds its values' bit patterns: written as they are, as float32.
+    append_rows(m.ctx, m.c_data.get(), m.float_clusters ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32,
+                m.clusters, n, cd, table.data().data());
     m.clusters += n;
     m.appended_bytes += n * m.cluster_bytes();
     m.append_frame_columns();
@@ -1063,6 +1104,47 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
 
 }  // namespace
 
+PedestalState read_pedestal_state(const std::filesystem::path& path) {
+  silence_hdf5();
+  const Context c{&path};
+  Hid fapl = make_fapl();
+  Hid file(c.id(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()),
+                   "cannot open"),
+           H5Fclose);
+  const hid_t f = file.get();
+  Hid det(c.id(H5Gopen2(f, "entry/instrument/detector", H5P_DEFAULT), "detector group"),
+          H5Gclose);
+  const auto shape = read_numeric_attr<uint32_t>(c, det.get(), "frame_shape");
+  if (shape.size() != 2) c.fail("frame_shape must have two entries");
+  PedestalState s;
+  s.shape = {shape[0], shape[1]};
+  s.window = read_numeric_attr<uint32_t>(c, det.get(), "pedestal_window").at(0);
+  s.sum = read_all<double>(c, f, "entry/pedestal/end_sum");
+  if (s.sum.empty() || std::isnan(s.sum[0]))
+    c.fail("holds no end pedestal (the run did not close, or closed without one)");
+  s.sum2 = read_all<double>(c, f, "entry/pedestal/end_sum2");
+  s.count = read_all<uint32_t>(c, f, "entry/pedestal/end_count");
+  const std::size_t pixels = s.shape.pixels();
+  if (s.sum.size() != pixels || s.sum2.size() != pixels || s.count.size() != pixels)
+    c.fail(fmt::format("/entry/pedestal end_sum, end_sum2 and end_count hold {}, {} and {} "
+                       "values, frame_shape [{}, {}] has {} pixels", s.sum.size(), s.sum2.size(),
+                       s.count.size(), s.shape.rows, s.shape.cols, pixels));
+  return s;
+}
+
+void write_pedestal_file(const std::filesystem::path& path, const PedestalState& state,
+                         const std::string& source, bool overwrite) {
+  RunMetadata meta;
+  meta.finder.shape = state.shape;
+  meta.finder.pedestal_window = state.window;
+  meta.detector_type = "pedestal";
+  meta.source = source;
+  meta.config_yaml = "# glint pedestal\nsource: " + source + "\n";
+  RunFileWriter w(path, meta, overwrite);
+  w.write_start_pedestal(state);
+  w.close(&state);
+}
+
 RunFileContents read_run_file(const std::filesystem::path& path) {
   silence_hdf5();
   const Context c{&path};
@@ -1115,11 +1197,31 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
       std::min({fn.size(), ts.size(), off.size(), nc.size(), fl.size(), flushed_frames});
   auto cx = read_all<uint16_t>(c, f, "entry/clusters/x");
   auto cy = read_all<uint16_t>(c, f, "entry/clusters/y");
-  auto cdata = read_all<int32_t>(c, f, "entry/clusters/data");
+  bool float_data = false;
+  {
+    Hid ds(c.id(H5Dopen2(f, "entry/clusters/data", H5P_DEFAULT), "entry/clusters/data"),
+           H5Dclose);
+    Hid type(c.id(H5Dget_type(ds.get()), "entry/clusters/data"), H5Tclose);
+    float_data = H5Tget_class(type.get()) == H5T_FLOAT;
+  }
+  std::vector<int32_t> cdata;
+  if (float_data) {
+    const auto values = read_all<float>(c, f, "entry/clusters/data");
+    cdata.resize(values.size());
+    std::transform(values.begin(), values.end(), cdata.begin(),
+                   [](float v) { return std::bit_cast<int32_t>(v); });
+  } else {
+    cdata = read_all<int32_t>(c, f, "entry/clusters/data");
+  }
+  if (H5Lexists(f, "entry/frames/gain_switched", H5P_DEFAULT) > 0) {
+    out.gain_switched = read_all<uint32_t>(c, f, "entry/frames/gain_switched");
+    out.gain_invalid = read_all<uint32_t>(c, f, "entry/frames/gain_invalid");
+  }
   const std::size_t per = static_cast<std::size_t>(out.cluster_size) * out.cluster_size;
   const std::size_t n_clusters = std::min(
       {cx.size(), cy.size(), per ? cdata.size() / per : std::size_t{0}, flushed_clusters});
-  out.clusters = ClusterTable(out.cluster_size);
+  out.clusters = ClusterTable(out.cluster_size,
+                              float_data ? ClusterValues::float32 : ClusterValues::int32);
   for (std::size_t i = 0; i < rows; ++i) {
     const FrameRow r{fn[i], ts[i], off[i], nc[i], fl[i]};
     // Clusters not visible yet (also an offset so large that offset + n wraps).

@@ -33,6 +33,10 @@ synth::Config synth_config(const SimImageParams& p, uint64_t dark_frames) {
   c.noise_max = p.noise;
   c.photons = p.photons;
   c.photon_adu = p.photon_adu;
+  c.jungfrau = p.jungfrau;
+  c.gain_switch_rate = p.gain_switch_rate;
+  c.dark_switch_rate = p.dark_switch_rate;
+  c.invalid_gain_rate = p.invalid_gain_rate;
   if (!p.defects) {
     c.crowded_every = 0;
     c.hot_fraction = c.noisy_fraction = c.stuck_fraction = c.outlier_rate = 0.0;

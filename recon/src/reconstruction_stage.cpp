@@ -57,7 +57,11 @@ void ReconstructionStage::add(const ClusterTable& t) {
     for (std::uint64_t c = f.first_cluster; c < f.first_cluster + f.n_clusters; ++c) {
       if (xs[c] >= o_.width || ys[c] >= o_.height) continue;
       float v = 1.0f;
-      if (o_.weight == HitWeight::signal) {
+      if (o_.weight == HitWeight::signal && t.value_type() == ClusterValues::float32) {
+        double sum = 0.0;  // calibrated clusters: float values (keV)
+        for (std::size_t k = 0; k < t.values_per_cluster(); ++k) sum += t.float_value(c, k);
+        v = static_cast<float>(sum);
+      } else if (o_.weight == HitWeight::signal) {
         long long sum = 0;
         for (int32_t a : t.cluster_data(c)) sum += a;
         v = static_cast<float>(sum);

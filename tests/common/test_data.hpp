@@ -69,7 +69,7 @@ struct SyntheticRun {
 inline ClusterTable run_finder(ClusterFinder& finder, const SyntheticRun& run,
                                std::size_t chunk = 1u << 30) {
   finder.push_dark(run.dark());
-  ClusterTable out(finder.params().cluster_size);
+  ClusterTable out = make_result_table(finder.params());
   const auto numbers = run.data_numbers();
   const std::size_t np = run.config.shape.pixels();
   for (std::size_t k = 0; k < numbers.size(); k += chunk) {

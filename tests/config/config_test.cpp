@@ -657,3 +657,64 @@ TEST(Config, DirectoryAndEmptyFilesAreRefused) {
   EXPECT_EQ(c.line("run.max_frames"), 1);
   EXPECT_EQ(c.line("output.directory"), 0);
 }
+
+TEST(Config, JungfrauCalibration) {
+  const auto c = gc::parse("detector:\n  type: jungfrau\ncalibration:\n  gain_file: /c/gains.bin\n"
+                           "  pedestal_file: /c/ped.bin\n  hg0: true\n");
+  EXPECT_EQ(c.calibration.gain_file, "/c/gains.bin");
+  EXPECT_EQ(c.calibration.pedestal_file, "/c/ped.bin");
+  EXPECT_TRUE(c.calibration.hg0);
+  EXPECT_EQ(c.calibration.units, "keV");
+  EXPECT_TRUE(c.calibration.calibrated());
+  const auto again = gc::parse(gc::to_yaml(c));
+  EXPECT_EQ(again.calibration.gain_file, "/c/gains.bin");
+  EXPECT_TRUE(again.calibration.hg0);
+  EXPECT_FALSE(gc::parse("detector: {type: jungfrau}\n").calibration.calibrated());
+
+  struct Case {
+    const char* text;
+    const char* key;
+    int line;
+    const char* allowed;
+  };
+  const Case cases[] = {
+      {"detector:\n  type: moench\ncalibration:\n  gain_file: g.bin\n", "calibration.gain_file",
+       4, "detector.type jungfrau only"},
+      {"detector:\n  type: jungfrau\ncalibration:\n  pedestal_file: p.bin\n",
+       "calibration.pedestal_file", 4, "needs calibration.gain_file"},
+      {"detector:\n  type: jungfrau\ncalibration:\n  hg0: true\n", "calibration.hg0", 4,
+       "needs calibration.gain_file"},
+      {"detector:\n  type: jungfrau\ncalibration:\n  gain_file: g.bin\n  units: ADU\n",
+       "calibration.units", 5, "keV"},
+      {"calibration:\n  gains: g.bin\n", "calibration.gains", 2, "gain_file"},
+      {"detector:\n  type: jungfrau\ncalibration:\n  gain_file: g.bin\npedestal:\n"
+       "  keep_previous: true\n",
+       "pedestal.keep_previous", 6, "allowed: false"},
+  };
+  for (const auto& k : cases) {
+    auto e = expect_error(k.text);
+    EXPECT_EQ(e.key(), k.key) << k.text;
+    EXPECT_EQ(e.line(), k.line) << k.text;
+    EXPECT_NE(std::string(e.what()).find(k.allowed), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, PedestalSource) {
+  EXPECT_EQ(gc::parse("").pedestal.source, "dark");
+  const auto c = gc::parse("pedestal:\n  source: file:/p/dark.h5\n");
+  EXPECT_EQ(c.pedestal.file(), "/p/dark.h5");
+  EXPECT_FALSE(c.pedestal.from_previous());
+  EXPECT_EQ(gc::parse(gc::to_yaml(c)).pedestal.source, "file:/p/dark.h5");
+  EXPECT_TRUE(gc::parse("pedestal: {source: previous}").pedestal.from_previous());
+  EXPECT_TRUE(gc::parse("pedestal: {keep_previous: true}").pedestal.from_previous());
+  auto e = expect_error("pedestal:\n  source: \"file:\"\n");
+  EXPECT_EQ(e.key(), "pedestal.source");
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_NE(std::string(e.what()).find("dark, previous, file:PATH"), std::string::npos);
+  e = expect_error("pedestal:\n  keep_previous: true\n  source: file:x.h5\n");
+  EXPECT_EQ(e.key(), "pedestal.keep_previous");
+  e = expect_error("detector: {type: jungfrau}\ncalibration: {gain_file: g.bin}\n"
+                   "pedestal:\n  source: previous\n");
+  EXPECT_EQ(e.key(), "pedestal.source");
+  EXPECT_EQ(e.line(), 4);
+}

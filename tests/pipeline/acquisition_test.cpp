@@ -532,3 +532,54 @@ TEST(Ingest, HoldsWhatArrivesBetweenRunsUpToItsBoundAndHandsItToTheNextRunInOrde
   EXPECT_EQ(ingest.counters().held_parts, 0u);
   EXPECT_EQ(ingest.counters().frames_outside_run, 30u);
 }
+
+// pedestal.source previous continues from the previous run file when the daemon has no pedestal
+// in memory (a restart); file:PATH starts from a pedestal file; one that does not fit is an error
+// naming pedestal.source.
+TEST(Acquisition, PedestalSourcePreviousAfterARestartAndFile) {
+  Case c = make_case("pedestal_source");
+  {
+    Acquisition run(c.cfg, 1, std::nullopt);
+    run_stream_simulator(c.sim);
+    ASSERT_TRUE(run.wait(20s));
+  }
+  const PedestalState end = read_pedestal_state(run_file_path(c.cfg.output.directory,
+                                                              c.cfg.output.run_name, 1));
+  EXPECT_EQ(end, *read_run_file(run_file_path(c.cfg.output.directory, c.cfg.output.run_name, 1))
+                      .end_state);
+  auto continued = [&](const std::string& name, const std::string& source, uint64_t index) {
+    Case d = make_case(name);
+    d.cfg.output.directory = c.cfg.output.directory;
+    d.cfg.output.run_name = c.cfg.output.run_name;
+    d.cfg.pedestal.source = source;
+    d.sim.skip_images = 20;  // the same stream's photon frames, continued: no dark frames
+    d.sim.dark_frames = 20;
+    d.sim.image = c.sim.image;
+    Acquisition run(d.cfg, index, std::nullopt);
+    run_stream_simulator(d.sim);
+    EXPECT_TRUE(run.wait(20s));
+    EXPECT_EQ(run.stats().error, "");
+    return read_run_file(run.file());
+  };
+  const auto f = continued("pedestal_source2", "previous", 2);
+  ASSERT_EQ(f.frames.size(), 60u);
+  EXPECT_EQ(glint::testing::count_rows(f, kFlagDark), 0u);
+  EXPECT_EQ(f.start_mean, end.means());
+
+  const auto file = c.cfg.output.directory / "dark.pedestal.h5";
+  write_pedestal_file(file, end, "test", false);
+  EXPECT_EQ(read_pedestal_state(file), end);
+  const auto g = continued("pedestal_source3", "file:" + file.string(), 7);
+  EXPECT_EQ(glint::testing::count_rows(g, kFlagDark), 0u);
+  EXPECT_EQ(g.start_mean, end.means());
+
+  Case e = make_case("pedestal_source4");
+  e.cfg.pedestal.source = "file:" + file.string();
+  e.cfg.pedestal.window = 21;
+  Acquisition run(e.cfg, 1, std::nullopt);
+  ASSERT_TRUE(run.wait(5s));
+  EXPECT_EQ(run.state(), RunState::error);
+  EXPECT_NE(run.stats().error.find("pedestal.source file:"), std::string::npos)
+      << run.stats().error;
+  EXPECT_NE(run.stats().error.find("window 20"), std::string::npos) << run.stats().error;
+}

@@ -3,6 +3,7 @@
 // the run, leaves its file readable and is reported as fatal.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -346,4 +347,48 @@ TEST(RunChain, TheFinderTakesTheRunsTuningNotTheEnvironment) {
   ASSERT_TRUE(seen.has_value());
   EXPECT_EQ(seen->find_threads, 256);
   EXPECT_EQ(seen->pack_regions, 3);
+}
+
+// A JUNGFRAU run through the whole chain: gain switching in dark and data frames, no cluster
+// centred on a pixel out of G0, every frame's switched pixels counted in the run file, and the
+// clusters those of the reference finder in G0-only mode.
+TEST(RunChain, JungfrauGainBitsAreNotPhotons) {
+  Case c = make_case("chain_jungfrau");
+  c.cfg.detector.type = "jungfrau";
+  c.sim.image.jungfrau = true;
+  c.sim.image.gain_switch_rate = 5e-3;
+  c.sim.image.dark_switch_rate = 2e-3;
+  c.sim.image.invalid_gain_rate = 1e-3;
+  Acquisition run(c.cfg, 1, std::nullopt);
+  run_stream_simulator(c.sim);
+  ASSERT_TRUE(run.wait(20s));
+  ASSERT_EQ(run.stats().error, "");
+  const auto f = read_run_file(run.file());
+  ASSERT_EQ(f.frames.size(), 116u);
+  ASSERT_EQ(f.gain_switched.size(), f.frames.size());
+  FinderParams p;
+  p.shape = {32, 40};
+  p.pedestal_window = 16;
+  p.pixels = PixelMode::jungfrau_g0;
+  const ClusterTable want = glint::testing::expected_clusters(f, c.sim.image, 1, 16, p);
+  ASSERT_EQ(want.n_frames(), f.clusters.n_frames());
+  EXPECT_TRUE(std::ranges::equal(want.frames(), f.clusters.frames()));
+  EXPECT_TRUE(std::ranges::equal(want.x(), f.clusters.x()));
+  EXPECT_TRUE(std::ranges::equal(want.y(), f.clusters.y()));
+  EXPECT_TRUE(std::ranges::equal(want.data(), f.clusters.data()));
+  const SimImageSource source(c.sim.image, 16);
+  std::vector<uint16_t> image(32 * 40);
+  uint64_t switched = 0;
+  for (std::size_t k = 16; k < f.frames.size(); ++k) {
+    source.fill(f.frames[k].frame_number - 1, image);
+    const auto g = jungfrau::count_gains(image);
+    EXPECT_EQ(f.gain_switched[k], g.g1 + g.g2) << k;
+    EXPECT_EQ(f.gain_invalid[k], g.invalid) << k;
+    switched += g.switched();
+    const FrameRecord r = f.clusters.frames()[k];
+    for (uint64_t i = r.first_cluster; i < r.first_cluster + r.n_clusters; ++i)
+      EXPECT_TRUE(jungfrau::in_g0(image[f.clusters.y()[i] * 40u + f.clusters.x()[i]]));
+  }
+  EXPECT_GT(switched, 500u);
+  EXPECT_GT(f.clusters.n_clusters(), 100u);
 }

@@ -57,7 +57,7 @@ inline ClusterTable expected_clusters(const pipeline::RunFileContents& f, const 
                                              : 65535;  // what the stream carries
   auto finder = make_reference_finder(params);
   const pipeline::SimImageSource source(img, sim_dark_frames);
-  ClusterTable out(params.cluster_size);
+  ClusterTable out = make_result_table(params);
   std::vector<uint16_t> image(params.shape.pixels());
   for (const auto& row : f.frames) {
     const uint64_t index = row.frame_number - first_frame_number;

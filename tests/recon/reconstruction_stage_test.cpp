@@ -136,3 +136,20 @@ TEST(ReconstructionStage, BadOptionsAreRefused) {
   bad_model.forward = "gaussian:1,1";
   EXPECT_THROW(ReconstructionStage(bad_model, [](StageResult&&) {}), std::invalid_argument);
 }
+
+// Calibrated JUNGFRAU clusters hold float values (keV): the signal weight sums them as floats.
+TEST(ReconstructionStage, SignalWeightOfFloatClusters) {
+  StageOptions o = cpu_options(8, 6, 1, 2, 0.0f);
+  o.weight = glint::recon::HitWeight::signal;
+  std::vector<StageResult> got;
+  ReconstructionStage stage(o, [&](StageResult&& r) { got.push_back(std::move(r)); });
+  glint::ClusterTable t(3, glint::ClusterValues::float32);
+  t.begin_frame(0);
+  const std::vector<float> v{0.5f, 0.25f, 0.0f, 0.0f, 8.25f, 0.0f, 0.0f, 0.0f, -1.0f};
+  t.add_cluster(3, 2, std::span<const float>(v));
+  t.begin_frame(1);  // the second slice: the volume is complete
+  stage.add(t);
+  stage.wait_idle();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].input.data[2 * 8 + 3], 8.0f);
+}

@@ -15,26 +15,44 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "glint/cluster_table.hpp"
 #include "glint/frame.hpp"
+#include "glint/jungfrau.hpp"
 #include "glint/pedestal.hpp"
 
 namespace glint {
+
+/// What the finder reads in a frame's uint16 pixels (docs/cluster-finding.md).
+enum class PixelMode : uint8_t {
+  raw,                  ///< the value is the pixel (MOENCH, EIGER, ...)
+  jungfrau_g0,          ///< JUNGFRAU without gain maps: clusters on G0 pixels only
+  jungfrau_calibrated,  ///< JUNGFRAU calibrated to keV; float cluster values
+};
+std::string_view to_string(PixelMode mode);
 
 struct FinderParams {
   FrameShape shape{};
   int cluster_size = 3;        ///< odd: 3, 5, 7 or 9
   double n_sigma = 5.0;
   uint32_t pedestal_window = 1000;
+  PixelMode pixels = PixelMode::raw;
+  /// The gain and pedestal tables of jungfrau_calibrated (shape as above); unused otherwise.
+  std::shared_ptr<const jungfrau::Calibration> calibration = nullptr;
 };
+
+/// The table a finder with `params` fills: its cluster size, float values when calibrated, gain
+/// counts for JUNGFRAU frames.
+ClusterTable make_result_table(const FinderParams& params);
 
 /// Frames per batch (the input slot's size) when the caller does not choose.
 inline constexpr int kDefaultBatchFrames = 256;
 
 /// Throws std::invalid_argument naming the bad parameter (unsupported cluster size, empty shape,
-/// a frame larger than 65536 pixels in x or y, non-positive n_sigma or window).
+/// a frame larger than 65536 pixels in x or y, non-positive n_sigma or window, calibrated mode
+/// without tables of the frame's shape).
 void validate(const FinderParams& params);
 
 /// Checks frames handed to ClusterFinder::push_dark: a whole number of frames of `params.shape`.

@@ -52,10 +52,27 @@ struct Config {
   double drift_per_frame = 0.004;   ///< pedestal drift (ADU/frame), per-pixel rate in [-1, 1]x this
   double twin_fraction = 0.01;      ///< pixels that start a tied twin pair with their right neighbour
   double tie_photon_fraction = 0.02;///< fraction of photons split exactly 50/50 on a twin pair
+
+  // JUNGFRAU frames (jungfrau = true): every pixel carries gain bits 15:14 over a 14-bit ADC value
+  // (G0 values are clamped to 16383). Per pixel and frame, with the rates below, a deposit too
+  // large for G0 puts the pixel in G1 (70%) or G2 (30%) with the ADC value such a pixel reads:
+  // G1 in [8000, 14000), G2 in [10500, 14500) ADU (the ADC falls as the charge grows), plus noise.
+  bool jungfrau = false;
+  double gain_switch_rate = 1e-3;   ///< data frames: 538 of 524,288 pixels in a real frame
+  double dark_switch_rate = 0.0;    ///< dark frames
+  double invalid_gain_rate = 0.0;   ///< gain bits 10 (not a stage), any frame
 };
 
 /// Throws std::invalid_argument naming the bad field.
 void validate(const Config& config);
+
+/// Synthetic JUNGFRAU gain maps in the layout of PSI's module file: G0, G1, G2, HG0, HG1, HG2
+/// arrays of `shape` pixels (ADU/keV; G0 about 40, HG0 about 120, G1 about -1.5, G2 about -0.1:
+/// the ADC falls with the charge in G1 and G2). Deterministic in the seed.
+std::vector<double> jungfrau_gain_maps(FrameShape shape, uint64_t seed);
+/// Synthetic G0, G1, G2 pedestals (ADU) as a forced-gain pedestal run gives them: G1 about 14000,
+/// G2 about 14500, G0 0 (taken from the run's dark frames). Deterministic in the seed.
+std::vector<double> jungfrau_stage_pedestals(FrameShape shape, uint64_t seed);
 
 class Generator {
  public:
@@ -85,6 +102,7 @@ class Generator {
   std::vector<double> sigma_;
   std::vector<uint8_t> kind_;      // see synthetic.cpp
   std::vector<uint32_t> twins_;    // left pixel index of every twin pair
+  void switch_gains(uint64_t index, std::span<uint16_t> frame) const;
 };
 
 }  // namespace glint::synth

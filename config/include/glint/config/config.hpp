@@ -42,6 +42,16 @@ struct DetectorConfig {
   uint32_t n_ports() const { return ports_x * ports_y; }
 };
 
+/// JUNGFRAU calibration (detector.type jungfrau only). Without a gain file, clusters are found on
+/// G0 pixels only and pixels in G1/G2 are counted per frame; with one, on frames calibrated to keV.
+struct CalibrationConfig {
+  std::string gain_file;      ///< PSI module gain file (G0, G1, G2[, HG0, HG1, HG2] float64)
+  std::string pedestal_file;  ///< G1/G2 pedestals (float64 G0, G1, G2 arrays, ADU); empty: dark
+  bool hg0 = false;           ///< use the gain file's HG0 array for G0
+  std::string units = "keV";  ///< what calibrated frames and cluster values are in; only keV
+  bool calibrated() const { return !gain_file.empty(); }
+};
+
 struct IngestConfig {
   std::vector<std::string> endpoints{"tcp://127.0.0.1:30001"};  ///< one ZeroMQ SUB per endpoint
   uint32_t queue_frames = 256;      ///< assembled frames buffered before the finder; then drops
@@ -65,6 +75,13 @@ struct PedestalConfig {
   /// dark, unmarked ones data; dark_frames of them make the pedestal ready (or fewer, when an
   /// unmarked frame follows marked ones).
   std::string dark_marker = "none";
+  /// Where a run's pedestal comes from: "dark" (its dark frames), "previous" (the previous run's
+  /// end state, also across a restart: read from the previous run file; keep_previous: true says
+  /// the same) or "file:PATH" (a pedestal file or a run file, its end state).
+  std::string source = "dark";
+  bool from_previous() const { return keep_previous || source == "previous"; }
+  /// The PATH of "file:PATH", empty otherwise.
+  std::string file() const { return source.starts_with("file:") ? source.substr(5) : ""; }
 };
 
 struct FinderConfig {
@@ -150,6 +167,7 @@ struct ReconstructionConfig {
 
 struct Config {
   DetectorConfig detector;
+  CalibrationConfig calibration;
   IngestConfig ingest;
   PedestalConfig pedestal;
   FinderConfig finder;

@@ -231,6 +231,8 @@ struct RunFileContents {
   std::string config_yaml;
   std::string backend;
   std::vector<double> start_mean, start_noise, end_mean, end_noise;
+  /// JUNGFRAU runs: per frame row, pixels in G1/G2 and with the invalid gain code.
+  std::vector<uint32_t> gain_switched, gain_invalid;
   std::optional<PedestalState> end_state;  ///< present when the end pedestal was written
   /// When the run reconstructed; the counts are the table length after a crash (no totals).
   std::optional<ReconstructionSummary> reconstruction_summary;
@@ -240,5 +242,16 @@ struct RunFileContents {
 
 /// Reads a run file (also one still being written, through SWMR). Throws OutputError.
 RunFileContents read_run_file(const std::filesystem::path& path);
+
+/// The end pedestal state (sum, sum2, count, window, shape) of a run file or a pedestal file,
+/// without reading the rest. Throws OutputError naming the file when it holds none (a run that
+/// never closed) or cannot be read.
+PedestalState read_pedestal_state(const std::filesystem::path& path);
+
+/// Writes a pedestal file: a run file without frames whose start and end pedestal are `state`
+/// (read_pedestal_state and read_run_file read it back). `source` is recorded (e.g. the frames
+/// it was made from). Throws OutputError.
+void write_pedestal_file(const std::filesystem::path& path, const PedestalState& state,
+                         const std::string& source, bool overwrite);
 
 }  // namespace glint::pipeline

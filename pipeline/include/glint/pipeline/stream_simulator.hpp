@@ -24,6 +24,12 @@ struct SimImageParams {
   double photons = 100;         ///< mean photons per data frame
   double photon_adu = 300.0;    ///< charge of one photon (ADU), charge-shared over up to 2x2 pixels
   bool defects = true;          ///< hot, noisy and stuck pixels, undershoots, drift, crowded frames
+  /// JUNGFRAU images: gain bits 15:14 over a 14-bit ADC, pixels switching to G1/G2 at these rates
+  /// per pixel and frame (glint::synth::Config).
+  bool jungfrau = false;
+  double gain_switch_rate = 1e-3;
+  double dark_switch_rate = 0.0;
+  double invalid_gain_rate = 0.0;
 };
 
 /// Generates the simulator's images: a glint::synth::Generator for these parameters, whose
