@@ -14,6 +14,8 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 
 #include "glint/cluster_window.hpp"
 #include "check.cuh"
@@ -204,8 +206,14 @@ __device__ __forceinline__ void cp_async_wait_all() {
 /// undecided pixels, then the progress counter. After it: cluster emission, which never waits
 /// for the segment above: window entries that lie there are written one frame later, from the
 /// means that loop 1 of the next frame reads anyway (or at the end of the launch).
-template <int S, bool kResident>
+template <int S, bool kResident, int kSpill, bool kChunked>
 __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_constant__ FindLaunch p) {
+  // Where each array lives is known at compile time, so that shared-memory arrays are addressed
+  // as such (generic addressing costs about a third of the kernel's time).
+  constexpr bool kListsGlobal = kSpill >= 1;   // also dprev
+  constexpr bool kFDirect = kSpill >= 2;
+  constexpr bool kDGlobal = kSpill >= 3;       // d0 and the bounds
+  constexpr bool kFlagsGlobal = kSpill >= 4;   // full and status
   constexpr int h = S / 2;
   constexpr int S2 = S * S;
   const int cols = static_cast<int>(p.cols);
@@ -216,7 +224,8 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   const int nt = static_cast<int>(blockDim.x);
   const int halo = h * cols + h;
   const int segs = static_cast<int>(p.segments);
-  const int chunks = static_cast<int>(p.chunks);
+  // One segment per block: its bounds stay constant (no registers held for them).
+  const int chunks = kChunked ? static_cast<int>(p.chunks) : 1;
   // The segments of the band in raster order. Segments hold at least `halo` pixels (or the
   // whole band), so a pixel's window reaches into the neighbouring segments only.
   const long long band0 = static_cast<long long>(p.band_begin) * cols;
@@ -235,24 +244,28 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   int v = 0, p0 = 0, p1 = 0, own_pixels = 0, base = 0, q0 = 0, q1 = 0;
   const auto seg_begin = [&](int u) { return static_cast<int>(band0 + band_px * u / segs); };
 
-  const FindLayout lay(p.cols, p.segment_max, S, kResident, p.spill);
+  const FindLayout lay(p.cols, p.segment_max, S, kResident, kSpill);
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* const scratch = p.scratch + static_cast<std::size_t>(b) * p.scratch_stride;
-  const auto at = [&](const FindLayout::Place& pl) {
-    return (pl.global ? scratch : smem) + pl.off;
+  const auto shared_or_scratch = [&](const FindLayout::Place& pl, auto in_scratch) {
+    if constexpr (decltype(in_scratch)::value) return scratch + pl.off;
+    else return smem + pl.off;
   };
-  double* sh_d0 = reinterpret_cast<double*>(at(lay.d0));
-  double* sh_dprev = reinterpret_cast<double*>(at(lay.dprev));
-  double* sh_sum = reinterpret_cast<double*>(at(lay.state));
+  using InScratchD = std::integral_constant<bool, kDGlobal>;
+  using InScratchL = std::integral_constant<bool, kListsGlobal>;
+  using InScratchF = std::integral_constant<bool, kFlagsGlobal>;
+  double* sh_d0 = reinterpret_cast<double*>(shared_or_scratch(lay.d0, InScratchD{}));
+  double* sh_dprev = reinterpret_cast<double*>(shared_or_scratch(lay.dprev, InScratchL{}));
+  double* sh_sum = reinterpret_cast<double*>(smem + lay.state.off);
   double* sh_sum2 = sh_sum + seg_max;
   double* sh_mean = sh_sum2 + seg_max;
   double* sh_noise = sh_mean + seg_max;
   double* sh_s2n = sh_noise + seg_max;  // sum2 / N, as cm::div gives it
   // Bounds of f - mean: two double arrays when the state is resident (no conversions), else one
   // float2 array rounded outwards (less shared memory).
-  double* sh_lo = reinterpret_cast<double*>(at(lay.lohi));
+  double* sh_lo = reinterpret_cast<double*>(shared_or_scratch(lay.lohi, InScratchD{}));
   double* sh_hi = sh_lo + (seg_max + halo);
-  float2* sh_lohi = reinterpret_cast<float2*>(at(lay.lohi));
+  float2* sh_lohi = reinterpret_cast<float2*>(shared_or_scratch(lay.lohi, InScratchD{}));
   const auto put_bounds = [&](int s, double lo, double hi) {
     if constexpr (kResident) {
       sh_lo[s] = lo;
@@ -271,21 +284,26 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       hi = q.y;
     }
   };
-  uint32_t* sh_ulist = reinterpret_cast<uint32_t*>(at(lay.lists));
+  uint32_t* sh_ulist = reinterpret_cast<uint32_t*>(shared_or_scratch(lay.lists, InScratchL{}));
   uint32_t* sh_slist = sh_ulist + seg_max;
   uint32_t* sh_sorted = sh_slist + seg_max;  // [2][seg_max], by frame parity within the launch
   uint16_t* sh_f = reinterpret_cast<uint16_t*>(smem + lay.f.off);
-  uint8_t* sh_full = at(lay.full);
-  uint8_t* sh_status = at(lay.status);
+  uint8_t* sh_full = shared_or_scratch(lay.full, InScratchF{});
+  uint8_t* sh_status = shared_or_scratch(lay.status, InScratchF{});
   __shared__ int sh_nu, sh_ns, sh_left;
 
-  const unsigned long long* prog_above = nullptr;
-  const unsigned long long* prog_below = nullptr;
-  unsigned long long* prog_self = nullptr;
-  bool sys_above = false, sys_below = false, sys = false;
-  // The interior [i0, i1) of the segment: pixels that no neighbour reads (none when the segment
-  // is shorter than two halos).
-  int i0 = 0, i1 = 0;
+  // Progress counters of the segment and its neighbours. System scope only where a flag crosses
+  // to another GPU: the band's first segment reads the GPU above and is read by it, the last
+  // segment likewise below. Every other hand-off stays on this GPU at GPU scope (a system-scope
+  // release or acquire costs far more). Derived from v where used (fewer registers held).
+  const auto prog_above = [&]() -> const unsigned long long* {
+    return v > 0 ? &p.progress[v - 1] : p.progress_above;
+  };
+  const auto prog_below = [&]() -> const unsigned long long* {
+    return v + 1 < segs ? &p.progress[v + 1] : p.progress_below;
+  };
+  const auto sys_above = [&]() { return v == 0 && p.progress_above != nullptr; };
+  const auto sys_below = [&]() { return v + 1 == segs && p.progress_below != nullptr; };
   const auto set_segment = [&](int u) {
     v = u;
     p0 = seg_begin(u);
@@ -294,17 +312,6 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     base = p0 - halo;  // index in the segment's arrays = pixel - base
     q0 = max(frame_first, base);
     q1 = min(frame_end, p1 + halo);
-    prog_above = u > 0 ? &p.progress[u - 1] : p.progress_above;
-    prog_below = u + 1 < segs ? &p.progress[u + 1] : p.progress_below;
-    prog_self = &p.progress[u];
-    // System scope only where a flag crosses to another GPU: the band's first segment reads the
-    // GPU above and is read by it, the last segment likewise below. Every other hand-off stays
-    // on this GPU at GPU scope (a system-scope release or acquire costs far more).
-    sys_above = u == 0 && p.progress_above != nullptr;
-    sys_below = u + 1 == segs && p.progress_below != nullptr;
-    sys = sys_above || sys_below;  // for this segment's own flag
-    i0 = min(halo, own_pixels);
-    i1 = max(i0, own_pixels - halo);
   };
   set_segment(b);
   const PedestalArrays& own = p.own;
@@ -340,9 +347,10 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   };
   const auto frame_a0 = [&](uint32_t k) { return a0_of(k, q0); };
   const auto fetch_item = [&](uint32_t k, int u, uint32_t buf) {
-    if (lay.f_direct) return;
-    const int uq0 = max(frame_first, seg_begin(u) - halo);
-    const int uq1 = min(frame_end, seg_begin(u + 1) + halo);
+    if constexpr (kFDirect) return;
+    // (With one segment per block it is this one: no divisions.)
+    const int uq0 = kChunked ? max(frame_first, seg_begin(u) - halo) : q0;
+    const int uq1 = kChunked ? min(frame_end, seg_begin(u + 1) + halo) : q1;
     const uint16_t* src = frame_src(k);
     const int a0 = a0_of(k, uq0);
     uint16_t* dst = sh_f + buf * lay.f_stride;
@@ -364,7 +372,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   const auto set_frame = [&](uint32_t k, uint32_t w) {
     par = static_cast<int>((g0 + k) & 1ull);
     nxt = par ^ 1;
-    if (lay.f_direct) {
+    if constexpr (kFDirect) {
       fcur = frame_src(k);
       acur = 0;
     } else {
@@ -487,6 +495,10 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       m1 = kResident ? sh_mean[o] : __ldcg(own.mean[par] + j);
     }
     // Published for the neighbours (edge pixels; with the state resident, nothing else).
+    // (The interior [i0, i1) of the segment holds the pixels that no neighbour reads; none when
+    // the segment is shorter than two halos.)
+    const int i0 = min(halo, own_pixels);
+    const int i1 = max(i0, own_pixels - halo);
     const bool edge = o < i0 || o >= i1;
     if (!kResident || edge) __stcg(own.mean[nxt] + j, m1);
     if (!kResident || (edge && !full)) {
@@ -609,7 +621,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     set_frame(k, w);
     // The previous frame's values of this segment: still in the other buffer with one segment per
     // block, else in the frame buffer.
-    const bool prev_local = chunks == 1 && !lay.f_direct;
+    const bool prev_local = chunks == 1 && !kFDirect;
     const uint16_t* fprev = prev_local ? sh_f + ((w & 1u) ^ 1u) * lay.f_stride
                                        : (k > 0 ? frame_src(k - 1) : fcur);
     const int aprev = prev_local && k > 0 ? frame_a0(k - 1) : 0;
@@ -620,8 +632,8 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     // This frame starts when the neighbours' frame g-1 state (our halo) is final; they are then
     // past reading our frame g-1 start means, the buffers this frame writes.
     if (tid == 0) {
-      if (prog_above && load_acquire(prog_above, sys_above) < g) {
-        while (load_acquire(prog_above, sys_above) < g) __nanosleep(20);
+      if (prog_above() && load_acquire(prog_above(), sys_above()) < g) {
+        while (load_acquire(prog_above(), sys_above()) < g) __nanosleep(20);
         if (p.profile != nullptr && v > 0 && k > 0) {
           sh_prof[kPhases] +=
               global_ns() - __ldcg(p.release_ns + ((g - 1) & 1ull) * segs + (v - 1));
@@ -631,7 +643,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       sh_nu = 0;
       sh_ns = 0;
     } else if (tid == 32) {
-      if (prog_below) while (load_acquire(prog_below, sys_below) < g) __nanosleep(20);
+      if (prog_below()) while (load_acquire(prog_below(), sys_below()) < g) __nanosleep(20);
     }
     __syncthreads();
     lap(kWait);
@@ -760,7 +772,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
               update = db.update == kYes;
               stored = db.stored == kYes;
             } else {
-              while (load_acquire(prog_above, sys_above) < g + 1) __nanosleep(20);
+              while (load_acquire(prog_above(), sys_above()) < g + 1) __nanosleep(20);
               const auto [total, mx] = cm::window_sum(x, y, h, rows, cols, [&](int dy, int dx) {
                 const int jj = j + dy * cols + dx;
                 if (dy < 0 || (dy == 0 && dx < 0))
@@ -795,7 +807,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       if (tid == workers) {
         const long long t0 = clock64();
         if (p.profile != nullptr) __stcg(p.release_ns + (g & 1ull) * segs + v, global_ns());
-        store_release(prog_self, g + 1, sys);
+        store_release(&p.progress[v], g + 1, sys_above() || sys_below());
         if (p.profile != nullptr) sh_prof[kRelease] += static_cast<unsigned long long>(clock64() - t0);
       }
     } else {
@@ -876,8 +888,8 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         return static_cast<int>((xy >> 16) * static_cast<uint32_t>(cols) + (xy & 0xffffu)) - p0;
       };
       if (nsl == 0 || center(0) >= halo) continue;
-      if (tid == 0 && prog_above)
-        while (load_acquire(prog_above, sys_above) < g0 + p.n_frames) __nanosleep(20);
+      if (tid == 0 && prog_above())
+        while (load_acquire(prog_above(), sys_above()) < g0 + p.n_frames) __nanosleep(20);
       __syncthreads();
       patch_above(kl, nsl, center, nt, [&](int jj) {
         return cm::sub(static_cast<double>(fl[jj]), __ldcg(arrays_for(jj).mean[fin] + jj));
@@ -920,43 +932,63 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   }
 }
 
+/// Calls f(kernel) with the find kernel of size S for `resident`, `spill` and several segments
+/// per block or one (the resident state only with one segment and spill levels 0 and 1).
+template <int S, bool kChunked, typename F>
+decltype(auto) with_find_kernel_c(bool resident, int spill, F&& f) {
+  if (resident && !kChunked) {
+    if (spill == 0) return f(find_kernel<S, true, 0, false>);
+    return f(find_kernel<S, true, 1, false>);
+  }
+  switch (spill) {
+    case 0: return f(find_kernel<S, false, 0, kChunked>);
+    case 1: return f(find_kernel<S, false, 1, kChunked>);
+    case 2: return f(find_kernel<S, false, 2, kChunked>);
+    case 3: return f(find_kernel<S, false, 3, kChunked>);
+    default: return f(find_kernel<S, false, 4, kChunked>);
+  }
+}
+template <int S, typename F>
+decltype(auto) with_find_kernel(bool resident, int spill, bool chunked, F&& f) {
+  if (chunked) return with_find_kernel_c<S, true>(resident, spill, std::forward<F>(f));
+  return with_find_kernel_c<S, false>(resident, spill, std::forward<F>(f));
+}
+
 template <int S>
 void launch_find_s(const FindLaunch& p, StreamView stream) {
   const std::size_t smem = FindLayout(p.cols, p.segment_max, S, p.resident, p.spill).bytes;
   // The shared-memory limit was raised by find_blocks_per_sm() on this device.
-  if (p.resident)
-    find_kernel<S, true><<<p.blocks, p.threads, smem, stream.get()>>>(p);
-  else
-    find_kernel<S, false><<<p.blocks, p.threads, smem, stream.get()>>>(p);
+  with_find_kernel<S>(p.resident, p.spill, p.chunks > 1, [&](auto kernel) {
+    kernel<<<p.blocks, p.threads, smem, stream.get()>>>(p);
+  });
   GLINT_CUDA_CHECK_LAUNCH();
 }
 
-template <int S, bool kResident>
-int max_resident_s(uint32_t cols, uint32_t segment, int spill, int threads) {
-  const std::size_t smem = FindLayout(cols, segment, S, kResident, spill).bytes;
+template <int S>
+int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int spill, bool chunked,
+                   int threads) {
+  if (resident && (spill > 1 || chunked)) return 0;
+  const std::size_t smem = FindLayout(cols, segment, S, resident, spill).bytes;
   // Everything the device lets one block opt in to, less the kernel's static shared memory.
   int device = 0, optin = 0;
   GLINT_CUDA_CHECK(cudaGetDevice(&device));
   GLINT_CUDA_CHECK(
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   cudaFuncAttributes attr{};
-  GLINT_CUDA_CHECK(cudaFuncGetAttributes(&attr, find_kernel<S, kResident>));
+  with_find_kernel<S>(resident, spill, chunked, [&](auto kernel) {
+    GLINT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  });
   const std::size_t limit =
       std::min<std::size_t>(kFindSharedMax, static_cast<std::size_t>(optin) - attr.sharedSizeBytes);
   if (smem > limit) return 0;
-  GLINT_CUDA_CHECK(cudaFuncSetAttribute(find_kernel<S, kResident>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(limit)));
   int per_sm = 0;
-  GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, find_kernel<S, kResident>, threads, smem));
+  with_find_kernel<S>(resident, spill, chunked, [&](auto kernel) {
+    GLINT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(limit)));
+    GLINT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  });
   return per_sm;
-}
-
-template <int S>
-int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int spill, int threads) {
-  return resident ? max_resident_s<S, true>(cols, segment, spill, threads)
-                  : max_resident_s<S, false>(cols, segment, spill, threads);
 }
 
 /// Packs the regions [r0, r1) of frame blockIdx.x, chunk blockIdx.y of p.chunks.
@@ -1073,12 +1105,12 @@ std::size_t find_scratch_bytes(uint32_t cols, uint32_t segment, int cluster_size
 }
 
 int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident,
-                       int spill, int threads) {
+                       int spill, bool chunked, int threads) {
   switch (cluster_size) {
-    case 3: return max_resident_s<3>(cols, segment, resident, spill, threads);
-    case 5: return max_resident_s<5>(cols, segment, resident, spill, threads);
-    case 7: return max_resident_s<7>(cols, segment, resident, spill, threads);
-    default: return max_resident_s<9>(cols, segment, resident, spill, threads);
+    case 3: return max_resident_s<3>(cols, segment, resident, spill, chunked, threads);
+    case 5: return max_resident_s<5>(cols, segment, resident, spill, chunked, threads);
+    case 7: return max_resident_s<7>(cols, segment, resident, spill, chunked, threads);
+    default: return max_resident_s<9>(cols, segment, resident, spill, chunked, threads);
   }
 }
 

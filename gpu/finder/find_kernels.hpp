@@ -84,11 +84,11 @@ std::size_t find_scratch_bytes(uint32_t cols, uint32_t segment, int cluster_size
                                int spill);
 
 /// Find blocks of `threads` threads resident at once per multiprocessor of the current device
-/// for segments of `segment` pixels (they wait for each other, so every block must be resident);
-/// 0 when the shared memory does not fit. Also raises the kernel's shared-memory limit on this
-/// device to what the device allows.
+/// for segments of `segment` pixels, one per block or several (`chunked`), (they wait for each
+/// other, so every block must be resident); 0 when the shared memory does not fit. Also raises
+/// the kernel's shared-memory limit on this device to what the device allows.
 int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident,
-                       int spill, int threads);
+                       int spill, bool chunked, int threads);
 void launch_find(const FindLaunch& p, StreamView stream);
 
 struct PackLaunch {

@@ -15,7 +15,7 @@ FindLaunch make_find_launch(const FindSetup& setup, std::span<const Lane> lanes,
   p.frame_rows = lane.frame_rows();
   p.cluster_size = setup.params.cluster_size;
   p.segment_max = lane.segment_max;
-  p.threads = setup.threads;
+  p.threads = lane.threads;
   p.resident = lane.resident;
   p.blocks = lane.blocks;
   p.chunks = lane.chunks;

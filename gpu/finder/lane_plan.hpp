@@ -19,6 +19,7 @@ struct LanePlan {
   uint32_t segment_max = 1;              ///< pixels per segment (most)
   uint32_t blocks = 0;                   ///< find blocks
   uint32_t chunks = 1;                   ///< segments per find block
+  int threads = 512;                     ///< threads per find block
   bool resident = true;                  ///< find blocks keep their pixels' state in shared memory
   int spill = 0;                         ///< arrays in global scratch (find_kernels.hpp)
   std::size_t scratch_stride = 0;        ///< global scratch bytes per find block
