@@ -196,8 +196,10 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-/// The persistent find kernel. One block owns the segment [p0, p1) of the band and walks through
-/// the batch's frames. With kResident, the pedestal state of its own pixels stays in shared memory
+/// The persistent find kernel. One block owns the segment [p0, p1) of the band (with kChunked
+/// several, b, b + blocks, ..., each frame through all of them in turn) and walks through the
+/// batch's frames. kSpill: which arrays live in the block's global scratch (FindLayout). With
+/// kResident (one segment per block), the pedestal state of its own pixels stays in shared memory
 /// for the whole launch: only the means (which the neighbouring segments read, double-buffered by
 /// frame parity) go to global memory every frame, sum and sum2 only for pixels whose window is
 /// not full, everything else once at the end. Per frame, on the path that the neighbours wait
