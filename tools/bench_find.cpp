@@ -134,7 +134,8 @@ void add_bench_find(CLI::App& bench) {
     if (o.size == 0 || o.size > 65536 || o.rows > 65536 || o.cols > 65536 || o.frames == 0 ||
         a->chunk == 0)
       fail("glint bench find",
-           "--size, --rows, --cols (1..65536), --frames and --chunk must be positive",
+           "--size (1..65536), --rows and --cols (at most 65536), --frames and --chunk must be "
+           "positive",
            kExitUsage);
     if (o.cluster_size != 3 && o.cluster_size != 5 && o.cluster_size != 7 && o.cluster_size != 9)
       fail("glint bench find",
