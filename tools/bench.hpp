@@ -12,6 +12,7 @@ namespace glint::tools {
 
 struct BenchFindOptions {
   uint32_t size = 400;          ///< frames are size x size pixels
+  uint32_t rows = 0, cols = 0;  ///< frames are rows x cols pixels instead (0: size)
   uint64_t frames = 1000;       ///< data frames, generated in memory before timing
   unsigned threads = 0;         ///< CPU threads, 0 = all cores
   double photons = 500.0;       ///< mean photons per data frame
@@ -23,7 +24,10 @@ struct BenchFindOptions {
   uint64_t seed = 1;
 };
 
-/// The finder parameters of a run: SIZE x SIZE frames, the cluster size and n_sigma.
+/// The frame shape of a run: rows x cols, SIZE where either is 0.
+FrameShape bench_shape(const BenchFindOptions& options);
+
+/// The finder parameters of a run: its frame shape, the cluster size and n_sigma.
 FinderParams bench_finder_params(const BenchFindOptions& options);
 
 /// The frames of a run (glint::synth from `seed`) under a steady load: every data frame carries

@@ -56,7 +56,8 @@ int run_bench_find_cpu(const BenchFindOptions& o, bool with_reference, uint64_t 
   std::cout << fmt::format(
       "glint bench find: {}, {}x{} frames, {}x{} clusters, n_sigma {}, {} frames, {:.0f} "
       "clusters/frame: {:.1f} frames/s, {:.1f} us/frame\n",
-      finder->description(), o.size, o.size, o.cluster_size, o.cluster_size, o.n_sigma, o.frames,
+      finder->description(), p.shape.rows, p.shape.cols, o.cluster_size, o.cluster_size,
+      o.n_sigma, o.frames,
       static_cast<double>(m.clusters) / o.frames, fps, 1e6 / fps);
   if (with_reference) {
     auto ref = make_reference_finder(p);
@@ -74,9 +75,13 @@ int run_bench_find_cpu(const BenchFindOptions& o, bool with_reference, uint64_t 
 
 }  // namespace
 
+FrameShape bench_shape(const BenchFindOptions& o) {
+  return {o.rows != 0 ? o.rows : o.size, o.cols != 0 ? o.cols : o.size};
+}
+
 FinderParams bench_finder_params(const BenchFindOptions& o) {
   FinderParams p;
-  p.shape = {o.size, o.size};
+  p.shape = bench_shape(o);
   p.cluster_size = o.cluster_size;
   p.n_sigma = o.n_sigma;
   return p;
@@ -84,7 +89,7 @@ FinderParams bench_finder_params(const BenchFindOptions& o) {
 
 synth::Config bench_frames_config(const BenchFindOptions& o) {
   synth::Config c;
-  c.shape = {o.size, o.size};
+  c.shape = bench_shape(o);
   c.seed = o.seed;
   c.photons = o.photons;
   c.crowded_every = 0;  // a steady load: every frame carries about `photons` photons
@@ -109,6 +114,8 @@ void add_bench_find(CLI::App& bench) {
   auto a = std::make_shared<Args>();
   cmd->add_option("--backend", a->backend, "cpu or gpu")->capture_default_str();
   cmd->add_option("--size", a->o.size, "frames are SIZE x SIZE pixels")->capture_default_str();
+  cmd->add_option("--rows", a->o.rows, "frames have ROWS rows (default: SIZE)");
+  cmd->add_option("--cols", a->o.cols, "frames have COLS columns (default: SIZE)");
   cmd->add_option("--frames", a->o.frames, "data frames (after 1000 dark frames)")
       ->capture_default_str();
   cmd->add_option("--threads", a->o.threads, "CPU threads, 0 = all cores")->capture_default_str();
@@ -124,8 +131,11 @@ void add_bench_find(CLI::App& bench) {
                 "CPU: also time the single-threaded reference finder on the same frames");
   cmd->callback([a] {
     const auto& o = a->o;
-    if (o.size == 0 || o.size > 65536 || o.frames == 0 || a->chunk == 0)
-      fail("glint bench find", "--size (1..65536), --frames and --chunk must be positive",
+    if (o.size == 0 || o.size > 65536 || o.rows > 65536 || o.cols > 65536 || o.frames == 0 ||
+        a->chunk == 0)
+      fail("glint bench find",
+           "--size (1..65536), --rows and --cols (at most 65536), --frames and --chunk must be "
+           "positive",
            kExitUsage);
     if (o.cluster_size != 3 && o.cluster_size != 5 && o.cluster_size != 7 && o.cluster_size != 9)
       fail("glint bench find",

@@ -57,7 +57,8 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
   std::cout << fmt::format(
       "glint bench find (gpu): {}x{}, {}x{}, n_sigma {}, {} frames, ~{:.0f} photons/frame, batch "
       "{}, {} stream slot(s), {} GPU(s)\n",
-      o.size, o.size, o.cluster_size, o.cluster_size, o.n_sigma, o.frames, o.photons, o.batch,
+      params.shape.rows, params.shape.cols, o.cluster_size, o.cluster_size, o.n_sigma, o.frames,
+      o.photons, o.batch,
       o.streams, n_gpus);
   std::cout.flush();
   const std::vector<uint16_t> dark = synthesize(gen, 0, c.dark_frames);

@@ -8,11 +8,11 @@
 
 namespace glint::gpu::detail {
 
-void FindDiagnostics::attach(uint32_t blocks, StreamView s) {
+void FindDiagnostics::attach(uint32_t blocks, uint32_t segments, StreamView s) {
   if (!profile_on_) return;
   profile_ = DeviceBuffer<unsigned long long>(blocks * kFindProfileSlots);
   profile_.zero(s);
-  release_ns_ = DeviceBuffer<unsigned long long>(2 * blocks);
+  release_ns_ = DeviceBuffer<unsigned long long>(2 * segments);
   release_ns_.zero(s);
   launch_ts_ = DeviceBuffer<unsigned long long>(kLaunchRecords * blocks * 4);
   launch_ts_.zero(s);

@@ -27,9 +27,9 @@ class FindDiagnostics {
  public:
   explicit FindDiagnostics(const FindTuning& tuning)
       : profile_on_(tuning.profile), timeline_path_(tuning.timeline) {}
-  /// Allocates the kernel counters for the first lane's `blocks` (with the profile on; its
-  /// device current), cleared on `s`.
-  void attach(uint32_t blocks, StreamView s);
+  /// Allocates the kernel counters for the first lane's `blocks` find blocks and `segments`
+  /// segments (with the profile on; its device current), cleared on `s`.
+  void attach(uint32_t blocks, uint32_t segments, StreamView s);
   /// Points a find launch of the first lane at the counters (a no-op with the profile off).
   void bind(FindLaunch& p) const;
   bool timeline() const { return !timeline_path_.empty(); }

@@ -14,6 +14,8 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 
 #include "glint/cluster_window.hpp"
 #include "check.cuh"
@@ -26,7 +28,8 @@ namespace cm = cluster_math;
 namespace {
 
 constexpr int kFindThreadsMax = 1024;
-constexpr std::size_t kFindSharedMax = 200 * 1024;  ///< dynamic shared memory per find block
+/// Dynamic shared memory per find block, at most (the device's opt-in limit may be lower).
+constexpr std::size_t kFindSharedMax = 227 * 1024;
 
 
 // Tri-state decisions of pass 0.
@@ -106,45 +109,54 @@ __device__ __forceinline__ Decision decide_bounds(double v, double rms, double t
   return {upd, never_stored ? kNo : kUnknown};
 }
 
-/// Shared memory of one find block, for a segment of `seg` pixels and the window halo
-/// H = h*cols + h (how far a window reaches before or after its centre in raster order).
-/// Pixel j of [p0-H, p1+H) sits at j - (p0-H); own pixel o = j - p0 at o.
+/// Memory of one find block, for segments of `seg` pixels and the window halo H = h*cols + h
+/// (how far a window reaches before or after its centre in raster order). Pixel j of
+/// [p0-H, p1+H) sits at j - (p0-H); own pixel o = j - p0 at o. Each array lives in shared memory,
+/// or, from a spill level on (kMaxSpill), in the block's global scratch area.
 struct FindLayout {
-  std::size_t d0 = 0;      ///< double [seg + 2H]: f - frame-start mean
-  std::size_t dprev = 0;   ///< double [H]: previous frame's f - final mean, of [p0-H, p0)
-  std::size_t state = 0;   ///< double [5][seg]: own sum, sum2, mean, noise, sum2/N (resident)
-  std::size_t lohi = 0;    ///< bounds of the final f - mean, of [p0-H, p1): double lo[seg + H]
-                           ///< and hi[seg + H] (resident), else float2 [seg + H]
-  std::size_t lists = 0;   ///< uint32 [4][seg]: undecided, stored, sorted (two frames)
-  std::size_t f = 0;       ///< uint16 [2][f_stride]: frame values of [p0-H, p1+H), two frames
-  std::size_t full = 0;    ///< uint8 [seg + H]: count == window, of [p0-H, p1)
-  std::size_t status = 0;  ///< uint8 [seg]
-  std::size_t bytes = 0;
-  uint32_t f_stride = 0;   ///< uint16 per frame buffer (even: 4-byte copies)
+  struct Place {
+    std::size_t off = 0;
+    bool global = false;
+  };
+  Place d0;      ///< double [seg + 2H]: f - frame-start mean
+  Place dprev;   ///< double [H]: previous frame's f - final mean, of [p0-H, p0)
+  Place state;   ///< double [5][seg]: own sum, sum2, mean, noise, sum2/N (resident)
+  Place lohi;    ///< bounds of the final f - mean, of [p0-H, p1): double lo[seg + H] and
+                 ///< hi[seg + H] (resident), else float2 [seg + H]
+  Place lists;   ///< uint32 [4][seg]: undecided, stored, sorted (two frames)
+  Place f;       ///< uint16 [2][f_stride]: frame values of [p0-H, p1+H), two work items
+  Place full;    ///< uint8 [seg + H]: count == window, of [p0-H, p1)
+  Place status;  ///< uint8 [seg]
+  std::size_t bytes = 0;    ///< shared memory
+  std::size_t scratch = 0;  ///< global scratch
+  uint32_t f_stride = 0;    ///< uint16 per frame buffer (even: 4-byte copies)
+  bool f_direct = false;    ///< frame values read from the frame buffer, not copied
 
-  __host__ __device__ FindLayout(uint32_t cols, uint32_t seg, int cluster_size, bool resident) {
+  __host__ __device__ FindLayout(uint32_t cols, uint32_t seg, int cluster_size, bool resident,
+                                 int spill) {
     const std::size_t h = static_cast<std::size_t>(cluster_size / 2);
     const std::size_t halo = h * cols + h;
     const std::size_t n = seg;
-    std::size_t o = 0;
-    d0 = o;
-    o += 8 * (n + 2 * halo);
-    dprev = o;
-    o += 8 * halo;
-    state = o;
-    o += resident ? 40 * n : 0;
-    lohi = o;
-    o += (resident ? 16 : 8) * (n + halo);
-    lists = o;
-    o += 16 * n;
+    std::size_t sh = 0, gl = 0;
+    const auto put = [&](Place& pl, std::size_t size, bool global, std::size_t align) {
+      std::size_t& o = global ? gl : sh;
+      o = (o + align - 1) / align * align;
+      pl.off = o;
+      pl.global = global;
+      o += size;
+    };
+    put(d0, 8 * (n + 2 * halo), spill >= 3, 8);
+    put(dprev, 8 * halo, spill >= 1, 8);
+    if (resident) put(state, 40 * n, false, 8);
+    put(lohi, (resident ? 16 : 8) * (n + halo), spill >= 3, 8);
+    put(lists, 16 * n, spill >= 1, 8);
     f_stride = static_cast<uint32_t>((n + 2 * halo + 5) & ~std::size_t{1});
-    f = o;
-    o += 4 * static_cast<std::size_t>(f_stride);
-    full = o;
-    o += n + halo;
-    status = o;
-    o += n;
-    bytes = (o + 15) / 16 * 16;
+    f_direct = spill >= 2;
+    if (!f_direct) put(f, 4 * static_cast<std::size_t>(f_stride), false, 8);
+    put(full, n + halo, spill >= 4, 1);
+    put(status, n, spill >= 4, 1);
+    bytes = (sh + 15) / 16 * 16;
+    scratch = (gl + 255) / 256 * 256;
   }
 };
 
@@ -184,8 +196,10 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-/// The persistent find kernel. One block owns the segment [p0, p1) of the band and walks through
-/// the batch's frames. With kResident, the pedestal state of its own pixels stays in shared memory
+/// The persistent find kernel. One block owns the segment [p0, p1) of the band (with kChunked
+/// several, b, b + blocks, ..., each frame through all of them in turn) and walks through the
+/// batch's frames. kSpill: which arrays live in the block's global scratch (FindLayout). With
+/// kResident (one segment per block), the pedestal state of its own pixels stays in shared memory
 /// for the whole launch: only the means (which the neighbouring segments read, double-buffered by
 /// frame parity) go to global memory every frame, sum and sum2 only for pixels whose window is
 /// not full, everything else once at the end. Per frame, on the path that the neighbours wait
@@ -194,8 +208,14 @@ __device__ __forceinline__ void cp_async_wait_all() {
 /// undecided pixels, then the progress counter. After it: cluster emission, which never waits
 /// for the segment above: window entries that lie there are written one frame later, from the
 /// means that loop 1 of the next frame reads anyway (or at the end of the launch).
-template <int S, bool kResident>
+template <int S, bool kResident, int kSpill, bool kChunked>
 __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_constant__ FindLaunch p) {
+  // Where each array lives is known at compile time, so that shared-memory arrays are addressed
+  // as such (generic addressing costs about a third of the kernel's time).
+  constexpr bool kListsGlobal = kSpill >= 1;   // also dprev
+  constexpr bool kFDirect = kSpill >= 2;
+  constexpr bool kDGlobal = kSpill >= 3;       // d0 and the bounds
+  constexpr bool kFlagsGlobal = kSpill >= 4;   // full and status
   constexpr int h = S / 2;
   constexpr int S2 = S * S;
   const int cols = static_cast<int>(p.cols);
@@ -205,15 +225,14 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   const int tid = static_cast<int>(threadIdx.x);
   const int nt = static_cast<int>(blockDim.x);
   const int halo = h * cols + h;
-  // The block's segment of the band in raster order. Segments hold at least `halo` pixels, so a
-  // pixel's window reaches into the neighbouring segments only.
+  const int segs = static_cast<int>(p.segments);
+  // One segment per block: its bounds stay constant (no registers held for them).
+  const int chunks = kChunked ? static_cast<int>(p.chunks) : 1;
+  // The segments of the band in raster order. Segments hold at least `halo` pixels (or the
+  // whole band), so a pixel's window reaches into the neighbouring segments only.
   const long long band0 = static_cast<long long>(p.band_begin) * cols;
   const long long band_px = static_cast<long long>(p.band_end - p.band_begin) * cols;
-  const int p0 = static_cast<int>(band0 + band_px * b / p.blocks);
-  const int p1 = static_cast<int>(band0 + band_px * (b + 1) / p.blocks);
-  const int own_pixels = p1 - p0;
   const int seg_max = static_cast<int>(p.segment_max);
-  const int base = p0 - halo;  // shared index = pixel - base
   const int band_first = static_cast<int>(band0);
   const int band_last = static_cast<int>(band0 + band_px);
   const cm::Thresholds thr = p.thresholds;
@@ -221,24 +240,34 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   const double window_d = static_cast<double>(p.window);
   const std::size_t frame_elems = static_cast<std::size_t>(p.frame_rows) * cols;
   const int frame_first = static_cast<int>(p.frame_row0) * cols;
-  // Frame pixels the block reads: the segment and the halo on both sides, within the rows held.
-  const int q0 = max(frame_first, base);
-  const int q1 = min(frame_first + static_cast<int>(frame_elems), p1 + halo);
+  const int frame_end = frame_first + static_cast<int>(frame_elems);
+  // The segment being worked on (set_segment): own pixels [p0, p1), frame pixels read [q0, q1)
+  // (the segment and the halo on both sides, within the rows held).
+  int v = 0, p0 = 0, p1 = 0, own_pixels = 0, base = 0, q0 = 0, q1 = 0;
+  const auto seg_begin = [&](int u) { return static_cast<int>(band0 + band_px * u / segs); };
 
-  const FindLayout lay(p.cols, p.segment_max, S, kResident);
+  const FindLayout lay(p.cols, p.segment_max, S, kResident, kSpill);
   extern __shared__ __align__(16) unsigned char smem[];
-  double* sh_d0 = reinterpret_cast<double*>(smem + lay.d0);
-  double* sh_dprev = reinterpret_cast<double*>(smem + lay.dprev);
-  double* sh_sum = reinterpret_cast<double*>(smem + lay.state);
+  unsigned char* const scratch = p.scratch + static_cast<std::size_t>(b) * p.scratch_stride;
+  const auto shared_or_scratch = [&](const FindLayout::Place& pl, auto in_scratch) {
+    if constexpr (decltype(in_scratch)::value) return scratch + pl.off;
+    else return smem + pl.off;
+  };
+  using InScratchD = std::integral_constant<bool, kDGlobal>;
+  using InScratchL = std::integral_constant<bool, kListsGlobal>;
+  using InScratchF = std::integral_constant<bool, kFlagsGlobal>;
+  double* sh_d0 = reinterpret_cast<double*>(shared_or_scratch(lay.d0, InScratchD{}));
+  double* sh_dprev = reinterpret_cast<double*>(shared_or_scratch(lay.dprev, InScratchL{}));
+  double* sh_sum = reinterpret_cast<double*>(smem + lay.state.off);
   double* sh_sum2 = sh_sum + seg_max;
   double* sh_mean = sh_sum2 + seg_max;
   double* sh_noise = sh_mean + seg_max;
   double* sh_s2n = sh_noise + seg_max;  // sum2 / N, as cm::div gives it
   // Bounds of f - mean: two double arrays when the state is resident (no conversions), else one
   // float2 array rounded outwards (less shared memory).
-  double* sh_lo = reinterpret_cast<double*>(smem + lay.lohi);
+  double* sh_lo = reinterpret_cast<double*>(shared_or_scratch(lay.lohi, InScratchD{}));
   double* sh_hi = sh_lo + (seg_max + halo);
-  float2* sh_lohi = reinterpret_cast<float2*>(smem + lay.lohi);
+  float2* sh_lohi = reinterpret_cast<float2*>(shared_or_scratch(lay.lohi, InScratchD{}));
   const auto put_bounds = [&](int s, double lo, double hi) {
     if constexpr (kResident) {
       sh_lo[s] = lo;
@@ -257,24 +286,36 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       hi = q.y;
     }
   };
-  uint32_t* sh_ulist = reinterpret_cast<uint32_t*>(smem + lay.lists);
+  uint32_t* sh_ulist = reinterpret_cast<uint32_t*>(shared_or_scratch(lay.lists, InScratchL{}));
   uint32_t* sh_slist = sh_ulist + seg_max;
   uint32_t* sh_sorted = sh_slist + seg_max;  // [2][seg_max], by frame parity within the launch
-  uint16_t* sh_f = reinterpret_cast<uint16_t*>(smem + lay.f);
-  uint8_t* sh_full = smem + lay.full;
-  uint8_t* sh_status = smem + lay.status;
+  uint16_t* sh_f = reinterpret_cast<uint16_t*>(smem + lay.f.off);
+  uint8_t* sh_full = shared_or_scratch(lay.full, InScratchF{});
+  uint8_t* sh_status = shared_or_scratch(lay.status, InScratchF{});
   __shared__ int sh_nu, sh_ns, sh_left;
 
-  const unsigned long long* prog_above = b > 0 ? &p.progress[b - 1] : p.progress_above;
-  const unsigned long long* prog_below =
-      b + 1 < static_cast<int>(p.blocks) ? &p.progress[b + 1] : p.progress_below;
-  unsigned long long* prog_self = &p.progress[b];
-  // System scope only where a flag crosses to another GPU: the band's first block reads the GPU
-  // above and is read by it, the last block likewise below. Every other hand-off stays on this
-  // GPU at GPU scope (a system-scope release or acquire costs far more).
-  const bool sys_above = b == 0 && p.progress_above != nullptr;
-  const bool sys_below = b + 1 == static_cast<int>(p.blocks) && p.progress_below != nullptr;
-  const bool sys = sys_above || sys_below;  // for this block's own flag
+  // Progress counters of the segment and its neighbours. System scope only where a flag crosses
+  // to another GPU: the band's first segment reads the GPU above and is read by it, the last
+  // segment likewise below. Every other hand-off stays on this GPU at GPU scope (a system-scope
+  // release or acquire costs far more). Derived from v where used (fewer registers held).
+  const auto prog_above = [&]() -> const unsigned long long* {
+    return v > 0 ? &p.progress[v - 1] : p.progress_above;
+  };
+  const auto prog_below = [&]() -> const unsigned long long* {
+    return v + 1 < segs ? &p.progress[v + 1] : p.progress_below;
+  };
+  const auto sys_above = [&]() { return v == 0 && p.progress_above != nullptr; };
+  const auto sys_below = [&]() { return v + 1 == segs && p.progress_below != nullptr; };
+  const auto set_segment = [&](int u) {
+    v = u;
+    p0 = seg_begin(u);
+    p1 = seg_begin(u + 1);
+    own_pixels = p1 - p0;
+    base = p0 - halo;  // index in the segment's arrays = pixel - base
+    q0 = max(frame_first, base);
+    q1 = min(frame_end, p1 + halo);
+  };
+  set_segment(b);
   const PedestalArrays& own = p.own;
 
   const unsigned long long g0 = __ldcg(p.frames_done);
@@ -299,27 +340,53 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     return j < band_first ? p.above : (j >= band_last ? p.below : p.own);
   };
 
-  // Frame k's values of [q0, q1) go to sh_f buffer k & 1 by 4-byte asynchronous copies from an
-  // aligned start a0(k) (q0 or q0 - 1); pixel j sits at j - a0(k).
+  // Work item w (frame k, the block's segment w % chunks) has its frame values of [q0, q1) in
+  // sh_f buffer w & 1, copied by 4-byte asynchronous copies from an aligned start a0 (q0 or
+  // q0 - 1); pixel j sits at j - a0. With lay.f_direct they are read from the frame buffer.
   const auto frame_src = [&](uint32_t k) { return p.frames + k * frame_elems - frame_first; };
-  const auto frame_a0 = [&](uint32_t k) {
-    return q0 - static_cast<int>((reinterpret_cast<uintptr_t>(frame_src(k) + q0) >> 1) & 1u);
+  const auto a0_of = [&](uint32_t k, int qq0) {
+    return qq0 - static_cast<int>((reinterpret_cast<uintptr_t>(frame_src(k) + qq0) >> 1) & 1u);
   };
-  const auto fetch_frame = [&](uint32_t k) {
+  const auto frame_a0 = [&](uint32_t k) { return a0_of(k, q0); };
+  const auto fetch_item = [&](uint32_t k, int u, uint32_t buf) {
+    if constexpr (kFDirect) return;
+    // (With one segment per block it is this one: no divisions.)
+    const int uq0 = kChunked ? max(frame_first, seg_begin(u) - halo) : q0;
+    const int uq1 = kChunked ? min(frame_end, seg_begin(u + 1) + halo) : q1;
     const uint16_t* src = frame_src(k);
-    const int a0 = frame_a0(k);
-    uint16_t* dst = sh_f + (k & 1u) * lay.f_stride;
-    const int words = (q1 - a0 + 1) / 2;
+    const int a0 = a0_of(k, uq0);
+    uint16_t* dst = sh_f + buf * lay.f_stride;
+    const int words = (uq1 - a0 + 1) / 2;
     for (int i = tid; i < words; i += nt) {
       const int j = a0 + 2 * i;
-      if (j >= q0 && j + 1 < q1) {
+      if (j >= uq0 && j + 1 < uq1) {
         cp_async4(dst + 2 * i, src + j);
       } else {
-        if (j >= q0 && j < q1) dst[2 * i] = src[j];
-        if (j + 1 >= q0 && j + 1 < q1) dst[2 * i + 1] = src[j + 1];
+        if (j >= uq0 && j < uq1) dst[2 * i] = src[j];
+        if (j + 1 >= uq0 && j + 1 < uq1) dst[2 * i + 1] = src[j + 1];
       }
     }
     cp_async_commit();
+  };
+  // The frame being decided (set_frame): parity, its values.
+  int par = 0, nxt = 1, acur = 0;
+  const uint16_t* fcur = sh_f;
+  const auto set_frame = [&](uint32_t k, uint32_t w) {
+    par = static_cast<int>((g0 + k) & 1ull);
+    nxt = par ^ 1;
+    if constexpr (kFDirect) {
+      fcur = frame_src(k);
+      acur = 0;
+    } else {
+      fcur = sh_f + (w & 1u) * lay.f_stride;
+      acur = frame_a0(k);
+    }
+  };
+  const auto fval = [&](int j) -> double { return static_cast<double>(fcur[j - acur]); };
+  // count == window flags of [q0, p1).
+  const auto load_full = [&]() {
+    for (int j = q0 + tid; j < p1; j += nt)
+      sh_full[j - base] = __ldg(arrays_for(j).count + j) == p.window ? 1 : 0;
   };
 
   // Bounds [lo, hi] of pixel j's f - mean as a successor in raster order sees it: both the
@@ -344,13 +411,11 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   };
 
   // d0 and bounds of the own pixels for frame k, from their state at the start of frame k.
-  const auto prepare_own = [&](uint32_t k) {
-    const uint16_t* fk = sh_f + (k & 1u) * lay.f_stride;
-    const int ak = frame_a0(k);
-    const int park = static_cast<int>((g0 + k) & 1ull);
+  const auto prepare_own = [&]() {
+    const int park = par;
     for (int o = tid; o < own_pixels; o += nt) {
       const int j = p0 + o;
-      const double f = static_cast<double>(fk[j - ak]);
+      const double f = fval(j);
       const bool full = sh_full[j - base] != 0;
       double m0, s = 0.0, s2 = 0.0;
       if constexpr (kResident) {
@@ -374,9 +439,9 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
 
   // Writes the entries of frame kp's clusters that lie in the segment above (left out when the
   // frame was emitted), with final_d(jj) = f - that segment's final mean of frame kp.
-  const auto patch_above = [&](uint32_t kp, int nsp, const uint32_t* sorted, int stride,
+  const auto patch_above = [&](uint32_t kp, int nsp, auto&& center, int stride,
                                auto&& final_d) {
-    const std::size_t region = static_cast<std::size_t>(kp) * p.blocks + b;
+    const std::size_t region = static_cast<std::size_t>(kp) * segs + v;
     const int n_write = min(nsp, static_cast<int>(p.region_capacity));
     for (int e = tid; e < n_write * S2; e += stride) {
       const int c = e / S2;
@@ -384,7 +449,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       const int dy = w / S - h;
       const int dx = w - (w / S) * S - h;
       if (!(dy < 0 || (dy == 0 && dx < 0))) continue;
-      const int j = p0 + static_cast<int>(sorted[c]);
+      const int j = p0 + center(c);
       const int jj = j + dy * cols + dx;
       if (jj >= p0) continue;
       const int y = row_of(j, cols, inv_cols);
@@ -395,20 +460,6 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     }
   };
 
-  // The segment's interior [i0, i1): pixels that no neighbour reads (none when the segment is
-  // shorter than two halos).
-  const int i0 = min(halo, own_pixels);
-  const int i1 = max(i0, own_pixels - halo);
-  // The frame being decided (set_frame).
-  int par = 0, nxt = 1, acur = 0;
-  const uint16_t* fcur = sh_f;
-  const auto set_frame = [&](uint32_t k) {
-    par = static_cast<int>((g0 + k) & 1ull);
-    nxt = par ^ 1;
-    fcur = sh_f + (k & 1u) * lay.f_stride;
-    acur = frame_a0(k);
-  };
-  const auto fval = [&](int j) -> double { return static_cast<double>(fcur[j - acur]); };
 
   // Commit of own pixel o from its frame-start sum and sum2: the fast push (new state; the mean
   // into the next buffer), or the unchanged mean into the next buffer.
@@ -446,6 +497,10 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       m1 = kResident ? sh_mean[o] : __ldcg(own.mean[par] + j);
     }
     // Published for the neighbours (edge pixels; with the state resident, nothing else).
+    // (The interior [i0, i1) of the segment holds the pixels that no neighbour reads; none when
+    // the segment is shorter than two halos.)
+    const int i0 = min(halo, own_pixels);
+    const int i1 = max(i0, own_pixels - halo);
     const bool edge = o < i0 || o >= i1;
     if (!kResident || edge) __stcg(own.mean[nxt] + j, m1);
     if (!kResident || (edge && !full)) {
@@ -540,9 +595,8 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   // Launch start: count flags of [q0, p1), the resident state, frame 0's values.
   {
     const int par0 = static_cast<int>(g0 & 1ull);
-    fetch_frame(0);
-    for (int j = q0 + tid; j < p1; j += nt)
-      sh_full[j - base] = __ldg(arrays_for(j).count + j) == p.window ? 1 : 0;
+    fetch_item(0, b, 0);
+    if (chunks == 1) load_full();
     if constexpr (kResident) {
       for (int o = tid; o < own_pixels; o += nt) {
         const int j = p0 + o;
@@ -557,12 +611,22 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     __syncthreads();
   }
 
-  int prev_ns = 0;  // clusters of the previous frame (uniform)
+  int prev_ns = 0;  // clusters of the previous frame (uniform; one segment per block)
   for (uint32_t k = 0; k < p.n_frames; ++k) {
-    const unsigned long long g = g0 + k;
-    set_frame(k);
-    const uint16_t* fprev = sh_f + ((k & 1u) ^ 1u) * lay.f_stride;
-    const int aprev = k > 0 ? frame_a0(k - 1) : 0;
+   const unsigned long long g = g0 + k;
+   for (int ci = 0; ci < chunks; ++ci) {
+    const uint32_t w = k * static_cast<uint32_t>(chunks) + static_cast<uint32_t>(ci);
+    if (chunks > 1) {
+      set_segment(b + ci * static_cast<int>(p.blocks));
+      load_full();
+    }
+    set_frame(k, w);
+    // The previous frame's values of this segment: still in the other buffer with one segment per
+    // block, else in the frame buffer.
+    const bool prev_local = chunks == 1 && !kFDirect;
+    const uint16_t* fprev = prev_local ? sh_f + ((w & 1u) ^ 1u) * lay.f_stride
+                                       : (k > 0 ? frame_src(k - 1) : fcur);
+    const int aprev = prev_local && k > 0 ? frame_a0(k - 1) : 0;
     uint32_t* sorted_cur = sh_sorted + (k & 1u) * seg_max;
     const uint32_t* sorted_prev = sh_sorted + ((k & 1u) ^ 1u) * seg_max;
 
@@ -570,18 +634,18 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     // This frame starts when the neighbours' frame g-1 state (our halo) is final; they are then
     // past reading our frame g-1 start means, the buffers this frame writes.
     if (tid == 0) {
-      if (prog_above && load_acquire(prog_above, sys_above) < g) {
-        while (load_acquire(prog_above, sys_above) < g) __nanosleep(20);
-        if (p.profile != nullptr && b > 0 && k > 0) {
+      if (prog_above() && load_acquire(prog_above(), sys_above()) < g) {
+        while (load_acquire(prog_above(), sys_above()) < g) __nanosleep(20);
+        if (p.profile != nullptr && v > 0 && k > 0) {
           sh_prof[kPhases] +=
-              global_ns() - __ldcg(p.release_ns + ((g - 1) & 1ull) * p.blocks + (b - 1));
+              global_ns() - __ldcg(p.release_ns + ((g - 1) & 1ull) * segs + (v - 1));
           ++sh_prof[kPhases + 1];
         }
       }
       sh_nu = 0;
       sh_ns = 0;
     } else if (tid == 32) {
-      if (prog_below) while (load_acquire(prog_below, sys_below) < g) __nanosleep(20);
+      if (prog_below()) while (load_acquire(prog_below(), sys_below()) < g) __nanosleep(20);
     }
     __syncthreads();
     lap(kWait);
@@ -616,7 +680,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       double ma = 0.0, sa = 0.0, s2a = 0.0, mb = 0.0, sb = 0.0, s2b = 0.0;
       if (tid < n_halo) halo_load(ja, ma, sa, s2a);
       if (tid + nt < n_halo) halo_load(jb, mb, sb, s2b);
-      prepare_own(k);
+      prepare_own();
       if (tid < n_halo) halo_pass(ja, ma, sa, s2a);
       if (tid + nt < n_halo) halo_pass(jb, mb, sb, s2b);
     }
@@ -628,8 +692,11 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     }
     __syncthreads();
     lap(kLoop1);
-    // The previous frame's buffer is free: the next frame's values are copied meanwhile.
-    if (k + 1 < p.n_frames) fetch_frame(k + 1);
+    // The previous work item's buffer is free: the next item's values are copied meanwhile.
+    if (ci + 1 < chunks)
+      fetch_item(k, b + (ci + 1) * static_cast<int>(p.blocks), (w + 1) & 1u);
+    else if (k + 1 < p.n_frames)
+      fetch_item(k + 1, b, (w + 1) & 1u);
 
     // Loop 2 (pass 0): decide every pixel of the segment, commit the certain ones.
     pass0();
@@ -707,7 +774,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
               update = db.update == kYes;
               stored = db.stored == kYes;
             } else {
-              while (load_acquire(prog_above, sys_above) < g + 1) __nanosleep(20);
+              while (load_acquire(prog_above(), sys_above()) < g + 1) __nanosleep(20);
               const auto [total, mx] = cm::window_sum(x, y, h, rows, cols, [&](int dy, int dx) {
                 const int jj = j + dy * cols + dx;
                 if (dy < 0 || (dy == 0 && dx < 0))
@@ -741,14 +808,24 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       named_arrive(1, nt);
       if (tid == workers) {
         const long long t0 = clock64();
-        if (p.profile != nullptr) __stcg(p.release_ns + (g & 1ull) * p.blocks + b, global_ns());
-        store_release(prog_self, g + 1, sys);
+        if (p.profile != nullptr) __stcg(p.release_ns + (g & 1ull) * segs + v, global_ns());
+        store_release(&p.progress[v], g + 1, sys_above() || sys_below());
         if (p.profile != nullptr) sh_prof[kRelease] += static_cast<unsigned long long>(clock64() - t0);
       }
     } else {
-      // The previous frame's entries in the segment above.
-      if (k > 0 && prev_ns > 0 && static_cast<int>(sorted_prev[0]) < halo)
-        patch_above(k - 1, prev_ns, sorted_prev, workers,
+      // The previous frame's entries in the segment above (its clusters, in raster order: kept
+      // here with one segment per block, else read back from the region).
+      const std::size_t prev_region = static_cast<std::size_t>(k - 1) * segs + v;
+      const int pns =
+          chunks == 1 ? prev_ns : (k > 0 ? static_cast<int>(__ldcg(p.region_counts + prev_region))
+                                         : 0);
+      const auto prev_center = [&](int c) -> int {
+        if (chunks == 1) return static_cast<int>(sorted_prev[c]);
+        const uint32_t xy = __ldcg(p.region_xy + prev_region * p.region_capacity + c);
+        return static_cast<int>((xy >> 16) * static_cast<uint32_t>(cols) + (xy & 0xffffu)) - p0;
+      };
+      if (k > 0 && pns > 0 && prev_center(0) < halo)
+        patch_above(k - 1, pns, prev_center, workers,
                     [&](int jj) { return sh_dprev[jj - base]; });
       // Emission: the segment's clusters in raster order into this (frame, segment) region.
       for (int t = tid; t < ns; t += workers) {
@@ -759,7 +836,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       }
       named_sync(1, nt);
       if (ns > 0) {
-        const std::size_t region = static_cast<std::size_t>(k) * p.blocks + b;
+        const std::size_t region = static_cast<std::size_t>(k) * segs + v;
         const int n_write = min(ns, static_cast<int>(p.region_capacity));
         for (int e = tid; e < n_write * S2; e += workers) {
           const int c = e / S2;
@@ -787,30 +864,37 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         }
       }
       if (tid == 0) {
-        p.region_counts[static_cast<std::size_t>(k) * p.blocks + b] = static_cast<uint32_t>(ns);
+        p.region_counts[static_cast<std::size_t>(k) * segs + v] = static_cast<uint32_t>(ns);
         if (ns > 0) atomicAdd(&p.frame_totals[k], static_cast<uint32_t>(ns));
       }
     }
     prev_ns = ns;
-    // The next frame's values have arrived (its own d0 is prepared in its loop 1).
+    // The next item's values have arrived (its own d0 is prepared in its loop 1).
     cp_async_wait_all();
     __syncthreads();
     lap(kEmit);
+   }
   }
 
   // The last frame's cluster entries in the segment above, once that segment has finished it.
   const int fin = static_cast<int>((g0 + p.n_frames) & 1ull);
-  if (p.n_frames > 0 && prev_ns > 0) {
+  if (p.n_frames > 0) {
     const uint32_t kl = p.n_frames - 1;
-    const uint32_t* sorted_last = sh_sorted + (kl & 1u) * seg_max;
-    if (static_cast<int>(sorted_last[0]) < halo) {
-      if (tid == 0 && prog_above)
-        while (load_acquire(prog_above, sys_above) < g0 + p.n_frames) __nanosleep(20);
+    const uint16_t* fl = frame_src(kl);
+    for (int ci = 0; ci < chunks; ++ci) {
+      if (chunks > 1) set_segment(b + ci * static_cast<int>(p.blocks));
+      const std::size_t region = static_cast<std::size_t>(kl) * segs + v;
+      const int nsl = static_cast<int>(__ldcg(p.region_counts + region));
+      const auto center = [&](int c) -> int {
+        const uint32_t xy = __ldcg(p.region_xy + region * p.region_capacity + c);
+        return static_cast<int>((xy >> 16) * static_cast<uint32_t>(cols) + (xy & 0xffffu)) - p0;
+      };
+      if (nsl == 0 || center(0) >= halo) continue;
+      if (tid == 0 && prog_above())
+        while (load_acquire(prog_above(), sys_above()) < g0 + p.n_frames) __nanosleep(20);
       __syncthreads();
-      const uint16_t* fl = sh_f + (kl & 1u) * lay.f_stride;
-      const int al = frame_a0(kl);
-      patch_above(kl, prev_ns, sorted_last, nt, [&](int jj) {
-        return cm::sub(static_cast<double>(fl[jj - al]), __ldcg(arrays_for(jj).mean[fin] + jj));
+      patch_above(kl, nsl, center, nt, [&](int jj) {
+        return cm::sub(static_cast<double>(fl[jj]), __ldcg(arrays_for(jj).mean[fin] + jj));
       });
     }
   }
@@ -850,34 +934,63 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   }
 }
 
+/// Calls f(kernel) with the find kernel of size S for `resident`, `spill` and several segments
+/// per block or one (the resident state only with one segment and spill levels 0 and 1).
+template <int S, bool kChunked, typename F>
+decltype(auto) with_find_kernel_c(bool resident, int spill, F&& f) {
+  if (resident && !kChunked) {
+    if (spill == 0) return f(find_kernel<S, true, 0, false>);
+    return f(find_kernel<S, true, 1, false>);
+  }
+  switch (spill) {
+    case 0: return f(find_kernel<S, false, 0, kChunked>);
+    case 1: return f(find_kernel<S, false, 1, kChunked>);
+    case 2: return f(find_kernel<S, false, 2, kChunked>);
+    case 3: return f(find_kernel<S, false, 3, kChunked>);
+    default: return f(find_kernel<S, false, 4, kChunked>);
+  }
+}
+template <int S, typename F>
+decltype(auto) with_find_kernel(bool resident, int spill, bool chunked, F&& f) {
+  if (chunked) return with_find_kernel_c<S, true>(resident, spill, std::forward<F>(f));
+  return with_find_kernel_c<S, false>(resident, spill, std::forward<F>(f));
+}
+
 template <int S>
 void launch_find_s(const FindLaunch& p, StreamView stream) {
-  const std::size_t smem = FindLayout(p.cols, p.segment_max, S, p.resident).bytes;
+  const std::size_t smem = FindLayout(p.cols, p.segment_max, S, p.resident, p.spill).bytes;
   // The shared-memory limit was raised by find_blocks_per_sm() on this device.
-  if (p.resident)
-    find_kernel<S, true><<<p.blocks, p.threads, smem, stream.get()>>>(p);
-  else
-    find_kernel<S, false><<<p.blocks, p.threads, smem, stream.get()>>>(p);
+  with_find_kernel<S>(p.resident, p.spill, p.chunks > 1, [&](auto kernel) {
+    kernel<<<p.blocks, p.threads, smem, stream.get()>>>(p);
+  });
   GLINT_CUDA_CHECK_LAUNCH();
 }
 
-template <int S, bool kResident>
-int max_resident_s(uint32_t cols, uint32_t segment, int threads) {
-  const std::size_t smem = FindLayout(cols, segment, S, kResident).bytes;
-  if (smem > kFindSharedMax) return 0;
-  GLINT_CUDA_CHECK(cudaFuncSetAttribute(find_kernel<S, kResident>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kFindSharedMax)));
-  int per_sm = 0;
-  GLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, find_kernel<S, kResident>, threads, smem));
-  return per_sm;
-}
-
 template <int S>
-int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int threads) {
-  return resident ? max_resident_s<S, true>(cols, segment, threads)
-                  : max_resident_s<S, false>(cols, segment, threads);
+int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int spill, bool chunked,
+                   int threads) {
+  if (resident && (spill > 1 || chunked)) return 0;
+  const std::size_t smem = FindLayout(cols, segment, S, resident, spill).bytes;
+  // Everything the device lets one block opt in to, less the kernel's static shared memory.
+  int device = 0, optin = 0;
+  GLINT_CUDA_CHECK(cudaGetDevice(&device));
+  GLINT_CUDA_CHECK(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  cudaFuncAttributes attr{};
+  with_find_kernel<S>(resident, spill, chunked, [&](auto kernel) {
+    GLINT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  });
+  const std::size_t limit =
+      std::min<std::size_t>(kFindSharedMax, static_cast<std::size_t>(optin) - attr.sharedSizeBytes);
+  if (smem > limit) return 0;
+  int per_sm = 0;
+  with_find_kernel<S>(resident, spill, chunked, [&](auto kernel) {
+    GLINT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(limit)));
+    GLINT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  });
+  return per_sm;
 }
 
 /// Packs the regions [r0, r1) of frame blockIdx.x, chunk blockIdx.y of p.chunks.
@@ -988,13 +1101,18 @@ int grid_for(std::size_t n) {
 
 }  // namespace
 
+std::size_t find_scratch_bytes(uint32_t cols, uint32_t segment, int cluster_size, bool resident,
+                               int spill) {
+  return FindLayout(cols, segment, cluster_size, resident, spill).scratch;
+}
+
 int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident,
-                       int threads) {
+                       int spill, bool chunked, int threads) {
   switch (cluster_size) {
-    case 3: return max_resident_s<3>(cols, segment, resident, threads);
-    case 5: return max_resident_s<5>(cols, segment, resident, threads);
-    case 7: return max_resident_s<7>(cols, segment, resident, threads);
-    default: return max_resident_s<9>(cols, segment, resident, threads);
+    case 3: return max_resident_s<3>(cols, segment, resident, spill, chunked, threads);
+    case 5: return max_resident_s<5>(cols, segment, resident, spill, chunked, threads);
+    case 7: return max_resident_s<7>(cols, segment, resident, spill, chunked, threads);
+    default: return max_resident_s<9>(cols, segment, resident, spill, chunked, threads);
   }
 }
 

@@ -1,8 +1,10 @@
 #pragma once
 // Launchers of the cluster-finding kernels (find_kernels.cu). Internal to glint::gpu.
 //
-// A GPU's band of rows is cut into segments of consecutive pixels in raster order; one block of
-// the persistent find kernel owns one segment and walks through the batch's frames in order.
+// A GPU's band of rows is cut into segments of consecutive pixels in raster order; each block of
+// the persistent find kernel owns one segment, or several (segments b, b + blocks, ...: every
+// neighbour of a segment belongs to another block, which works on it at about the same time),
+// and walks through the batch's frames in order, each frame through its segments.
 // Pedestal state per pixel in global memory: sum, sum2 and the cached mean double-buffered by
 // frame parity (frame G reads buffer G&1 and writes buffer (G+1)&1), noise cached in place, count
 // read-only. With `resident`, a block keeps its own pixels' state in shared memory during the
@@ -31,30 +33,36 @@ struct FindLaunch {
   uint32_t frame_row0 = 0;               ///< first frame row held in `frames`
   uint32_t frame_rows = 0;               ///< rows per frame held in `frames`
   int cluster_size = 3;
-  uint32_t segment_max = 1;              ///< most pixels a block owns
+  uint32_t segment_max = 1;              ///< most pixels a segment holds
   int threads = 512;                     ///< threads per block (FindTuning::find_threads)
-  uint32_t blocks = 0;                   ///< grid size (segments of this launch)
+  uint32_t blocks = 0;                   ///< grid size
+  uint32_t chunks = 1;                   ///< segments per block
+  uint32_t segments = 0;                 ///< blocks * chunks: segments of this launch
   uint32_t window = 1000;
-  bool resident = true;                  ///< own pixels' state in shared memory
+  bool resident = true;                  ///< own pixels' state in shared memory (chunks == 1)
+  int spill = 0;                         ///< FindLayout: which arrays live in `scratch`
+  unsigned char* scratch = nullptr;      ///< [blocks * scratch_stride] (spill > 0)
+  std::size_t scratch_stride = 0;        ///< bytes per block
   cluster_math::Thresholds thresholds{};
   PedestalArrays own, above, below;      ///< above/below: rows owned by neighbouring GPUs
-  unsigned long long* progress = nullptr;              ///< [blocks]
+  unsigned long long* progress = nullptr;              ///< [segments]
   const unsigned long long* progress_above = nullptr;  ///< the band above this launch's first
   const unsigned long long* progress_below = nullptr;  ///< the band below this launch's last
   unsigned long long* frames_done = nullptr;  ///< frames processed so far (parity, progress base)
   unsigned int* blocks_done = nullptr;
   const uint16_t* frames = nullptr;
   uint32_t n_frames = 0;
-  uint32_t* region_counts = nullptr;     ///< [n_frames * blocks], true counts (may exceed capacity)
-  uint32_t* region_xy = nullptr;         ///< [n_frames * blocks * capacity]
-  int32_t* region_data = nullptr;        ///< [n_frames * blocks * capacity * S*S]
+  uint32_t* region_counts = nullptr;     ///< [n_frames * segments], true counts (may exceed
+                                         ///< capacity)
+  uint32_t* region_xy = nullptr;         ///< [n_frames * segments * capacity]
+  int32_t* region_data = nullptr;        ///< [n_frames * segments * capacity * S*S]
   uint32_t region_capacity = 0;
   uint32_t* frame_totals = nullptr;      ///< [n_frames], zeroed before the launch
   /// Optional [blocks * kFindProfileSlots]: cycles per phase, then the nanoseconds from the
   /// previous segment's release of a frame to this segment seeing it, summed over the frames
   /// this segment had to wait for, and their number.
   unsigned long long* profile = nullptr;
-  unsigned long long* release_ns = nullptr;  ///< with profile: [2][blocks] release timestamps
+  unsigned long long* release_ns = nullptr;  ///< with profile: [2][segments] release timestamps
   /// With profile: [kLaunchRecords][blocks][4]: each block's globaltimer and clock64 at entry and
   /// at exit, for launch (frames_done at launch / n_frames) % kLaunchRecords.
   unsigned long long* launch_ts = nullptr;
@@ -65,12 +73,22 @@ inline constexpr int kLaunchRecords = 64;
 inline constexpr int kFindPhases = 6;
 inline constexpr int kFindProfileSlots = kFindPhases + 2;
 
+/// Spill levels of the find kernel's per-segment arrays (shared memory where they fit, else a
+/// per-block scratch area in global memory): 0 none; 1 the cluster and undecided lists and the
+/// previous frame's halo values (rarely touched); 2 also the frame values (read straight from
+/// the frame buffer); 3 also f - mean and its bounds; 4 everything.
+inline constexpr int kMaxSpill = 4;
+
+/// Global scratch bytes per find block for segments of `segment` pixels at `spill`.
+std::size_t find_scratch_bytes(uint32_t cols, uint32_t segment, int cluster_size, bool resident,
+                               int spill);
+
 /// Find blocks of `threads` threads resident at once per multiprocessor of the current device
-/// for segments of `segment` pixels (they wait for each other, so every block must be resident);
-/// 0 when the shared memory does not fit. Also raises the kernel's shared-memory limit on this
-/// device.
+/// for segments of `segment` pixels, one per block or several (`chunked`), (they wait for each
+/// other, so every block must be resident); 0 when the shared memory does not fit. Also raises
+/// the kernel's shared-memory limit on this device to what the device allows.
 int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident,
-                       int threads);
+                       int spill, bool chunked, int threads);
 void launch_find(const FindLaunch& p, StreamView stream);
 
 struct PackLaunch {

@@ -51,7 +51,7 @@ void validate_options(const FinderParams& params, const GpuFinderOptions& option
     if (d < 0 || d >= n_dev)
       throw std::invalid_argument("GPU finder: device " + std::to_string(d) +
                                   " does not exist (" + std::to_string(n_dev) + " found)");
-  if (options.devices.size() > params.shape.rows / 8)
+  if (options.devices.size() > 1 && options.devices.size() > params.shape.rows / 8)
     throw std::invalid_argument("GPU finder: too many GPUs for " +
                                 std::to_string(params.shape.rows) + " rows");
 }
@@ -305,7 +305,8 @@ class GpuEngine final : public GpuClusterFinder {
       DeviceGuard g(plans[li].device);
       Lane& lane = lanes_.emplace_back();
       lane.plan = plans[li];
-      lane.live = PedestalBuffers(np_, lane.plan.blocks, lane.compute);
+      lane.live = PedestalBuffers(np_, lane.plan.segments(), lane.plan.scratch_bytes(),
+                                  lane.compute);
       lane.dark_frames = DeviceBuffer<uint16_t>(static_cast<std::size_t>(lane.plan.frame_rows()) *
                                                 setup_.params.shape.cols * options_.batch_frames);
       lane.frame_bufs.resize(fb_count);
@@ -316,7 +317,7 @@ class GpuEngine final : public GpuClusterFinder {
       }
       lane.slots.resize(options_.streams);
       for (auto& ls : lane.slots) ls.graphs.resize(fb_count);
-      if (li == 0) diagnostics_.attach(lane.plan.blocks, lane.compute);
+      if (li == 0) diagnostics_.attach(lane.plan.blocks, lane.plan.segments(), lane.compute);
     }
     live_states_.clear();
     for (const Lane& lane : lanes_) live_states_.push_back(&lane.live);
@@ -335,7 +336,7 @@ class GpuEngine final : public GpuClusterFinder {
     if (!ls.snapshot.sum.get()) ls.snapshot = PedestalSnapshot(np_);
     const uint32_t want_region = std::max(region_capacity_for(lane.plan), min_region_capacity_);
     const uint64_t want_out = capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames);
-    if (ls.results.reserve(options_.batch_frames, lane.plan.blocks, values_, want_region,
+    if (ls.results.reserve(options_.batch_frames, lane.plan.segments(), values_, want_region,
                            want_out))
       for (auto& g : ls.graphs) g = GraphExec();
   }
@@ -444,7 +445,7 @@ class GpuEngine final : public GpuClusterFinder {
     ls.t1.record(cs);
     lane.fb_free[ls.fb].record(cs);
     if (tl) ls.pk0.record(cs);
-    ls.results.enqueue_pack(n, lane.plan.blocks,
+    ls.results.enqueue_pack(n, lane.plan.segments(),
                             static_cast<uint32_t>(options_.tuning.pack_regions), cs);
     ++stats_.direct_launches;
     if (tl) ls.pk1.record(cs);

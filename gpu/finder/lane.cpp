@@ -15,9 +15,14 @@ FindLaunch make_find_launch(const FindSetup& setup, std::span<const Lane> lanes,
   p.frame_rows = lane.frame_rows();
   p.cluster_size = setup.params.cluster_size;
   p.segment_max = lane.segment_max;
-  p.threads = setup.threads;
+  p.threads = lane.threads;
   p.resident = lane.resident;
   p.blocks = lane.blocks;
+  p.chunks = lane.chunks;
+  p.segments = lane.segments();
+  p.spill = lane.spill;
+  p.scratch = states[li]->scratch.get();
+  p.scratch_stride = lane.scratch_stride;
   p.window = setup.params.pedestal_window;
   p.thresholds = setup.thresholds;
   p.own = states[li]->arrays(lanes[li].live.count.get());
@@ -26,7 +31,7 @@ FindLaunch make_find_launch(const FindSetup& setup, std::span<const Lane> lanes,
   if (li > 0) {
     const Lane& up = lanes[li - 1];
     p.above = states[li - 1]->arrays(up.live.count.get());
-    p.progress_above = states[li - 1]->progress.get() + (up.plan.blocks - 1);
+    p.progress_above = states[li - 1]->progress.get() + (up.plan.segments() - 1);
   }
   if (li + 1 < lanes.size()) {
     const Lane& down = lanes[li + 1];

@@ -16,17 +16,26 @@ struct LanePlan {
   int device = 0;
   uint32_t r0 = 0, r1 = 0;               ///< band computed here
   uint32_t fr0 = 0, fr1 = 0;             ///< frame rows uploaded here (band plus halo)
-  uint32_t segment_max = 1, blocks = 0;  ///< pixels per find block (most), find blocks
+  uint32_t segment_max = 1;              ///< pixels per segment (most)
+  uint32_t blocks = 0;                   ///< find blocks
+  uint32_t chunks = 1;                   ///< segments per find block
+  int threads = 512;                     ///< threads per find block
   bool resident = true;                  ///< find blocks keep their pixels' state in shared memory
+  int spill = 0;                         ///< arrays in global scratch (find_kernels.hpp)
+  std::size_t scratch_stride = 0;        ///< global scratch bytes per find block
 
   uint32_t frame_rows() const { return fr1 - fr0; }
+  uint32_t segments() const { return blocks * chunks; }
+  std::size_t scratch_bytes() const { return scratch_stride * blocks; }
 };
 
-/// One lane per device, in row order: equal bands, each cut into as many segments as find blocks
-/// fit on its GPU at once (at most `tuning.max_segments`), each segment at least one window halo
-/// long; the state stays in shared memory where it fits (and `tuning.resident`), at the same
-/// number of blocks per multiprocessor before fewer are tried. Throws std::invalid_argument when
-/// the frame's rows cannot be shared this way.
+/// One lane per device, in row order (fewer where the bands would be shorter than a window's
+/// reach): equal bands, each cut into segments of consecutive pixels, each at least one window
+/// halo long (or the whole band). First as many segments as find blocks fit on the GPU at once
+/// (at most `tuning.max_segments`), one per block, the state in shared memory where it fits (and
+/// `tuning.resident`); where a frame is too large for that, each block takes several segments in
+/// turn, and the arrays that do not fit in shared memory move to a global scratch area. Never
+/// refuses a shape the CPU backend accepts.
 std::vector<LanePlan> plan_lanes(const FinderParams& params, std::span<const int> devices,
                                  const FindTuning& tuning);
 

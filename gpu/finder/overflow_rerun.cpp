@@ -26,7 +26,7 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
     DeviceGuard g(lane.plan.device);
     const LaneSlot& ls = lane.slots[si];
     const RegionBuffers& found = ls.results.regions();
-    std::vector<uint32_t> rc(static_cast<std::size_t>(n) * lane.plan.blocks);
+    std::vector<uint32_t> rc(static_cast<std::size_t>(n) * lane.plan.segments());
     std::vector<uint32_t> ft(n);
     GLINT_CUDA_CHECK(cudaMemcpy(rc.data(), found.counts().get(), rc.size() * 4,
                                 cudaMemcpyDeviceToHost));
@@ -40,11 +40,12 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
       max_frame_total_ = std::max<uint64_t>(max_frame_total_, c);
     }
     max_region_ = std::max(max_region_, mx);
-    regions_[li] = RegionBuffers(static_cast<std::size_t>(n), lane.plan.blocks, mx, values);
+    regions_[li] = RegionBuffers(static_cast<std::size_t>(n), lane.plan.segments(), mx, values);
     capacity_[li] = std::max<uint64_t>(tot, 1);
     out_[li] = PinnedBuffer<unsigned char>(out_layout(batch, capacity_[li], values).bytes);
     StreamView s = lane.compute;
-    if (!state_[li]) state_[li] = PedestalBuffers(np, lane.plan.blocks, s);
+    if (!state_[li])
+      state_[li] = PedestalBuffers(np, lane.plan.segments(), lane.plan.scratch_bytes(), s);
     // Start state: the snapshot, as parity 0, frame counter 0.
     const std::size_t off = static_cast<std::size_t>(lane.plan.fr0) * cols;
     const std::size_t cnt = static_cast<std::size_t>(lane.plan.frame_rows()) * cols;
@@ -76,7 +77,8 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
                                  regions_[li]),
                 s);
     const OutLayout l = out_layout(batch, capacity_[li], values);
-    launch_pack(regions_[li].pack(n, lane.plan.blocks, values, l, out_[li].get(), capacity_[li]),
+    launch_pack(regions_[li].pack(n, lane.plan.segments(), values, l, out_[li].get(),
+                                  capacity_[li]),
                 64, s);
   }
   bands.resize(n_lanes);

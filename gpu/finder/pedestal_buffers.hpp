@@ -12,12 +12,14 @@ namespace glint::gpu::detail {
 struct PedestalBuffers {
   DeviceBuffer<double> sum[2], sum2[2], mean[2], noise;
   DeviceBuffer<uint32_t> count;
-  DeviceBuffer<unsigned long long> progress, frames_done;  ///< per find block; frames so far
+  DeviceBuffer<unsigned long long> progress, frames_done;  ///< per segment; frames so far
   DeviceBuffer<unsigned int> blocks_done;
+  DeviceBuffer<unsigned char> scratch;  ///< the find blocks' spilled arrays (LanePlan::spill)
 
   PedestalBuffers() = default;
-  /// Zeroed state for `np` pixels and `blocks` find blocks, cleared on stream `s`.
-  PedestalBuffers(std::size_t np, uint32_t blocks, StreamView s) {
+  /// Zeroed state for `np` pixels and `segments` segments, `scratch_bytes` of scratch for the
+  /// find blocks; cleared on stream `s`.
+  PedestalBuffers(std::size_t np, uint32_t segments, std::size_t scratch_bytes, StreamView s) {
     for (int i = 0; i < 2; ++i) {
       sum[i] = DeviceBuffer<double>(np);
       sum2[i] = DeviceBuffer<double>(np);
@@ -30,12 +32,13 @@ struct PedestalBuffers {
     noise.zero(s);
     count = DeviceBuffer<uint32_t>(np);
     count.zero(s);
-    progress = DeviceBuffer<unsigned long long>(blocks);
+    progress = DeviceBuffer<unsigned long long>(segments);
     progress.zero(s);
     frames_done = DeviceBuffer<unsigned long long>(1);
     frames_done.zero(s);
     blocks_done = DeviceBuffer<unsigned int>(1);
     blocks_done.zero(s);
+    if (scratch_bytes > 0) scratch = DeviceBuffer<unsigned char>(scratch_bytes);
   }
   explicit operator bool() const { return progress.get() != nullptr; }
 

@@ -281,6 +281,69 @@ INSTANTIATE_TEST_SUITE_P(
                       Scenario{400, 400, 3, 5.0, 40, 500, 28},    // the detector size
                       Scenario{37, 53, 3, 5.0, 80, 30, 29}));     // odd sizes, few bands
 
+// Detector shapes whose segments do not all fit in shared memory at once: JUNGFRAU modules at
+// every cluster size, 1M and 4M-sized images, odd sizes, and frames so wide that a window's reach
+// exceeds shared memory. Against the CPU backend, byte for byte, with few frames (a short pedestal
+// window keeps the dark frames few while every pixel holds a full window, the path of real runs).
+struct LargeShape {
+  uint32_t rows, cols;
+  int size;
+  double n_sigma;
+  std::size_t frames;
+  double photons;  ///< per frame
+  uint32_t window, dark;
+  friend void PrintTo(const LargeShape& s, std::ostream* os) {
+    *os << s.rows << "x" << s.cols << " S" << s.size << " n" << s.n_sigma << " " << s.frames
+        << "f window " << s.window << " dark " << s.dark;
+  }
+};
+
+class LargeShapes : public ::testing::TestWithParam<LargeShape> {};
+
+TEST_P(LargeShapes, IdenticalToCpuBackend) {
+  GLINT_REQUIRE_GPU();
+  const LargeShape s = GetParam();
+  FinderParams p;
+  p.shape = {s.rows, s.cols};
+  p.cluster_size = s.size;
+  p.n_sigma = s.n_sigma;
+  p.pedestal_window = s.window;
+  const SynthFrames f = synth_frames(p.shape, 1000 + s.rows + s.cols + s.size, s.dark, s.frames,
+                                     s.photons);
+  std::vector<uint64_t> numbers(s.frames);
+  std::iota(numbers.begin(), numbers.end(), 100);
+  ClusterTable want(s.size), got(s.size);
+  auto cpu = glint::make_cpu_finder(p, 0);
+  cpu->push_dark(f.dark);
+  cpu->find(f.data, numbers, want);
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 3;  // several launches, a partial last batch
+  o.streams = 2;
+  auto gpu = glint::gpu::make_gpu_finder(p, o);
+  gpu->push_dark(f.dark);
+  gpu->find(f.data, numbers, got);
+  ASSERT_GT(want.n_clusters(), 10 * s.frames);
+  expect_same(got, want);
+  expect_same_bits(gpu->pedestal(), cpu->pedestal());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    GpuFinder, LargeShapes,
+    ::testing::Values(LargeShape{512, 1024, 3, 5.0, 8, 1600, 64, 70},
+                      LargeShape{512, 1024, 5, 5.0, 8, 1600, 64, 70},
+                      LargeShape{512, 1024, 7, 5.0, 8, 1600, 64, 70},
+                      LargeShape{512, 1024, 9, 5.0, 8, 1600, 64, 70},
+                      LargeShape{640, 1024, 3, 5.0, 7, 2000, 64, 70},
+                      LargeShape{768, 1024, 3, 5.0, 7, 2400, 1000, 20},  // partial windows
+                      LargeShape{896, 1024, 3, 5.0, 7, 2800, 64, 70},
+                      LargeShape{1024, 1024, 3, 5.0, 7, 3300, 64, 70},
+                      LargeShape{1024, 1024, 3, 3.0, 7, 3300, 64, 70},   // many undecided
+                      LargeShape{2048, 2048, 3, 5.0, 5, 13000, 64, 70},
+                      LargeShape{1031, 1553, 5, 5.0, 5, 5000, 64, 70},  // odd, no multiple
+                      LargeShape{64, 4096, 9, 5.0, 8, 800, 64, 70},     // f - mean spilled
+                      LargeShape{24, 20000, 9, 5.0, 8, 1500, 64, 70},   // everything spilled
+                      LargeShape{5, 700, 9, 5.0, 8, 20, 64, 70}));      // band < window reach
+
 TEST(GpuFinder, OverflowIsRerunExactlyAndCounted) {
   GLINT_REQUIRE_GPU();
   const Scenario s{96, 128, 3, 5.0, 100, 300, 31};

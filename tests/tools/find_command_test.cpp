@@ -155,3 +155,12 @@ TEST(GlintBenchFind, CpuPrintsRateAndMatchesTheReference) {
   expect_failure("bench find --size 0", 2, "--size (1..65536)");
   expect_failure("bench find --cluster-size 6", 2, "cluster size 6 is not supported");
 }
+
+TEST(GlintBenchFind, RowsAndColumnsGiveTheFrameShape) {
+  const ToolResult r = run_glint("bench find --backend cpu --rows 24 --cols 40 --frames 10 "
+                                 "--threads 2 --photons 10 --reference");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("24x40 frames"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("DIFFER"), std::string::npos) << r.output;
+  expect_failure("bench find --rows 70000", 2, "--rows and --cols (at most 65536)");
+}

@@ -8,15 +8,17 @@
 namespace glint::gpu {
 
 struct FindTuning {
-  /// Threads per find block: a multiple of 32 from 128 to 1024 (two 512-thread blocks fill an
-  /// H200 SM).
+  /// Threads per find block where two blocks share a multiprocessor: a multiple of 32 from 128
+  /// to 1024 (two 512-thread blocks fill an H200 SM). A block alone on a multiprocessor (large
+  /// frames) gets twice as many, at most 1024.
   int find_threads = 512;
   /// Segments' regions packed by one 256-thread pack block (1 to 1024; 8: one per warp).
   int pack_regions = 8;
   /// Find blocks may keep their segment's pedestal state in shared memory where it fits; false
   /// keeps it in global memory (the path taken anyway where it does not fit).
   bool resident = true;
-  /// Most segments a GPU's band is cut into (longer segments); 0: as many as fit at once.
+  /// Most segments a GPU's band is cut into (longer segments), where the shape allows; 0: as
+  /// many as fit at once.
   long long max_segments = 0;
   /// Count cycles per phase of the find kernel, hand-off times and block entry/exit times on the
   /// first GPU; logged (info) when the finder is destroyed.
