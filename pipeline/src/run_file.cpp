@@ -113,6 +113,20 @@ void write_numeric_attr(const Context& c, hid_t obj, const char* name, T value) 
   write_numeric_attr<T>(c, obj, name, std::span<const T>(&value, 1));
 }
 
+/// A scalar text dataset (variable-length UTF-8, as the attributes).
+Hid write_string_dataset(const Context& c, hid_t parent, const char* name,
+                         const std::string& value) {
+  Hid type = hdf5::string_type();
+  Hid space(c.id(H5Screate(H5S_SCALAR), "dataspace"), H5Sclose);
+  Hid ds(c.id(H5Dcreate2(parent, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                         H5P_DEFAULT),
+              std::string("dataset ") + name),
+         H5Dclose);
+  const char* p = value.c_str();
+  c.check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), name);
+  return ds;
+}
+
 Hid make_group(const Context& c, hid_t parent, const char* name, const char* nx_class) {
   Hid g(c.id(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                 std::string("group ") + name),
@@ -563,19 +577,17 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
   const hid_t f = m.file.get();
   {
     Hid entry = make_group(c, f, "entry", "NXentry");
-    write_string_attr(c, entry.get(), "start_time", iso8601_now());
+    const std::string start_time = iso8601_now();
+    write_string_attr(c, entry.get(), "start_time", start_time);
     write_string_attr(c, entry.get(), "program_name", "glint");
     write_string_attr(c, entry.get(), "program_version", GLINT_VERSION);
+    // The same as NXentry's fields, for NeXus readers (end_time is added at close).
+    write_string_dataset(c, entry.get(), "start_time", start_time);
     {
-      Hid type = hdf5::string_type();
-      Hid space(c.id(H5Screate(H5S_SCALAR), "dataspace"), H5Sclose);
-      Hid ds(c.id(H5Dcreate2(entry.get(), "config", type.get(), space.get(), H5P_DEFAULT,
-                                H5P_DEFAULT, H5P_DEFAULT),
-                     "dataset config"),
-             H5Dclose);
-      const char* p = meta.config_yaml.c_str();
-      c.check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), "config");
+      Hid program = write_string_dataset(c, entry.get(), "program_name", "glint");
+      write_string_attr(c, program.get(), "version", GLINT_VERSION);
     }
+    write_string_dataset(c, entry.get(), "config", meta.config_yaml);
     Hid instrument = make_group(c, entry.get(), "instrument", "NXinstrument");
     Hid det = make_group(c, instrument.get(), "detector", "NXdetector");
     const std::array<uint32_t, 2> shape{meta.finder.shape.rows, meta.finder.shape.cols};
@@ -612,7 +624,9 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
                         "JUNGFRAU: pixels with the invalid gain bits 10 in the frame");
     }
 
-    Hid clusters = make_group(c, entry.get(), "clusters", "NXevent_data");
+    // NXcollection: NeXus places NXevent_data in NXinstrument, not in NXentry. The event view
+    // of these columns is /entry/instrument/events (below).
+    Hid clusters = make_group(c, entry.get(), "clusters", "NXcollection");
     const auto cd = m.cluster_dims();
     m.c_frame_number =
         make_table(c, clusters.get(), "frame_number", H5T_STD_U64LE, {}, kClusterChunk);
@@ -625,14 +639,24 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
     // NXevent_data's fields, mapped from the columns above (docs/file-layout.md): a cluster is
     // an event at its centre pixel, a frame a pulse.
     m.c_event_id = make_table(c, clusters.get(), "event_id", H5T_STD_U32LE, {}, kClusterChunk);
+    write_string_attr(c, m.c_event_id.get(), "units", "");  // NX_DIMENSIONLESS
     m.c_event_time_offset =
         make_table(c, clusters.get(), "event_time_offset", H5T_STD_U32LE, {}, kClusterChunk);
     write_string_attr(c, m.c_event_time_offset.get(), "units", "ns");
     m.c_event_index =
         make_table(c, clusters.get(), "event_index", H5T_STD_U64LE, {}, kFrameChunk);
+    write_string_attr(c, m.c_event_index.get(), "units", "");
     m.c_event_time_zero =
         make_table(c, clusters.get(), "event_time_zero", H5T_STD_U64LE, {}, kFrameChunk);
     write_string_attr(c, m.c_event_time_zero.get(), "units", "ns");
+    {
+      // NXevent_data: the four fields, as hard links (the same datasets, no copy).
+      Hid events = make_group(c, instrument.get(), "events", "NXevent_data");
+      for (const char* name : {"event_id", "event_time_offset", "event_index", "event_time_zero"})
+        c.check(H5Lcreate_hard(clusters.get(), name, events.get(), name, H5P_DEFAULT,
+                               H5P_DEFAULT),
+                std::string("linking /entry/instrument/events/") + name);
+    }
 
     Hid ped = make_group(c, entry.get(), "pedestal", "NXcollection");
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -994,7 +1018,9 @@ void RunFileWriter::close(const PedestalState* end) {
       if (!m.recon_summary) sum.volumes_done = m.recon_rows;
       write_recon_summary(m.ctx, entry.get(), sum, m.recon_rows);
     }
-    write_string_attr(m.ctx, entry.get(), "end_time", iso8601_now());
+    const std::string end_time = iso8601_now();
+    write_string_attr(m.ctx, entry.get(), "end_time", end_time);
+    write_string_dataset(m.ctx, entry.get(), "end_time", end_time);
     if (!m.end_reason.empty()) write_string_attr(m.ctx, entry.get(), "end_reason", m.end_reason);
     write_numeric_attr<uint64_t>(m.ctx, entry.get(), "stream_stride", m.stream_stride);
     if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) m.ctx.fail("flushing (disk full?)");

@@ -265,8 +265,8 @@ TEST_F(RunFile, ReadableByH5py) {
 }
 
 // /entry/clusters carries NXevent_data's fields, mapped from the frame and cluster tables: a
-// cluster is an event at its centre pixel, a frame a pulse. Read while the run is written (SWMR)
-// and after it closed.
+// cluster is an event at its centre pixel, a frame a pulse; /entry/instrument/events is the
+// NXevent_data group that links them. Read while the run is written (SWMR) and after it closed.
 TEST_F(RunFile, ClustersCarryTheNXeventDataFields) {
   if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "h5py is not installed (scripts/setup.sh installs python3-h5py)";
@@ -277,7 +277,17 @@ TEST_F(RunFile, ClustersCarryTheNXeventDataFields) {
       << "import h5py, sys\n"
          "f = h5py.File(sys.argv[1], 'r', libver='latest', swmr=True)\n"
          "c = f['entry/clusters']\n"
-         "assert c.attrs['NX_class'] == 'NXevent_data'\n"
+         "assert c.attrs['NX_class'] == 'NXcollection'\n"
+         "e = f['entry/instrument/events']\n"
+         "assert e.attrs['NX_class'] == 'NXevent_data'\n"
+         "for k in ('event_id', 'event_index', 'event_time_zero', 'event_time_offset'):\n"
+         "    assert e[k] == c[k], k  # the same dataset (hard link)\n"
+         "assert f['entry/start_time'][()].decode() == f['entry'].attrs['start_time']\n"
+         "assert f['entry/program_name'].attrs['version'] == f['entry'].attrs['program_version']\n"
+         "if int(sys.argv[2]) == 6:\n"
+         "    assert f['entry/end_time'][()].decode() == f['entry'].attrs['end_time']\n"
+         "else:\n"
+         "    assert 'end_time' not in f['entry']\n"
          "n = int(sys.argv[2])\n"
          "ids = [8, 23, 0, 8, 23, 0][:n]\n"
          "assert list(c['event_id'][:]) == ids, list(c['event_id'][:])\n"
