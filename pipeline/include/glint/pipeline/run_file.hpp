@@ -9,13 +9,14 @@
 //                               n_sigma, cluster_size, backend, pedestal_window
 //   /entry/frames               frame_number u64, timestamp u64, cluster_offset u64,
 //                               n_clusters u32, flags u8 (one row per frame, in order)
-//   /entry/clusters             NXevent_data: frame_number u64, x u16, y u16,
-//                               data (n, S, S) int32 (float32 keV when calibrated), and the
-//                               fields NXevent_data readers expect, mapped from those: per
-//                               cluster event_id u32 (centre pixel y * cols + x) and
-//                               event_time_offset u32 (0: extended, never written); per frame
-//                               row event_index u64 (= cluster_offset) and event_time_zero u64
-//                               (the timestamp in ns)
+//   /entry/clusters             NXcollection: frame_number u64, x u16, y u16,
+//                               data (n, S, S) int32 (float32 keV when calibrated), and
+//                               NXevent_data's fields mapped from those: per cluster event_id
+//                               u32 (centre pixel y * cols + x) and event_time_offset u32 (0:
+//                               extended, never written); per frame row event_index u64
+//                               (= cluster_offset) and event_time_zero u64 (timestamp in ns)
+//   /entry/instrument/events    NXevent_data: hard links to the four event_* datasets
+//   /entry start_time, end_time, program_name: NXentry's fields (also as attributes)
 //   /entry/pedestal             start_mean, start_noise, end_mean, end_noise (H x W float64,
 //                               NaN until written) and the end state (end_sum, end_sum2,
 //                               end_count) from which a later run can resume exactly;
