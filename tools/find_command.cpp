@@ -76,7 +76,8 @@ std::string settings_yaml(const FindArgs& a, const std::string& backend) {
       "finder:\n  n_sigma: {}\n"
       "  cluster_size: {}\n  backend: {}\n  threads: {}\ndetector:\n  type: {}\n"
       "calibration:\n  gain_file: '{}'\n  pedestal_file: '{}'\n  hg0: {}\n",
-      a.input, a.dataset, a.dark, a.pedestal_source, a.n_sigma, a.cluster_size, backend, a.threads, a.detector,
+      a.input, a.dataset, a.dark, a.pedestal_source, a.n_sigma, a.cluster_size, backend,
+      a.threads, a.detector,
       a.gain_file, a.pedestal_file, a.hg0);
 }
 
