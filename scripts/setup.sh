@@ -16,7 +16,7 @@ packages=(
   libsystemd-dev systemd
   libmicrohttpd-dev
   clang libclang-rt-dev
-  python3 python3-h5py python3-numpy python3-zmq python3-pytest
+  python3 python3-h5py python3-numpy python3-zmq python3-pytest python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -28,6 +28,19 @@ if ((${#missing[@]})); then
   apt-get install -y --no-install-recommends "${missing[@]}"
 else
   echo "setup: all Debian packages present"
+fi
+# The NeXus check of the run files (tests/nexus) uses nexusformat's nxcheck, which ships the
+# NXDL definitions and runs offline. Debian has no package of it: it is installed from PyPI into
+# a virtual environment of its own, never into Debian's Python.
+nexus_venv=${GLINT_NEXUS_VENV:-/opt/glint/nexus}
+nexusformat_version=2.1.0
+if ! "$nexus_venv/bin/python" -c "import nexusformat, sys; \
+    sys.exit(nexusformat.__version__ != '$nexusformat_version')" 2>/dev/null; then
+  echo "setup: installing nexusformat $nexusformat_version into $nexus_venv"
+  /usr/bin/python3 -m venv "$nexus_venv"
+  "$nexus_venv/bin/pip" install --quiet "nexusformat==$nexusformat_version"
+else
+  echo "setup: nexusformat $nexusformat_version present in $nexus_venv"
 fi
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   echo "setup: CUDA toolkit: $(/usr/local/cuda/bin/nvcc --version | tail -1)"

@@ -28,6 +28,8 @@ struct FindArgs {
   std::string input;
   std::string dataset = "/data";
   uint64_t dark = 1000;
+  bool dark_given = false;            ///< --dark was given (else 0 with a pedestal file)
+  std::string pedestal_source = "dark";  ///< dark | file:PATH
   double n_sigma = 5.0;
   int cluster_size = 3;
   std::string backend = "auto";
@@ -70,14 +72,32 @@ class Progress {
 
 std::string settings_yaml(const FindArgs& a, const std::string& backend) {
   return fmt::format(
-      "# glint find\ninput: {}\ndataset: {}\ndark_frames: {}\nfinder:\n  n_sigma: {}\n"
+      "# glint find\ninput: {}\ndataset: {}\ndark_frames: {}\npedestal:\n  source: '{}'\n"
+      "finder:\n  n_sigma: {}\n"
       "  cluster_size: {}\n  backend: {}\n  threads: {}\ndetector:\n  type: {}\n"
       "calibration:\n  gain_file: '{}'\n  pedestal_file: '{}'\n  hg0: {}\n",
-      a.input, a.dataset, a.dark, a.n_sigma, a.cluster_size, backend, a.threads, a.detector,
+      a.input, a.dataset, a.dark, a.pedestal_source, a.n_sigma, a.cluster_size, backend,
+      a.threads, a.detector,
       a.gain_file, a.pedestal_file, a.hg0);
 }
 
-int run_find(const FindArgs& a) {
+/// The pedestal of --pedestal-source file:PATH (a pedestal file, or a closed run file), checked
+/// against the frames' shape.
+PedestalState load_pedestal_source(const std::string& path, FrameShape shape) {
+  PedestalState p;
+  try {
+    p = pipeline::read_pedestal_state(path);
+  } catch (const std::exception& e) {
+    throw InputError("--pedestal-source file:" + path + ": " + e.what());
+  }
+  if (p.shape != shape)
+    throw InputError(fmt::format("--pedestal-source file:{}: the pedestal is {} x {}, the frames "
+                                 "are {} x {}", path, p.shape.rows, p.shape.cols, shape.rows,
+                                 shape.cols));
+  return p;
+}
+
+int run_find(FindArgs a) {
   using Clock = std::chrono::steady_clock;
   const auto t_start = Clock::now();
 
@@ -104,12 +124,26 @@ int run_find(const FindArgs& a) {
       }
     }
   }
+  std::optional<PedestalState> loaded;
+  if (a.pedestal_source.starts_with("file:") && a.pedestal_source.size() > 5) {
+    if (params.pixels == PixelMode::jungfrau_calibrated)
+      throw InputError("--pedestal-source " + a.pedestal_source + ": a pedestal file serves raw "
+                       "and G0-only frames (as glint pedestal makes it); with --gain-file the "
+                       "pedestal comes from the dark frames (--pedestal-source dark)");
+    loaded = load_pedestal_source(a.pedestal_source.substr(5), params.shape);
+    params.pedestal_window = loaded->window;
+    if (!a.dark_given) a.dark = 0;
+  } else if (a.pedestal_source != "dark") {
+    throw InputError("--pedestal-source " + a.pedestal_source +
+                     ": allowed are dark (the first --dark frames) and file:PATH (a pedestal "
+                     "file from glint pedestal, or a closed run file)");
+  }
   try {
     validate(params);
   } catch (const std::invalid_argument& e) {
     throw InputError(e.what());
   }
-  if (a.dark < params.pedestal_window)
+  if (!loaded && a.dark < params.pedestal_window)
     throw InputError(fmt::format(
         "--dark {}: fewer dark frames than the pedestal window ({}); the first data frame would "
         "corrupt the pedestal",
@@ -131,6 +165,8 @@ int run_find(const FindArgs& a) {
       throw InputError(fmt::format("{} exists already (use --overwrite to replace it)", out));
 
   auto finder = pipeline::make_finder(params, fo);
+  // Dark frames given as well go on top of the loaded pedestal (tracking continues from it).
+  if (loaded) finder->load_pedestal(*loaded);
   const std::string backend = finder->description();
   log::debug("glint find: {} x {} frames from '{}' in {}, {} dark; {}x{} clusters, n_sigma {}, {}",
             in.shape().rows, in.shape().cols, a.dataset, a.input, a.dark, a.cluster_size,
@@ -170,6 +206,8 @@ int run_find(const FindArgs& a) {
     for (uint64_t f = 0; f < a.dark; ++f) rows[f] = {f, 0, 0, 0, pipeline::kFlagDark};
     h5->append_empty_frames(rows);
     h5->write_start_pedestal(finder->pedestal());
+    if (const auto adc = finder->calibration_pedestal(); !adc.empty())
+      h5->write_calibration_pedestal(adc);
   }
 
   // Data frames: frame number = index in the dataset.
@@ -228,7 +266,14 @@ void add_find_command(CLI::App& app) {
   auto a = std::make_shared<FindArgs>();
   cmd->add_option("-i,--input", a->input, "HDF5 file with the frames")->required();
   cmd->add_option("--dataset", a->dataset, "dataset holding the frames")->capture_default_str();
-  cmd->add_option("--dark", a->dark, "the first DARK frames are dark (pedestal) frames")
+  auto* dark = cmd->add_option("--dark", a->dark,
+                               "the first DARK frames are dark (pedestal) frames (default 0 "
+                               "with --pedestal-source file:PATH)")
+                   ->capture_default_str();
+  cmd->add_option("--pedestal-source", a->pedestal_source,
+                  "dark (from the first --dark frames) or file:PATH (a pedestal file from glint "
+                  "pedestal, or a closed run file: its end pedestal; its window is used; dark "
+                  "frames given with --dark continue it)")
       ->capture_default_str();
   cmd->add_option("--n-sigma", a->n_sigma, "photon threshold in noise rms")->capture_default_str();
   cmd->add_option("--cluster-size", a->cluster_size, "cluster size: 3, 5, 7 or 9")
@@ -254,7 +299,8 @@ void add_find_command(CLI::App& app) {
   cmd->add_flag("--hg0", a->hg0, "use the gain file's HG0 array for G0 (high-gain G0)");
   cmd->add_flag("--overwrite", a->overwrite, "replace existing output files");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress, no summary line");
-  cmd->callback([a] {
+  cmd->callback([a, dark] {
+    a->dark_given = dark->count() > 0;
     try {
       run_find(*a);
     } catch (const InputError& e) {

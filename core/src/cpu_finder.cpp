@@ -596,6 +596,13 @@ class CpuFinder final : public SynchronousFinder {
     return s;
   }
 
+  std::vector<double> calibration_pedestal() const override {
+    if (!calibrated_.active()) return {};
+    const_cast<CpuFinder*>(this)->settle();
+    const auto t = calibrated_.pedestal_table();
+    return {t.begin(), t.end()};
+  }
+
   void load_pedestal(const PedestalState& s) override {
     if (s.shape != params_.shape || s.window != params_.pedestal_window)
       throw std::invalid_argument("load_pedestal: shape or window differs from the finder's");

@@ -119,6 +119,13 @@ class ReferenceFinder final : public SynchronousFinder {
     return state_;
   }
 
+  std::vector<double> calibration_pedestal() const override {
+    if (!calibrated_.active()) return {};
+    const_cast<ReferenceFinder*>(this)->settle();
+    const auto t = calibrated_.pedestal_table();
+    return {t.begin(), t.end()};
+  }
+
   void load_pedestal(const PedestalState& s) override {
     if (s.shape != params_.shape || s.window != params_.pedestal_window)
       throw std::invalid_argument("load_pedestal: shape or window differs from the finder's");

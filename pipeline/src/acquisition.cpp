@@ -198,6 +198,9 @@ void Acquisition::begin_data() {
   // The dark phase is over: record the pedestal data taking starts from.
   PedestalState p = finder_->finder().pedestal();
   consumers_.on_pedestal(p);
+  // Calibrated frames: the ADC pedestal per gain stage is fixed by now; the run file keeps it.
+  if (const auto adc = finder_->finder().calibration_pedestal(); !adc.empty())
+    if (RunFileWriter* w = run_file_->writer()) w->write_calibration_pedestal(adc);
   {
     std::lock_guard lock(mu_);
     start_pedestal_ = std::move(p);

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <utility>
 
+#include "glint/jungfrau.hpp"
 #include "glint/log.hpp"
 
 namespace glint::pipeline {
@@ -112,6 +113,20 @@ void write_numeric_attr(const Context& c, hid_t obj, const char* name, T value) 
   write_numeric_attr<T>(c, obj, name, std::span<const T>(&value, 1));
 }
 
+/// A scalar text dataset (variable-length UTF-8, as the attributes).
+Hid write_string_dataset(const Context& c, hid_t parent, const char* name,
+                         const std::string& value) {
+  Hid type = hdf5::string_type();
+  Hid space(c.id(H5Screate(H5S_SCALAR), "dataspace"), H5Sclose);
+  Hid ds(c.id(H5Dcreate2(parent, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                         H5P_DEFAULT),
+              std::string("dataset ") + name),
+         H5Dclose);
+  const char* p = value.c_str();
+  c.check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), name);
+  return ds;
+}
+
 Hid make_group(const Context& c, hid_t parent, const char* name, const char* nx_class) {
   Hid g(c.id(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                 std::string("group ") + name),
@@ -173,8 +188,11 @@ void append_rows(const Context& c, hid_t ds, hid_t mem_type, hsize_t old_rows, h
 /// Rows per chunk of the /entry/frames columns and the /entry/clusters columns (a quarter of
 /// that for clusters/data).
 constexpr hsize_t kFrameChunk = 4096, kClusterChunk = 4096;
-/// Bytes of one /entry/frames row over its columns.
-constexpr uint64_t kFrameRowBytes = 8 + 8 + 8 + 4 + 1;
+/// Bytes of one /entry/frames row over its columns, with its row of the per-frame NXevent_data
+/// fields in /entry/clusters (event_index, event_time_zero).
+constexpr uint64_t kFrameRowBytes = 8 + 8 + 8 + 4 + 1 + 8 + 8;
+/// Nanoseconds per tick of the detector timestamp (10 MHz).
+constexpr uint64_t kNsPerTimestampTick = 100;
 
 /// Bytes of /entry/reconstruction/device per row (a fixed size keeps the table SWMR-appendable).
 constexpr std::size_t kDeviceChars = 64;
@@ -278,7 +296,11 @@ bool detach_from_disk(hid_t file) {
 /// with the reserve for its metadata: less free space than this, and a run does not start.
 uint64_t bytes_to_start(const RunMetadata& meta) {
   const uint64_t pixels = uint64_t(meta.finder.shape.rows) * meta.finder.shape.cols;
-  return pixels * (6 * sizeof(double) + sizeof(uint32_t)) + 2 * StorageGuard::kMetadataReserve;
+  const uint64_t calibration = meta.finder.pixels == PixelMode::jungfrau_calibrated
+                                   ? uint64_t{jungfrau::kStages} * sizeof(double)
+                                   : 0;
+  return pixels * (6 * sizeof(double) + sizeof(uint32_t) + calibration) +
+         2 * StorageGuard::kMetadataReserve;
 }
 
 }  // namespace
@@ -297,6 +319,10 @@ struct RunFileWriter::Impl {
   Hid f_gain_switched, f_gain_invalid;
   std::vector<uint32_t> col_gain_switched, col_gain_invalid;
   Hid c_frame_number, c_x, c_y, c_data;
+  // NXevent_data's fields in /entry/clusters: per cluster (event_id; event_time_offset, only
+  // extended: its fill value 0 is every value) and per frame row (event_index, event_time_zero).
+  Hid c_event_id, c_event_time_offset, c_event_index, c_event_time_zero;
+  Hid p_calibration;  // /entry/pedestal/calibration: calibrated JUNGFRAU runs only
   Hid p_start_mean, p_start_noise, p_end_mean, p_end_noise, p_end_sum, p_end_sum2, p_end_count;
   Hid flushed_rows;  // /entry/flushed_rows
   uint64_t frames = 0;
@@ -406,7 +432,7 @@ struct RunFileWriter::Impl {
   }
 
   uint64_t cluster_bytes() const {
-    return 8 + 2 + 2 + 4 * uint64_t(finder.cluster_size) * finder.cluster_size;
+    return 8 + 2 + 2 + 4 + 4 * uint64_t(finder.cluster_size) * finder.cluster_size;
   }
 
   std::array<hsize_t, 2> cluster_dims() const {
@@ -420,12 +446,14 @@ struct RunFileWriter::Impl {
   // Column buffers of one append, kept between calls so that a batch allocates nothing once
   // they have grown to the largest batch. Used under io_mu only.
   std::vector<uint64_t> col_frame_number, col_timestamp, col_cluster_offset, col_cluster_frame;
-  std::vector<uint32_t> col_n_clusters;
+  std::vector<uint64_t> col_time_zero;
+  std::vector<uint32_t> col_n_clusters, col_event_id;
   std::vector<uint8_t> col_flags;
 
   void resize_frame_columns(std::size_t n) {
     col_frame_number.resize(n);
     col_timestamp.resize(n);
+    col_time_zero.resize(n);
     col_cluster_offset.resize(n);
     col_n_clusters.resize(n);
     col_flags.resize(n);
@@ -450,6 +478,13 @@ struct RunFileWriter::Impl {
       append_rows(ctx, f_gain_invalid.get(), H5T_NATIVE_UINT32, frames, n, {},
                   col_gain_invalid.data());
     }
+    // NXevent_data's per-pulse fields: a frame is a pulse, its first cluster the pulse's index.
+    append_rows(ctx, c_event_index.get(), H5T_NATIVE_UINT64, frames, n, {},
+                col_cluster_offset.data());
+    for (std::size_t i = 0; i < n; ++i)
+      col_time_zero[i] = col_timestamp[i] * kNsPerTimestampTick;
+    append_rows(ctx, c_event_time_zero.get(), H5T_NATIVE_UINT64, frames, n, {},
+                col_time_zero.data());
     frames += n;
     appended_bytes += n * kFrameRowBytes;
   }
@@ -460,7 +495,9 @@ struct RunFileWriter::Impl {
   void close_all() {
     for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
                    &f_gain_switched, &f_gain_invalid,
-                   &c_frame_number, &c_x, &c_y, &c_data, &p_start_mean, &p_start_noise,
+                   &c_frame_number, &c_x, &c_y, &c_data, &c_event_id, &c_event_time_offset,
+                   &c_event_index, &c_event_time_zero, &p_calibration, &p_start_mean,
+                   &p_start_noise,
                    &p_end_mean, &p_end_noise, &p_end_sum, &p_end_sum2, &p_end_count,
                    &flushed_rows})
       h->reset();
@@ -540,19 +577,17 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
   const hid_t f = m.file.get();
   {
     Hid entry = make_group(c, f, "entry", "NXentry");
-    write_string_attr(c, entry.get(), "start_time", iso8601_now());
+    const std::string start_time = iso8601_now();
+    write_string_attr(c, entry.get(), "start_time", start_time);
     write_string_attr(c, entry.get(), "program_name", "glint");
     write_string_attr(c, entry.get(), "program_version", GLINT_VERSION);
+    // The same as NXentry's fields, for NeXus readers (end_time is added at close).
+    write_string_dataset(c, entry.get(), "start_time", start_time);
     {
-      Hid type = hdf5::string_type();
-      Hid space(c.id(H5Screate(H5S_SCALAR), "dataspace"), H5Sclose);
-      Hid ds(c.id(H5Dcreate2(entry.get(), "config", type.get(), space.get(), H5P_DEFAULT,
-                                H5P_DEFAULT, H5P_DEFAULT),
-                     "dataset config"),
-             H5Dclose);
-      const char* p = meta.config_yaml.c_str();
-      c.check(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), "config");
+      Hid program = write_string_dataset(c, entry.get(), "program_name", "glint");
+      write_string_attr(c, program.get(), "version", GLINT_VERSION);
     }
+    write_string_dataset(c, entry.get(), "config", meta.config_yaml);
     Hid instrument = make_group(c, entry.get(), "instrument", "NXinstrument");
     Hid det = make_group(c, instrument.get(), "detector", "NXdetector");
     const std::array<uint32_t, 2> shape{meta.finder.shape.rows, meta.finder.shape.cols};
@@ -589,7 +624,9 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
                         "JUNGFRAU: pixels with the invalid gain bits 10 in the frame");
     }
 
-    Hid clusters = make_group(c, entry.get(), "clusters", "NXevent_data");
+    // NXcollection: NeXus places NXevent_data in NXinstrument, not in NXentry. The event view
+    // of these columns is /entry/instrument/events (below).
+    Hid clusters = make_group(c, entry.get(), "clusters", "NXcollection");
     const auto cd = m.cluster_dims();
     m.c_frame_number =
         make_table(c, clusters.get(), "frame_number", H5T_STD_U64LE, {}, kClusterChunk);
@@ -599,6 +636,27 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
                           m.float_clusters ? H5T_IEEE_F32LE : H5T_STD_I32LE, cd,
                           kClusterChunk / 4);
     write_string_attr(c, m.c_data.get(), "units", m.float_clusters ? "keV" : "ADU");
+    // NXevent_data's fields, mapped from the columns above (docs/file-layout.md): a cluster is
+    // an event at its centre pixel, a frame a pulse.
+    m.c_event_id = make_table(c, clusters.get(), "event_id", H5T_STD_U32LE, {}, kClusterChunk);
+    write_string_attr(c, m.c_event_id.get(), "units", "");  // NX_DIMENSIONLESS
+    m.c_event_time_offset =
+        make_table(c, clusters.get(), "event_time_offset", H5T_STD_U32LE, {}, kClusterChunk);
+    write_string_attr(c, m.c_event_time_offset.get(), "units", "ns");
+    m.c_event_index =
+        make_table(c, clusters.get(), "event_index", H5T_STD_U64LE, {}, kFrameChunk);
+    write_string_attr(c, m.c_event_index.get(), "units", "");
+    m.c_event_time_zero =
+        make_table(c, clusters.get(), "event_time_zero", H5T_STD_U64LE, {}, kFrameChunk);
+    write_string_attr(c, m.c_event_time_zero.get(), "units", "ns");
+    {
+      // NXevent_data: the four fields, as hard links (the same datasets, no copy).
+      Hid events = make_group(c, instrument.get(), "events", "NXevent_data");
+      for (const char* name : {"event_id", "event_time_offset", "event_index", "event_time_zero"})
+        c.check(H5Lcreate_hard(clusters.get(), name, events.get(), name, H5P_DEFAULT,
+                               H5P_DEFAULT),
+                std::string("linking /entry/instrument/events/") + name);
+    }
 
     Hid ped = make_group(c, entry.get(), "pedestal", "NXcollection");
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -609,6 +667,23 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
     m.p_end_sum = make_image<double>(c, ped.get(), "end_sum", meta.finder.shape, nan);
     m.p_end_sum2 = make_image<double>(c, ped.get(), "end_sum2", meta.finder.shape, nan);
     m.p_end_count = make_image<uint32_t>(c, ped.get(), "end_count", meta.finder.shape, 0u);
+    if (m.float_clusters) {
+      const std::array<hsize_t, 3> dims{jungfrau::kStages, meta.finder.shape.rows,
+                                        meta.finder.shape.cols};
+      Hid space(c.id(H5Screate_simple(3, dims.data(), nullptr), "dataspace"), H5Sclose);
+      Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      c.check(H5Pset_fill_value(dcpl.get(), H5T_NATIVE_DOUBLE, &nan), "fill value");
+      c.check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_ALLOC), "fill time");
+      c.check(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "allocation time");
+      m.p_calibration = Hid(c.id(H5Dcreate2(ped.get(), "calibration", H5T_IEEE_F64LE,
+                                            space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                                 "dataset calibration"),
+                            H5Dclose);
+      write_string_attr(c, m.p_calibration.get(), "units", "ADU");
+      write_string_attr(c, m.p_calibration.get(), "description",
+                        "JUNGFRAU: the ADC pedestal of gain stages G0, G1, G2 that the "
+                        "calibration subtracts, (adc - pedestal[g]) / gain[g]");
+    }
 
     if (meta.reconstruction) m.create_recon(entry.get(), *meta.reconstruction);
 
@@ -628,7 +703,9 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
   if (fd < 0) c.fail("no file descriptor (not HDF5's default file driver?)");
   // A new chunk for each extendible dataset (see make_table's callers) may come on top of the
   // data at a flush.
-  uint64_t slack = 5 * uint64_t{kFrameChunk} * 8 + 3 * uint64_t{kClusterChunk} * 8 +
+  // Frames: 5 columns and event_index, event_time_zero; clusters: frame_number, x, y, event_id
+  // (event_time_offset is never written, so it takes no chunk) and data.
+  uint64_t slack = 7 * uint64_t{kFrameChunk} * 8 + 4 * uint64_t{kClusterChunk} * 8 +
                    uint64_t{kClusterChunk / 4} * m.cluster_bytes();
   if (meta.reconstruction)
     slack += 2 * uint64_t{meta.reconstruction->nx} * meta.reconstruction->ny * 4;
@@ -662,6 +739,21 @@ void RunFileWriter::write_start_pedestal(const PedestalState& p) {
   });
 }
 
+void RunFileWriter::write_calibration_pedestal(std::span<const double> adc) {
+  silence_hdf5();
+  Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
+  if (!m.p_calibration.valid())
+    throw OutputError(m.path.string() + ": the file was created without /entry/pedestal/"
+                      "calibration (not calibrated JUNGFRAU frames)");
+  if (adc.size() != jungfrau::kStages * m.finder.shape.pixels())
+    throw std::invalid_argument(fmt::format(
+        "RunFileWriter::write_calibration_pedestal: {} values, the file needs {} (G0, G1, G2 "
+        "of {} x {} pixels)", adc.size(), jungfrau::kStages * m.finder.shape.pixels(),
+        m.finder.shape.rows, m.finder.shape.cols));
+  m.write([&] { m.write_image(m.p_calibration.get(), H5T_NATIVE_DOUBLE, adc.data()); });
+}
+
 void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> timestamps,
                            std::span<const uint8_t> flags) {
   silence_hdf5();
@@ -679,6 +771,10 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
   // Clusters first: a reader that sees a frame row also finds its clusters.
   const hsize_t n = table.n_clusters();
   m.col_cluster_frame.assign(n, 0);
+  m.col_event_id.resize(n);
+  const auto xs = table.x(), ys = table.y();
+  for (hsize_t i = 0; i < n; ++i)
+    m.col_event_id[i] = uint32_t{ys[i]} * m.finder.shape.cols + xs[i];
   m.resize_frame_columns(recs.size());
   for (std::size_t k = 0; k < recs.size(); ++k) {
     for (uint64_t i = 0; i < recs[k].n_clusters; ++i)
@@ -703,6 +799,14 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
     // A float table holds its values' bit patterns: written as they are, as float32.
     append_rows(m.ctx, m.c_data.get(), m.float_clusters ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32,
                 m.clusters, n, cd, table.data().data());
+    append_rows(m.ctx, m.c_event_id.get(), H5T_NATIVE_UINT32, m.clusters, n, {},
+                m.col_event_id.data());
+    if (n > 0) {
+      // All zeros: the extent alone, read back as the fill value (no chunk is ever written).
+      const hsize_t size = m.clusters + n;
+      m.ctx.check(H5Dset_extent(m.c_event_time_offset.get(), &size),
+                  "extending /entry/clusters/event_time_offset");
+    }
     m.clusters += n;
     m.appended_bytes += n * m.cluster_bytes();
     m.append_frame_columns();
@@ -914,7 +1018,9 @@ void RunFileWriter::close(const PedestalState* end) {
       if (!m.recon_summary) sum.volumes_done = m.recon_rows;
       write_recon_summary(m.ctx, entry.get(), sum, m.recon_rows);
     }
-    write_string_attr(m.ctx, entry.get(), "end_time", iso8601_now());
+    const std::string end_time = iso8601_now();
+    write_string_attr(m.ctx, entry.get(), "end_time", end_time);
+    write_string_dataset(m.ctx, entry.get(), "end_time", end_time);
     if (!m.end_reason.empty()) write_string_attr(m.ctx, entry.get(), "end_reason", m.end_reason);
     write_numeric_attr<uint64_t>(m.ctx, entry.get(), "stream_stride", m.stream_stride);
     if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) m.ctx.fail("flushing (disk full?)");
@@ -1241,6 +1347,13 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
   out.end_noise = read_all<double>(c, f, "entry/pedestal/end_noise");
   auto end_sum = read_all<double>(c, f, "entry/pedestal/end_sum");
   auto end_count = read_all<uint32_t>(c, f, "entry/pedestal/end_count");
+  if (H5Lexists(f, "entry/pedestal/calibration", H5P_DEFAULT) > 0) {
+    out.calibration_pedestal = read_all<double>(c, f, "entry/pedestal/calibration");
+    if (out.calibration_pedestal.size() != jungfrau::kStages * out.shape.pixels())
+      c.fail(fmt::format("/entry/pedestal/calibration holds {} values, frame_shape [{}, {}] "
+                         "needs {} (G0, G1, G2)", out.calibration_pedestal.size(), out.shape.rows,
+                         out.shape.cols, jungfrau::kStages * out.shape.pixels()));
+  }
   if (H5Lexists(f, "entry/reconstruction", H5P_DEFAULT) > 0) read_reconstruction(c, f, out);
   if (!end_sum.empty() && !std::isnan(end_sum[0])) {
     PedestalState s;  // not sized from frame_shape: the datasets give the pixels

@@ -16,6 +16,7 @@
 #include "../daemon/sticky_fault.hpp"
 #include "glint/clust_file.hpp"
 #include "glint/config/config.hpp"
+#include "glint/jungfrau.hpp"
 #include "glint/pipeline/acquisition.hpp"
 #include "glint/pipeline/clust_file_consumer.hpp"
 #include "glint/pipeline/consumer_chain.hpp"
@@ -391,4 +392,50 @@ TEST(RunChain, JungfrauGainBitsAreNotPhotons) {
   }
   EXPECT_GT(switched, 500u);
   EXPECT_GT(f.clusters.n_clusters(), 100u);
+}
+
+// A calibrated JUNGFRAU run keeps the ADC pedestal the calibration subtracted: G0 from the run's
+// dark frames (aare's calculate_pedestal over them), G1 and G2 from the pedestal file.
+TEST(RunChain, CalibratedJungfrauRunFileHoldsTheAdcPedestalOfEachGain) {
+  Case c = make_case("chain_jungfrau_calibrated");
+  c.cfg.detector.type = "jungfrau";
+  c.sim.image.jungfrau = true;
+  c.sim.image.gain_switch_rate = 5e-3;
+  c.sim.image.dark_switch_rate = 2e-3;
+  constexpr std::size_t np = 32 * 40;
+  const std::filesystem::path dir = c.cfg.output.directory;
+  const std::vector<double> gain(3 * np, 40.0);
+  std::vector<double> ped(3 * np);
+  for (std::size_t i = 0; i < np; ++i) {
+    ped[i] = 1.0;  // G0 comes from the dark frames: never used
+    ped[np + i] = 14000.0 + 0.5 * double(i);
+    ped[2 * np + i] = 14500.0 + 0.25 * double(i);
+  }
+  jungfrau::write_pedestal_file(dir / "gain.bin", gain);
+  jungfrau::write_pedestal_file(dir / "ped.bin", ped);
+  c.cfg.calibration.gain_file = (dir / "gain.bin").string();
+  c.cfg.calibration.pedestal_file = (dir / "ped.bin").string();
+  Acquisition run(c.cfg, 1, std::nullopt);
+  run_stream_simulator(c.sim);
+  ASSERT_TRUE(run.wait(20s));
+  ASSERT_EQ(run.stats().error, "");
+  const auto f = read_run_file(run.file());
+  ASSERT_EQ(f.frames.size(), 116u);
+  EXPECT_EQ(f.clusters.value_type(), ClusterValues::float32);
+  ASSERT_EQ(f.calibration_pedestal.size(), 3 * np);
+
+  const SimImageSource source(c.sim.image, 16);
+  std::vector<uint16_t> image(np);
+  jungfrau::StagePedestal dark({32, 40});
+  for (std::size_t k = 0; k < 16; ++k) {
+    ASSERT_EQ(f.frames[k].flags, kFlagDark);
+    source.fill(f.frames[k].frame_number - 1, image);
+    dark.add(image);
+  }
+  const std::vector<double> g0 = dark.means();
+  EXPECT_TRUE(std::equal(f.calibration_pedestal.begin(), f.calibration_pedestal.begin() + np,
+                         g0.begin()));
+  EXPECT_TRUE(std::equal(f.calibration_pedestal.begin() + np, f.calibration_pedestal.end(),
+                         ped.begin() + np));
+  EXPECT_GT(g0[0], 100.0);  // a real dark level, not the file's 1.0
 }

@@ -6,11 +6,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "glint/jungfrau.hpp"
 #include "glint/pipeline/run_file.hpp"
 
 namespace fs = std::filesystem;
@@ -259,6 +262,108 @@ TEST_F(RunFile, ReadableByH5py) {
                            "assert list(f['entry/clusters/x'][:]) == [2, 5, 0]\n";
   const std::string cmd = "/usr/bin/python3 " + script.string() + " " + file.string();
   EXPECT_EQ(std::system(cmd.c_str()), 0);
+}
+
+// /entry/clusters carries NXevent_data's fields, mapped from the frame and cluster tables: a
+// cluster is an event at its centre pixel, a frame a pulse; /entry/instrument/events is the
+// NXevent_data group that links them. Read while the run is written (SWMR) and after it closed.
+TEST_F(RunFile, ClustersCarryTheNXeventDataFields) {
+  if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "h5py is not installed (scripts/setup.sh installs python3-h5py)";
+  const fs::path file = dir / "run_000005.h5";
+  const fs::path script = dir / "check.py";
+  // Clusters (x, y) of two_frames(): (2, 1), (5, 3) in frame 1000, (0, 0) in frame 1002; cols 6.
+  std::ofstream(script)
+      << "import h5py, sys\n"
+         "f = h5py.File(sys.argv[1], 'r', libver='latest', swmr=True)\n"
+         "c = f['entry/clusters']\n"
+         "assert c.attrs['NX_class'] == 'NXcollection'\n"
+         "e = f['entry/instrument/events']\n"
+         "assert e.attrs['NX_class'] == 'NXevent_data'\n"
+         "for k in ('event_id', 'event_index', 'event_time_zero', 'event_time_offset'):\n"
+         "    assert e[k] == c[k], k  # the same dataset (hard link)\n"
+         "assert f['entry/start_time'][()].decode() == f['entry'].attrs['start_time']\n"
+         "assert f['entry/program_name'].attrs['version'] == f['entry'].attrs['program_version']\n"
+         "if int(sys.argv[2]) == 6:\n"
+         "    assert f['entry/end_time'][()].decode() == f['entry'].attrs['end_time']\n"
+         "else:\n"
+         "    assert 'end_time' not in f['entry']\n"
+         "n = int(sys.argv[2])\n"
+         "ids = [8, 23, 0, 8, 23, 0][:n]\n"
+         "assert list(c['event_id'][:]) == ids, list(c['event_id'][:])\n"
+         "assert c['event_id'].dtype == 'uint32'\n"
+         "assert list(c['event_time_offset'][:]) == [0] * n\n"
+         "assert c['event_time_offset'].attrs['units'] == 'ns'\n"
+         "assert list(c['event_index'][:]) == list(f['entry/frames/cluster_offset'][:])\n"
+         "assert list(c['event_index'][:]) == [0, 2, 2, 3, 3, 5, 5][:len(c['event_index'])]\n"
+         "assert list(c['event_time_zero'][:]) == [100 * t for t in "
+         "f['entry/frames/timestamp'][:]]\n"
+         "assert list(c['event_time_zero'][:]) == [1000, 2000, 3000, 123400, 4000, 5000, 6000]"
+         "[:len(c['event_time_zero'])]\n"
+         "assert c['event_time_zero'].attrs['units'] == 'ns'\n"
+         "assert len(c['event_index']) == int(sys.argv[3])\n"
+         "assert list(c['x'][:]) == [2, 5, 0, 2, 5, 0][:n]\n";
+  auto check = [&](int clusters, int frames) {
+    const std::string cmd = "/usr/bin/python3 " + script.string() + " " + file.string() + " " +
+                            std::to_string(clusters) + " " + std::to_string(frames);
+    return std::system(cmd.c_str());
+  };
+  RunFileWriter w(file, metadata());
+  const std::vector<uint64_t> ts{10, 20, 30}, ts2{40, 50, 60};
+  w.append(two_frames(), ts);
+  const std::vector<FrameRow> missing{{1003, 1234, 0, 0, kFlagMissing}};
+  w.append_empty_frames(missing);
+  w.flush();
+  EXPECT_EQ(check(3, 4), 0);  // while written
+  w.append(two_frames(), ts2);
+  w.close(nullptr);
+  EXPECT_EQ(check(6, 7), 0);
+  // The tables glint's readers use are unchanged.
+  const RunFileContents r = read_run_file(file);
+  ASSERT_EQ(r.frames.size(), 7u);
+  EXPECT_EQ(r.frames[3], (FrameRow{1003, 1234, 3, 0, kFlagMissing}));
+  EXPECT_EQ(r.clusters.n_clusters(), 6u);
+}
+
+TEST_F(RunFile, CalibrationPedestalOfEachGainRoundTrips) {
+  RunMetadata meta = metadata();
+  const std::size_t np = meta.finder.shape.pixels();
+  auto cal = std::make_shared<jungfrau::Calibration>();
+  cal->shape = meta.finder.shape;
+  cal->gain.assign(3 * np, 40.0);
+  cal->pedestal.assign(3 * np, 0.0);
+  meta.finder.pixels = PixelMode::jungfrau_calibrated;
+  meta.finder.calibration = cal;
+  std::vector<double> adc(3 * np);
+  for (std::size_t i = 0; i < adc.size(); ++i) adc[i] = 1000.0 * double(i / np) + 0.25 * i;
+  const fs::path file = dir / "run_000006.h5";
+  {
+    RunFileWriter w(file, meta);
+    w.flush();
+    const RunFileContents before = read_run_file(file);  // created, not yet written: NaN
+    ASSERT_EQ(before.calibration_pedestal.size(), 3 * np);
+    EXPECT_TRUE(std::ranges::all_of(before.calibration_pedestal,
+                                    [](double v) { return std::isnan(v); }));
+    EXPECT_THROW(w.write_calibration_pedestal(std::span(adc).first(np)), std::invalid_argument);
+    w.write_calibration_pedestal(adc);
+    w.close(nullptr);
+  }
+  EXPECT_EQ(read_run_file(file).calibration_pedestal, adc);
+
+  // Files of other pixel modes have no such dataset, and refuse to write one.
+  const fs::path raw = dir / "run_000007.h5";
+  RunFileWriter w(raw, metadata());
+  try {
+    w.write_calibration_pedestal(adc);
+    ADD_FAILURE() << "no error";
+  } catch (const OutputError& e) {
+    EXPECT_NE(std::string(e.what()).find("run_000007.h5: the file was created without "
+                                         "/entry/pedestal/calibration"),
+              std::string::npos)
+        << e.what();
+  }
+  w.close(nullptr);
+  EXPECT_TRUE(read_run_file(raw).calibration_pedestal.empty());
 }
 
 namespace {

@@ -85,6 +85,68 @@ TEST_F(GlintFind, RunFileHoldsFramesClustersAndPedestal) {
   EXPECT_NE(f.backend.find("cpu"), std::string::npos);
 }
 
+// --pedestal-source file:PATH starts from a pedestal file made by glint pedestal: every frame of
+// the input is then a data frame (no --dark), and the file's window is the finder's.
+TEST_F(GlintFind, PedestalSourceFileStartsFromAPedestalFile) {
+  const auto in = path("in.h5"), ped = path("ped.h5"), out = path("out.h5");
+  ASSERT_EQ(run_glint("synth -q -o " + in + " --rows 30 --cols 41 --dark 1000 --frames 50 --seed 3 "
+                  "--photons 20").status, 0);
+  ASSERT_EQ(run_glint("pedestal -q -i " + in + " --dark 1000 --window 50 -o " + ped).status, 0);
+  const ToolResult r = run_glint("find -q -i " + in + " --backend cpu --threads 3 "
+                                 "--pedestal-source file:" + ped + " --output " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+
+  const glint::PedestalState loaded = glint::pipeline::read_pedestal_state(ped);
+  ASSERT_EQ(loaded.window, 50u);
+  const glint::testing::SyntheticRun run({.shape = {30, 41}, .seed = 3, .photons = 20}, 50);
+  auto ref = glint::make_reference_finder({.shape = run.config.shape, .pedestal_window = 50});
+  ref->load_pedestal(loaded);
+  std::vector<uint64_t> numbers(1050);
+  for (uint64_t k = 0; k < numbers.size(); ++k) numbers[k] = k;
+  glint::ClusterTable expected(3);
+  ref->find(run.frames, numbers, expected);
+
+  const auto f = glint::pipeline::read_run_file(out);
+  EXPECT_EQ(f.pedestal_window, 50u);
+  ASSERT_EQ(f.frames.size(), 1050u);
+  EXPECT_TRUE(std::ranges::all_of(f.frames, [](const auto& row) { return row.flags == 0; }));
+  EXPECT_EQ(f.start_mean, loaded.means());
+  ASSERT_EQ(f.clusters.n_clusters(), expected.n_clusters());
+  EXPECT_GT(expected.n_clusters(), 0u);
+  EXPECT_TRUE(std::ranges::equal(f.clusters.x(), expected.x()));
+  EXPECT_TRUE(std::ranges::equal(f.clusters.y(), expected.y()));
+  EXPECT_TRUE(std::ranges::equal(f.clusters.data(), expected.data()));
+  ASSERT_TRUE(f.end_state.has_value());
+  EXPECT_EQ(*f.end_state, ref->pedestal());
+  EXPECT_NE(f.config_yaml.find("source: 'file:" + ped + "'"), std::string::npos) << f.config_yaml;
+
+  // Dark frames given as well continue the loaded pedestal.
+  const auto out2 = path("out2.h5");
+  ASSERT_EQ(run_glint("find -q -i " + in + " --backend cpu --dark 10 --pedestal-source file:" +
+                      ped + " --output " + out2).status, 0);
+  auto ref2 = glint::make_reference_finder({.shape = run.config.shape, .pedestal_window = 50});
+  ref2->load_pedestal(loaded);
+  ref2->push_dark(std::span(run.frames).first(10 * 30 * 41));
+  const auto f2 = glint::pipeline::read_run_file(out2);
+  ASSERT_EQ(f2.frames.size(), 1050u);
+  EXPECT_EQ(f2.frames[9].flags, glint::pipeline::kFlagDark);
+  EXPECT_EQ(f2.frames[10].flags, 0);
+  EXPECT_EQ(f2.start_mean, ref2->pedestal().means());
+
+  expect_failure("find -i " + in + " --pedestal-source previous", 2,
+                 "--pedestal-source previous: allowed are dark (the first --dark frames) and "
+                 "file:PATH");
+  expect_failure("find -i " + in + " --pedestal-source file:" + path("missing.h5"), 2,
+                 "--pedestal-source file:" + path("missing.h5") + ": ");
+  const auto small = path("small.h5"), small_ped = path("small_ped.h5");
+  ASSERT_EQ(run_glint("synth -q -o " + small + " --rows 8 --cols 9 --dark 20 --frames 1").status,
+            0);
+  ASSERT_EQ(run_glint("pedestal -q -i " + small + " --dark 20 --window 20 -o " + small_ped)
+                .status, 0);
+  expect_failure("find -i " + in + " --pedestal-source file:" + small_ped, 2,
+                 "the pedestal is 8 x 9, the frames are 30 x 41");
+}
+
 TEST_F(GlintFind, ClearErrorsAndExitCodes) {
   const auto in = path("in.h5");
   ASSERT_EQ(run_glint("synth -q -o " + in + " --rows 8 --cols 9 --dark 1000 --frames 3").status, 0);

@@ -1,7 +1,9 @@
 // `glint synth --jungfrau` and `glint find --detector jungfrau`, run as a user runs them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "glint/cluster_finder.hpp"
 #include "glint/clust_file.hpp"
@@ -121,6 +123,50 @@ TEST_F(GlintFindJungfrau, CalibratedRunFileHoldsFloatClusters) {
   EXPECT_TRUE(std::equal(clust.data().begin(), clust.data().end(), run.clusters.data().begin()));
 }
 
+// The ADC pedestal the calibration subtracted is in the run file: G0 from the dark frames (aare's
+// calculate_pedestal), G1 and G2 from the pedestal file; a G0-only run has none.
+TEST_F(GlintFindJungfrau, CalibratedRunFileHoldsTheAdcPedestalOfEachGain) {
+  synth();
+  const ToolResult r = run_glint("find -q -i " + path("jf.h5") +
+                                 " --detector jungfrau --backend cpu --gain-file " +
+                                 path("gain.bin") + " --pedestal-file " + path("ped.bin") +
+                                 " --output " + path("cal.h5"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto run = glint::pipeline::read_run_file(path("cal.h5"));
+  constexpr std::size_t np = 128 * 256;
+  ASSERT_EQ(run.calibration_pedestal.size(), 3 * np);
+
+  glint::synth::Config c;
+  c.shape = {128, 256};
+  c.seed = 21;
+  c.dark_frames = 1000;
+  c.photons = 60;
+  c.jungfrau = true;
+  c.gain_switch_rate = 2e-3;
+  c.dark_switch_rate = 2e-4;
+  c.invalid_gain_rate = 1e-4;
+  const glint::synth::Generator gen(c);
+  glint::jungfrau::StagePedestal dark(c.shape);
+  std::vector<uint16_t> frame(np);
+  for (uint64_t k = 0; k < 1000; ++k) {
+    gen.fill(k, frame);
+    dark.add(frame);
+  }
+  const std::vector<double> from_dark = dark.means();
+  const std::vector<double> from_file =
+      glint::jungfrau::read_pedestal_file(path("ped.bin"), c.shape);
+  const auto& got = run.calibration_pedestal;
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + np, from_dark.begin()));
+  EXPECT_TRUE(std::equal(got.begin() + np, got.end(), from_file.begin() + np));
+  // The two sources differ, so the comparison above tells them apart.
+  EXPECT_FALSE(std::equal(from_dark.begin(), from_dark.begin() + np, from_file.begin()));
+  EXPECT_FALSE(std::equal(from_dark.begin() + np, from_dark.end(), from_file.begin() + np));
+
+  ASSERT_EQ(run_glint("find -q -i " + path("jf.h5") + " --detector jungfrau --backend cpu "
+                      "--output " + path("g0.h5")).status, 0);
+  EXPECT_TRUE(glint::pipeline::read_run_file(path("g0.h5")).calibration_pedestal.empty());
+}
+
 TEST_F(GlintFindJungfrau, BadOptionsAreUsageErrors) {
   synth();
   const std::string in = " -i " + path("jf.h5");
@@ -136,6 +182,9 @@ TEST_F(GlintFindJungfrau, BadOptionsAreUsageErrors) {
   expect_failure("find" + in + " --detector jungfrau --gain-file " + path("gain.bin") +
                      " --backend gpu",
                  1, "does not support detector.type jungfrau with calibration");
+  expect_failure("find" + in + " --detector jungfrau --gain-file " + path("gain.bin") +
+                     " --pedestal-source file:" + path("jf.h5"),
+                 2, "with --gain-file the pedestal comes from the dark frames");
   expect_failure("synth -o " + path("x.h5") + " --gain-file " + path("g2.bin"), 2,
                  "need --jungfrau");
 }

@@ -112,6 +112,10 @@ class ClusterFinder {
   virtual PedestalState pedestal() const = 0;
   /// Replaces the pedestal (e.g. the one kept from the previous run). Shape and window must match.
   virtual void load_pedestal(const PedestalState& state) = 0;
+  /// Calibrated JUNGFRAU frames: the ADC pedestal the calibration subtracts, per gain stage
+  /// (jungfrau::kStages * pixels, stage-major as jungfrau::Calibration::pedestal). Fixes it,
+  /// as pedestal() does (from the dark frames seen so far). Empty in the other pixel modes.
+  virtual std::vector<double> calibration_pedestal() const { return {}; }
 
   /// "cpu reference", "cpu (16 threads)", "gpu (NVIDIA H200)", ...
   virtual std::string description() const = 0;

@@ -9,11 +9,19 @@
 //                               n_sigma, cluster_size, backend, pedestal_window
 //   /entry/frames               frame_number u64, timestamp u64, cluster_offset u64,
 //                               n_clusters u32, flags u8 (one row per frame, in order)
-//   /entry/clusters             NXevent_data-like: frame_number u64, x u16, y u16,
-//                               data (n, S, S) int32
+//   /entry/clusters             NXcollection: frame_number u64, x u16, y u16,
+//                               data (n, S, S) int32 (float32 keV when calibrated), and
+//                               NXevent_data's fields mapped from those: per cluster event_id
+//                               u32 (centre pixel y * cols + x) and event_time_offset u32 (0:
+//                               extended, never written); per frame row event_index u64
+//                               (= cluster_offset) and event_time_zero u64 (timestamp in ns)
+//   /entry/instrument/events    NXevent_data: hard links to the four event_* datasets
+//   /entry start_time, end_time, program_name: NXentry's fields (also as attributes)
 //   /entry/pedestal             start_mean, start_noise, end_mean, end_noise (H x W float64,
 //                               NaN until written) and the end state (end_sum, end_sum2,
-//                               end_count) from which a later run can resume exactly
+//                               end_count) from which a later run can resume exactly;
+//                               calibrated JUNGFRAU runs: calibration (3, H, W) float64, the
+//                               ADC pedestal of G0, G1, G2 the calibration subtracts
 //   /entry/reconstruction       NXprocess, created with the file when the run reconstructs
 //                               (RunMetadata::reconstruction), so that volumes are appended in
 //                               place during the run (SWMR) and survive a crash:
@@ -161,6 +169,12 @@ class RunFileWriter {
   /// The pedestal at the start of data taking.
   void write_start_pedestal(const PedestalState& pedestal);
 
+  /// The ADC pedestal the calibration subtracts, per gain stage: kStages * pixels values,
+  /// stage-major (G0, G1, G2), as jungfrau::Calibration::pedestal. Written to
+  /// /entry/pedestal/calibration, which exists in files created for calibrated JUNGFRAU frames
+  /// only (OutputError otherwise); std::invalid_argument for a table of the wrong size.
+  void write_calibration_pedestal(std::span<const double> adc);
+
   /// Appends one frame row per frame of `table` (in order) and all its clusters.
   /// `timestamps` and `flags` are per frame of the table, or empty for zeros.
   void append(const ClusterTable& table, std::span<const uint64_t> timestamps = {},
@@ -234,6 +248,9 @@ struct RunFileContents {
   /// JUNGFRAU runs: per frame row, pixels in G1/G2 and with the invalid gain code.
   std::vector<uint32_t> gain_switched, gain_invalid;
   std::optional<PedestalState> end_state;  ///< present when the end pedestal was written
+  /// Calibrated JUNGFRAU runs: /entry/pedestal/calibration, the ADC pedestal of G0, G1, G2
+  /// (stage-major, kStages * pixels; NaN until written). Empty when the file has none.
+  std::vector<double> calibration_pedestal;
   /// When the run reconstructed; the counts are the table length after a crash (no totals).
   std::optional<ReconstructionSummary> reconstruction_summary;
   std::optional<ReconstructionLayout> reconstruction_layout;
