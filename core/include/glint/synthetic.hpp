@@ -65,7 +65,7 @@ struct Config {
   // Defects at given pixels (row-major indices), on top of the fractions above: stuck pixels
   // (a constant value: a noise of 0 in the pedestal), noisy pixels (8x the noise) and, in
   // JUNGFRAU frames, pixels in G1 in every odd-indexed dark frame (a gain switch in the dark).
-  std::vector<uint32_t> stuck_pixels, noisy_pixels, dark_g1_pixels;
+  std::vector<uint32_t> stuck_pixels{}, noisy_pixels{}, dark_g1_pixels{};
 };
 
 /// Throws std::invalid_argument naming the bad field.
