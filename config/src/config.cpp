@@ -852,15 +852,15 @@ std::string to_yaml(const Config& c) {
 namespace {
 
 // What a run may choose without the operator's file: names and limits of the run, the finder's
-// arithmetic, the reconstruction (its volume is within the memory budget). Not the detector,
-// the ingest endpoints and sizes, the finder's threads and GPU batch sizes, the control socket or
-// logging.
-constexpr std::array<std::string_view, 13> kOverrideKeys = {
+// arithmetic, the pixel mask (a filter on the results), the reconstruction (its volume is within
+// the memory budget). Not the detector, the ingest endpoints and sizes, the finder's threads and
+// GPU batch sizes, the control socket or logging.
+constexpr std::array<std::string_view, 14> kOverrideKeys = {
     "output.run_name",      "output.directory",       "output.overwrite",
     "output.flush_interval_ms", "run.max_frames",     "run.max_seconds",
     "pedestal.dark_frames", "pedestal.keep_previous", "pedestal.window",
     "finder.n_sigma",       "finder.cluster_size",    "finder.backend",
-    "reconstruction.*"};
+    "mask.*",               "reconstruction.*"};
 
 bool override_allowed(const std::string& section, const std::string& key) {
   for (auto k : kOverrideKeys)

@@ -43,10 +43,10 @@
 //                               acquisition", "stop", "frame limit", "time limit", "abort",
 //                               "shutdown", "disk_low" when free space fell below the reserve
 //                               kept for a clean close, "idle", "missing_rows", "detector
-//                               restart", ...); masked_clusters (u64, with a pixel mask: the
-//                               clusters removed over the run); stream_stride (u64: the frame-number step of
+//                               restart", ...); stream_stride (u64: the frame-number step of
 //                               the stream, N for a decimated one: rows exist for those frame
-//                               numbers only; 1 otherwise).
+//                               numbers only; 1 otherwise); masked_clusters (u64, with a pixel
+//                               mask: the clusters it removed over the run).
 //
 // Storage faults: at each flush and between flushes (check_storage) the free space on the file
 // system is checked against a reserve (StorageGuard) and the file's identity against its path;
