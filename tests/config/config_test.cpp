@@ -429,11 +429,15 @@ TEST(Config, OverridesAreAnAllowList) {
                "run": {"max_frames": 5, "max_seconds": 2.5},
                "pedestal": {"dark_frames": 10, "keep_previous": true, "window": 10},
                "finder": {"n_sigma": 4, "cluster_size": 5, "backend": "cpu"},
-               "reconstruction": {"enabled": true, "slices": 8}})");
+               "reconstruction": {"enabled": true, "slices": 8},
+               "mask": {"file": "m.h5:/mask", "from_dark": true, "noisy_factor": 4}})");
   EXPECT_EQ(c.finder.cluster_size, 5);
+  EXPECT_EQ(c.mask.file, "m.h5:/mask");
+  EXPECT_TRUE(c.mask.from_dark);
+  EXPECT_EQ(c.mask.noisy_factor, 4.0);
   EXPECT_EQ(c.reconstruction.slices, 8u);
   EXPECT_EQ(c.pedestal.window, 10u);
-  EXPECT_EQ(gc::override_keys().size(), 13u);
+  EXPECT_EQ(gc::override_keys().size(), 14u);
 }
 
 TEST(Config, ARunOverTheMemoryBudgetIsRefusedWithTheFigure) {
