@@ -305,14 +305,18 @@ void add_find_command(CLI::App& app) {
   cmd->add_flag("--mask-from-dark", a->mask_from_dark,
                 "mask dead and noisy pixels found in the dark frames (JUNGFRAU: also pixels out "
                 "of G0 in a dark frame), OR-ed with --mask");
-  cmd->add_option("--noisy-factor", a->noisy_factor,
-                  "with --mask-from-dark: noisy is noise > FACTOR x the median noise")
-      ->check(CLI::Range(1.0, 1e6))
-      ->capture_default_str();
+  CLI::Option* noisy =
+      cmd->add_option("--noisy-factor", a->noisy_factor,
+                      "with --mask-from-dark: noisy is noise > FACTOR x the median noise")
+          ->check(CLI::Range(1.0, 1e6))
+          ->capture_default_str();
   cmd->add_flag("--overwrite", a->overwrite, "replace existing output files");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress, no summary line");
-  cmd->callback([a] {
+  cmd->callback([a, noisy] {
     try {
+      if (noisy->count() > 0 && !a->mask_from_dark)
+        throw InputError("--noisy-factor needs --mask-from-dark (noisy pixels are found in the "
+                         "dark frames)");
       run_find(*a);
     } catch (const InputError& e) {
       fail("glint find", e.what(), kExitUsage);
