@@ -139,10 +139,10 @@ TEST_F(GlintFindMask, SynthDefectsAreFoundInTheDarkFrames) {
                 out);
   ASSERT_EQ(r.status, 0) << r.output;
   const RunFileContents f = read_run_file(out);
-  // The generator's own random defects are drawn from the seed too: with seed 5, one noisy
-  // pixel (582, synth::Config::noisy_fraction); nothing else is flagged.
+  // The generator's own random defects are drawn from the seed too: with seed 5, one
+  // stuck pixel (582, synth::Config::stuck_fraction): dead; nothing else is flagged.
   ASSERT_EQ(f.pixel_mask.size(), 40u * 50u);
-  EXPECT_EQ(f.pixel_mask[582], kMaskNoisy);
+  EXPECT_EQ(f.pixel_mask[582], kMaskDead);
   EXPECT_EQ(f.pixel_mask[123], kMaskDead);
   EXPECT_EQ(f.pixel_mask[1234], kMaskNoisy);
   EXPECT_EQ(f.pixel_mask[777], kMaskOverResponding);
