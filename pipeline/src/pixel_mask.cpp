@@ -172,7 +172,11 @@ MaskFilter::MaskFilter(std::vector<uint32_t> mask, FrameShape shape)
 
 uint64_t MaskFilter::apply(const ClusterTable& in, ClusterTable& out,
                            std::vector<uint32_t>& removed) const {
-  out = ClusterTable(in.cluster_size(), in.value_type(), in.has_gain_counts());
+  // `out` keeps its buffers from batch to batch: nothing is allocated once they have grown.
+  if (out.cluster_size() != in.cluster_size() || out.value_type() != in.value_type() ||
+      out.has_gain_counts() != in.has_gain_counts())
+    out = ClusterTable(in.cluster_size(), in.value_type(), in.has_gain_counts());
+  out.clear();
   out.reserve(in.n_frames(), in.n_clusters());
   removed.assign(in.n_frames(), 0);
   const auto frames = in.frames();
