@@ -97,7 +97,9 @@ void print_human(const std::string& cmd, const json& r) {
                                num(r, "stream_stride"), num(r, "restarts"),
                                num(r, "missing_unwritten"), num(r["ingest"], "frames_outside_run"),
                                num(r["ingest"], "held_parts"));
-    std::cout << fmt::format("clusters   {}\n", num(r, "clusters"));
+    std::cout << fmt::format("clusters   {}  masked {} (on {} masked pixels)\n",
+                             num(r, "clusters"), num(r, "masked_clusters"),
+                             num(r, "masked_pixels"));
     std::cout << fmt::format("rates      {:.1f} frames/s  {:.3f} GB/s  {:.0f} clusters/s\n",
                              rt.value("frames_per_s", 0.0), rt.value("bytes_per_s", 0.0) / 1e9,
                              rt.value("clusters_per_s", 0.0));

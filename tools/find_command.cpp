@@ -18,6 +18,7 @@
 #include "glint/cluster_finder.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/finder_factory.hpp"
+#include "glint/pipeline/pixel_mask.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/daemon/tuning_env.hpp"
 
@@ -43,6 +44,9 @@ struct FindArgs {
   std::string gain_file;             ///< JUNGFRAU gain maps: calibrated frames in keV
   std::string pedestal_file;         ///< JUNGFRAU G1/G2 pedestals (ADU)
   bool hg0 = false;
+  std::string mask;                  ///< FILE.h5:/dataset, NXdetector pixel_mask bits
+  bool mask_from_dark = false;       ///< dead, noisy (and JUNGFRAU gain-switching) pixels
+  double noisy_factor = 5.0;
 };
 
 /// Progress on stderr, only when it is a terminal; redrawn at most 5 times a second.
@@ -75,10 +79,11 @@ std::string settings_yaml(const FindArgs& a, const std::string& backend) {
       "# glint find\ninput: {}\ndataset: {}\ndark_frames: {}\npedestal:\n  source: '{}'\n"
       "finder:\n  n_sigma: {}\n"
       "  cluster_size: {}\n  backend: {}\n  threads: {}\ndetector:\n  type: {}\n"
-      "calibration:\n  gain_file: '{}'\n  pedestal_file: '{}'\n  hg0: {}\n",
+      "calibration:\n  gain_file: '{}'\n  pedestal_file: '{}'\n  hg0: {}\n"
+      "mask:\n  file: '{}'\n  from_dark: {}\n  noisy_factor: {}\n",
       a.input, a.dataset, a.dark, a.pedestal_source, a.n_sigma, a.cluster_size, backend,
-      a.threads, a.detector,
-      a.gain_file, a.pedestal_file, a.hg0);
+      a.threads, a.detector, a.gain_file, a.pedestal_file, a.hg0, a.mask, a.mask_from_dark,
+      a.noisy_factor);
 }
 
 /// The pedestal of --pedestal-source file:PATH (a pedestal file, or a closed run file), checked
@@ -151,6 +156,21 @@ int run_find(FindArgs a) {
   if (a.dark > in.frames())
     throw InputError(fmt::format("--dark {}: dataset '{}' in {} holds only {} frames", a.dark,
                                  a.dataset, a.input, in.frames()));
+  std::vector<uint32_t> mask_bits;
+  const bool masked = !a.mask.empty() || a.mask_from_dark;
+  if (!a.mask.empty()) {
+    try {
+      mask_bits = pipeline::read_mask_file(a.mask, params.shape);
+    } catch (const std::runtime_error& e) {
+      throw InputError(std::string("--mask: ") + e.what());
+    }
+  } else if (a.mask_from_dark) {
+    mask_bits.assign(params.shape.pixels(), 0);
+  }
+  if (a.mask_from_dark && a.dark == 0)
+    throw InputError("--mask-from-dark needs dark frames (--dark N with N > 0)");
+  std::optional<pipeline::DarkGainSwitches> dark_gains;
+  if (a.mask_from_dark && a.detector == "jungfrau") dark_gains.emplace(params.shape);
   pipeline::FinderOptions fo;
   try {
     fo.backend = pipeline::parse_backend(a.backend);
@@ -182,6 +202,7 @@ int run_find(FindArgs a) {
     meta.detector_type = "file";
     meta.source = fmt::format("{}:{}", a.input, a.dataset);
     meta.backend = backend;
+    meta.pixel_mask = masked;
     h5.emplace(a.output, meta, a.overwrite);
   }
 
@@ -199,7 +220,20 @@ int run_find(FindArgs a) {
     buf.resize(n * np);
     in.read(f, n, buf);
     finder->push_dark(buf);
+    if (dark_gains) dark_gains->add(buf);
     progress.update(f + n, 0);
+  }
+  // The mask, final once the dark frames are in: the same as glintd's (pipeline::MaskFilter).
+  pipeline::MaskFilter mask_filter;
+  if (masked) {
+    if (a.mask_from_dark) {
+      const pipeline::DarkMaskCounts d = pipeline::flag_from_dark(
+          mask_bits, finder->pedestal(), a.noisy_factor, dark_gains ? &*dark_gains : nullptr);
+      log::debug("glint find: from the dark frames: {} dead, {} noisy, {} gain switching", d.dead,
+                 d.noisy, d.gain_switching);
+    }
+    mask_filter = pipeline::MaskFilter(mask_bits, params.shape);
+    if (h5) h5->write_pixel_mask(mask_bits);
   }
   if (h5) {
     std::vector<pipeline::FrameRow> rows(a.dark);
@@ -212,8 +246,10 @@ int run_find(FindArgs a) {
 
   // Data frames: frame number = index in the dataset.
   ClusterTable table = make_result_table(params);
+  ClusterTable kept = make_result_table(params);
+  std::vector<uint32_t> removed;
   std::vector<uint64_t> numbers;
-  uint64_t clusters = 0, switched = 0, invalid = 0;
+  uint64_t clusters = 0, switched = 0, invalid = 0, masked_clusters = 0;
   for (uint64_t f = a.dark; f < in.frames(); f += chunk) {
     const uint64_t n = std::min(chunk, in.frames() - f);
     buf.resize(n * np);
@@ -224,18 +260,25 @@ int run_find(FindArgs a) {
     const auto t0 = Clock::now();
     finder->find(buf, numbers, table);
     find_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (mask_filter.active()) {
+      masked_clusters += mask_filter.apply(table, kept, removed);
+      std::swap(table, kept);
+    } else {
+      removed.assign(masked ? table.n_frames() : 0, 0);
+    }
     clusters += table.n_clusters();
     for (const jungfrau::GainCounts& g : table.gain_counts()) {
       switched += g.g1 + g.g2;
       invalid += g.invalid;
     }
     if (clust) clust->write(table);
-    if (h5) h5->append(table);
+    if (h5) h5->append(table, {}, {}, removed);
     progress.update(f + n, clusters);
   }
   if (clust) clust->close();
   if (h5) {
     const PedestalState end = finder->pedestal();
+    h5->set_masked_clusters(masked_clusters);
     h5->close(&end);
   }
   progress.finish();
@@ -255,6 +298,10 @@ int run_find(FindArgs a) {
         "in the finder, {}), {:.2f} s in all\n",
         in.frames(), a.dark, data, clusters, find_seconds > 0 ? data / find_seconds : 0.0,
         data ? 1e6 * find_seconds / data : 0.0, backend, total);
+  if (!a.quiet && masked)
+    std::cout << fmt::format("glint find: pixel mask: {} pixels masked, {} clusters centred on "
+                             "them removed\n",
+                             mask_filter.masked_pixels(), masked_clusters);
   return 0;
 }
 
@@ -297,11 +344,25 @@ void add_find_command(CLI::App& app) {
                   "JUNGFRAU G1/G2 pedestals (float64 G0, G1, G2 arrays, ADU; G0 is taken from "
                   "the dark frames); without it all stages come from the dark frames");
   cmd->add_flag("--hg0", a->hg0, "use the gain file's HG0 array for G0 (high-gain G0)");
+  cmd->add_option("--mask", a->mask,
+                  "pixel mask FILE.h5:/dataset (uint32 rows x cols, NXdetector pixel_mask bits): "
+                  "clusters centred on a masked pixel are removed and counted");
+  cmd->add_flag("--mask-from-dark", a->mask_from_dark,
+                "mask dead and noisy pixels found in the dark frames (JUNGFRAU: also pixels out "
+                "of G0 in a dark frame), OR-ed with --mask");
+  CLI::Option* noisy =
+      cmd->add_option("--noisy-factor", a->noisy_factor,
+                      "with --mask-from-dark: noisy is noise > FACTOR x the median noise")
+          ->check(CLI::Range(1.0, 1e6))
+          ->capture_default_str();
   cmd->add_flag("--overwrite", a->overwrite, "replace existing output files");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress, no summary line");
-  cmd->callback([a, dark] {
+  cmd->callback([a, dark, noisy] {
     a->dark_given = dark->count() > 0;
     try {
+      if (noisy->count() > 0 && !a->mask_from_dark)
+        throw InputError("--noisy-factor needs --mask-from-dark (noisy pixels are found in the "
+                         "dark frames)");
       run_find(*a);
     } catch (const InputError& e) {
       fail("glint find", e.what(), kExitUsage);

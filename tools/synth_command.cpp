@@ -52,6 +52,15 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--invalid-gain-rate", a->config.invalid_gain_rate,
                   "JUNGFRAU: per pixel and frame, the invalid gain code 10")
       ->capture_default_str();
+  cmd->add_option("--stuck-pixels", a->config.stuck_pixels,
+                  "pixels (row * cols + col) always reading the same value (dead)")
+      ->delimiter(',');
+  cmd->add_option("--noisy-pixels", a->config.noisy_pixels,
+                  "pixels (row * cols + col) with 8x the noise")
+      ->delimiter(',');
+  cmd->add_option("--dark-g1-pixels", a->config.dark_g1_pixels,
+                  "JUNGFRAU: pixels (row * cols + col) in G1 in every odd-indexed dark frame")
+      ->delimiter(',');
   cmd->add_option("--gain-file", a->gain_file,
                   "JUNGFRAU: also write synthetic gain maps (PSI module file layout) here");
   cmd->add_option("--pedestal-file", a->pedestal_file,

@@ -525,6 +525,20 @@ void read_calibration(Section s, CalibrationConfig& c, const DetectorConfig& d) 
   if (c.hg0) s.fail_key("hg0", "needs calibration.gain_file (calibrated frames)");
 }
 
+void read_mask(Section s, MaskConfig& c) {
+  s.read_string("file", c.file);
+  s.read_bool("from_dark", c.from_dark);
+  s.read_double("noisy_factor", c.noisy_factor, 1.0, 1e6, false);
+  s.reject_unknown();
+  if (!c.file.empty()) {
+    const auto colon = c.file.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 >= c.file.size() ||
+        c.file[colon + 1] != '/')
+      s.fail_key("file", fmt::format("'{}' is not FILE.h5:/dataset (an HDF5 file and the path "
+                                     "of a uint32 rows x cols dataset in it)", printable(c.file)));
+  }
+}
+
 Config from_node(const YAML::Node& root, const std::string& source, std::string text) {
   Config c;
   c.source = source;
@@ -540,6 +554,7 @@ Config from_node(const YAML::Node& root, const std::string& source, std::string 
   read_reconstruction(top.section("reconstruction"), c.reconstruction);
   read_metrics(top.section("metrics"), c.metrics);
   read_calibration(top.section("calibration"), c.calibration, c.detector);
+  read_mask(top.section("mask"), c.mask);
   top.reject_unknown();
   if (c.calibration.calibrated() && c.pedestal.source != "dark") {
     Section ped = top.section("pedestal");
@@ -747,6 +762,11 @@ std::string to_yaml(const Config& c) {
     kv("units", c.calibration.units);
     e << YAML::EndMap;
   }
+  begin("mask");
+  kv("file", c.mask.file);
+  kv("from_dark", c.mask.from_dark);
+  kv("noisy_factor", c.mask.noisy_factor);
+  e << YAML::EndMap;
   begin("ingest");
   flow("endpoints", c.ingest.endpoints);
   kv("queue_frames", c.ingest.queue_frames);
@@ -832,15 +852,15 @@ std::string to_yaml(const Config& c) {
 namespace {
 
 // What a run may choose without the operator's file: names and limits of the run, the finder's
-// arithmetic, the reconstruction (its volume is within the memory budget). Not the detector,
-// the ingest endpoints and sizes, the finder's threads and GPU batch sizes, the control socket or
-// logging.
-constexpr std::array<std::string_view, 13> kOverrideKeys = {
+// arithmetic, the pixel mask (a filter on the results), the reconstruction (its volume is within
+// the memory budget). Not the detector, the ingest endpoints and sizes, the finder's threads and
+// GPU batch sizes, the control socket or logging.
+constexpr std::array<std::string_view, 14> kOverrideKeys = {
     "output.run_name",      "output.directory",       "output.overwrite",
     "output.flush_interval_ms", "run.max_frames",     "run.max_seconds",
     "pedestal.dark_frames", "pedestal.keep_previous", "pedestal.window",
     "finder.n_sigma",       "finder.cluster_size",    "finder.backend",
-    "reconstruction.*"};
+    "mask.*",               "reconstruction.*"};
 
 bool override_allowed(const std::string& section, const std::string& key) {
   for (auto k : kOverrideKeys)

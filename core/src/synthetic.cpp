@@ -81,6 +81,10 @@ void validate(const Config& c) {
                    c.dark_switch_rate, c.invalid_gain_rate})
     if (!(f >= 0.0 && f <= 1.0)) fail("fractions and rates must be in [0, 1]");
   if (!(c.crowded_factor >= 0.0)) fail("crowded_factor must be >= 0");
+  for (const auto* list : {&c.stuck_pixels, &c.noisy_pixels, &c.dark_g1_pixels})
+    for (uint32_t i : *list)
+      if (i >= c.shape.pixels())
+        fail("defect pixel " + std::to_string(i) + " is outside the frame");
 }
 
 std::vector<double> jungfrau_gain_maps(FrameShape shape, uint64_t seed) {
@@ -142,6 +146,8 @@ Generator::Generator(const Config& config) : config_(config) {
     twins_.push_back(static_cast<uint32_t>(i));
     ++i;  // pairs do not overlap
   }
+  for (uint32_t i : config_.stuck_pixels) kind_.at(i) = kStuck;
+  for (uint32_t i : config_.noisy_pixels) sigma_.at(i) = 8.0 * sigma_.at(i);
 }
 
 double Generator::pedestal(uint64_t index, std::size_t i) const {
@@ -250,6 +256,9 @@ void Generator::fill(uint64_t index, std::span<uint16_t> frame) const {
     frame[i] = to_adu(v);
   }
   if (config_.jungfrau) switch_gains(index, frame);
+  if (config_.jungfrau && dark && index % 2 == 1)
+    for (uint32_t i : config_.dark_g1_pixels)
+      frame[i] = static_cast<uint16_t>(0x4000 | (frame[i] & 0x3FFF));
 }
 
 void Generator::switch_gains(uint64_t index, std::span<uint16_t> frame) const {

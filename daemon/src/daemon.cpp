@@ -448,6 +448,7 @@ json Daemon::status_json() const {
                      {"file_written", last_run_file_written_},
                      {"end_reason", last_run_->end_reason}, {"frames", last_run_->rows_written},
                      {"clusters", last_run_->clusters},
+                     {"masked_clusters", last_run_->masked_clusters},
                      {"error", log::one_line(last_run_->error)}};
   }
   return j;
@@ -483,6 +484,8 @@ json Daemon::stats_json() const {
                  {"held_parts", ic.held_parts},
                  {"restarts", ic.restarts}};
   j["clusters"] = s.clusters;
+  j["masked_clusters"] = s.masked_clusters;
+  j["masked_pixels"] = s.masked_pixels;
   j["messages"] = s.messages;
   j["bytes"] = s.bytes;
   j["end_messages"] = s.end_messages;

@@ -14,6 +14,7 @@
 
 #include "glint/gpu/device.hpp"
 #include "glint/log.hpp"
+#include "glint/pipeline/pixel_mask.hpp"
 #include "glint/tv/forward_spec.hpp"
 
 namespace glint::daemon {
@@ -95,6 +96,17 @@ Preflight preflight(const config::Config& c, bool mask_is_fatal) {
           fmt::format("gpu: the GPU backend cannot run here: {} (allowed here: cpu, or auto, "
                       "which takes the GPU when one is usable and else the CPU)",
                       why));
+  }
+
+  if (!c.mask.file.empty()) {
+    try {
+      pipeline::read_mask_file(c.mask.file, FrameShape{c.detector.rows, c.detector.cols});
+    } catch (const std::exception& e) {
+      add(p.problems, "mask.file",
+          fmt::format("{} (allowed: FILE.h5:/dataset, an HDF5 file this process may read with "
+                      "an integer dataset of detector.rows x detector.cols)",
+                      log::one_line(e.what())));
+    }
   }
 
   if (c.reconstruction.enabled) {

@@ -130,6 +130,8 @@ RunStats Acquisition::stats() const {
   s.incomplete = counters_.incomplete.load();
   s.missing = counters_.missing.load();
   s.clusters = counters_.clusters.load();
+  s.masked_clusters = counters_.masked_clusters.load();
+  s.masked_pixels = masked_pixels_.load();
   s.rows_written = counters_.rows_written.load();
   s.recon_enabled = cfg_.reconstruction.enabled;
   if (recon_) {
@@ -166,6 +168,16 @@ void Acquisition::run() {
 
 void Acquisition::start() {
   prepare_output_directory(cfg_);
+  const FrameShape shape{cfg_.detector.rows, cfg_.detector.cols};
+  if (!cfg_.mask.file.empty()) {
+    try {
+      mask_bits_ = read_mask_file(cfg_.mask.file, shape);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("mask.file: ") + e.what());
+    }
+  } else if (cfg_.mask.from_dark) {
+    mask_bits_.assign(shape.pixels(), 0);
+  }
   std::unique_ptr<ClusterFinder> finder =
       make_finder_(finder_params(cfg_), finder_options(cfg_, tuning_.find));
   const std::string backend = finder->description();
@@ -175,6 +187,10 @@ void Acquisition::start() {
   }
   const FinderParams params = finder->params();
   finder_ = std::make_unique<FinderStage>(std::move(finder), copier_, consumers_, counters_);
+  if (cfg_.mask.from_dark && cfg_.detector.type == "jungfrau") {
+    dark_gains_ = std::make_unique<DarkGainSwitches>(shape);
+    finder_->count_dark_gains(dark_gains_.get());
+  }
   consumers_.on_start(RunContext{cfg_, run_index_, file_, params, backend});
 
   uint64_t dark_frames = cfg_.pedestal.dark_frames;
@@ -197,6 +213,7 @@ void Acquisition::start() {
 void Acquisition::begin_data() {
   // The dark phase is over: record the pedestal data taking starts from.
   PedestalState p = finder_->finder().pedestal();
+  if (cfg_.mask.enabled()) set_mask(p);
   consumers_.on_pedestal(p);
   // Calibrated frames: the ADC pedestal per gain stage is fixed by now; the run file keeps it.
   if (const auto adc = finder_->finder().calibration_pedestal(); !adc.empty())
@@ -207,6 +224,27 @@ void Acquisition::begin_data() {
   }
   states_.advance(RunState::pedestal, RunState::acquiring);
   log::info("run {}: pedestal ready, acquiring", run_index_);
+}
+
+void Acquisition::set_mask(const PedestalState& dark) {
+  const FrameShape shape = dark.shape;
+  if (cfg_.mask.from_dark) {
+    finder_->count_dark_gains(nullptr);
+    const DarkMaskCounts n =
+        flag_from_dark(mask_bits_, dark, cfg_.mask.noisy_factor, dark_gains_.get());
+    log::info("run {}: mask from the dark pedestal: {} dead, {} noisy (noise > {} x the median "
+              "{:.3f}){}",
+              run_index_, n.dead, n.noisy, cfg_.mask.noisy_factor, n.median_noise,
+              dark_gains_ ? fmt::format(", {} out of G0 in {} dark frames", n.gain_switching,
+                                        dark_gains_->frames())
+                          : "");
+  }
+  MaskFilter filter(mask_bits_, shape);
+  masked_pixels_.store(filter.masked_pixels());
+  log::info("run {}: pixel mask: {} of {} pixels masked; clusters centred on them are removed",
+            run_index_, filter.masked_pixels(), shape.pixels());
+  consumers_.on_pixel_mask(mask_bits_);
+  finder_->set_mask(std::move(filter));
 }
 
 void Acquisition::flush() {
@@ -294,8 +332,8 @@ void Acquisition::finish() {
   }
   finder_->detach();
   PedestalState end = finder_->finder().pedestal();
-  consumers_.on_end(
-      RunEnd{&end, aborted, false, states_.end_reason(), counters_.stream_stride.load()});
+  consumers_.on_end(RunEnd{&end, aborted, false, states_.end_reason(),
+                          counters_.stream_stride.load(), counters_.masked_clusters.load()});
   {
     std::lock_guard lock(mu_);
     end_pedestal_ = std::move(end);
@@ -303,9 +341,11 @@ void Acquisition::finish() {
   states_.end();
   const auto s = stats();
   log::info("run {} ended ({}): {} frames ({} dark, {} data, {} incomplete, {} missing, {} "
-            "dropped), {} clusters, {} bad messages{} -> {}",
+            "dropped), {} clusters{}, {} bad messages{} -> {}",
             run_index_, s.end_reason, s.rows_written, s.dark_frames, s.data_frames, s.incomplete,
-            s.missing, s.dropped, s.clusters, s.bad_total,
+            s.missing, s.dropped, s.clusters,
+            cfg_.mask.enabled() ? fmt::format(" ({} masked)", s.masked_clusters) : "",
+            s.bad_total,
             s.stream_stride > 1 ? fmt::format(", stream stride {}", s.stream_stride) : "",
             file_.string());
 }
@@ -322,7 +362,7 @@ void Acquisition::fail(const std::string& why, bool fatal) {
   // Every consumer is ended (the files closed, without the end pedestal); what fails here is
   // logged by the chain.
   consumers_.on_end(RunEnd{nullptr, states_.abort_requested(), true, states_.end_reason(),
-                          counters_.stream_stride.load()});
+                          counters_.stream_stride.load(), counters_.masked_clusters.load()});
 }
 
 }  // namespace glint::pipeline

@@ -17,6 +17,10 @@ void ConsumerChain::on_start(const RunContext& run) {
   }
 }
 
+void ConsumerChain::on_pixel_mask(std::span<const uint32_t> mask) {
+  for (auto& c : consumers_) c->on_pixel_mask(mask);
+}
+
 void ConsumerChain::on_pedestal(const PedestalState& pedestal) {
   for (auto& c : consumers_) c->on_pedestal(pedestal);
 }

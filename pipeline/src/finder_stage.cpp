@@ -1,6 +1,7 @@
 #include "glint/pipeline/finder_stage.hpp"
 
 #include <stdexcept>
+#include <utility>
 
 namespace glint::pipeline {
 
@@ -21,8 +22,15 @@ void FinderStage::deliver(const ClusterTable& batch) {
   if (in_flight_.empty()) throw std::logic_error("finder stage: a result nobody submitted");
   const std::vector<uint64_t> timestamps = std::move(in_flight_.front());
   in_flight_.pop_front();
-  consumers_.on_batch(FoundBatch{batch, timestamps});
-  counters_.clusters.fetch_add(batch.n_clusters());
+  if (mask_.active()) {
+    const uint64_t removed = mask_.apply(batch, kept_, removed_);
+    consumers_.on_batch(FoundBatch{kept_, timestamps, removed_});
+    counters_.masked_clusters.fetch_add(removed);
+    counters_.clusters.fetch_add(kept_.n_clusters());
+  } else {
+    consumers_.on_batch(FoundBatch{batch, timestamps});
+    counters_.clusters.fetch_add(batch.n_clusters());
+  }
   counters_.data_frames.fetch_add(batch.n_frames());
   counters_.frames_processed.fetch_add(batch.n_frames());
   counters_.rows_written.fetch_add(batch.n_frames());
@@ -43,8 +51,9 @@ void FinderStage::submit() {
   copier_.wait();  // the batch's pixels are all in place
   const std::size_t n = numbers_.size();
   if (n == 0) return;
-  slot_ = {};
+  const std::span<uint16_t> slot = std::exchange(slot_, {});
   if (kind_ == FrameKind::dark) {
+    if (dark_gains_) dark_gains_->add(std::span<const uint16_t>(slot.data(), n * pixels_));
     finder_->submit_dark(n);  // may be queued on the device; the run goes on at once
     rows_.clear();
     for (std::size_t i = 0; i < n; ++i)

@@ -23,6 +23,7 @@
 
 #include "glint/jungfrau.hpp"
 #include "glint/log.hpp"
+#include "glint/pipeline/pixel_mask.hpp"
 
 namespace glint::pipeline {
 namespace {
@@ -317,6 +318,11 @@ struct RunFileWriter::Impl {
   bool gain_counts = false;
   bool float_clusters = false;
   Hid f_gain_switched, f_gain_invalid;
+  // With a pixel mask: the mask and the clusters it removed per frame and over the run.
+  bool pixel_mask = false;
+  Hid d_pixel_mask, f_masked;
+  std::vector<uint32_t> col_masked;
+  uint64_t masked_clusters = 0;
   std::vector<uint32_t> col_gain_switched, col_gain_invalid;
   Hid c_frame_number, c_x, c_y, c_data;
   // NXevent_data's fields in /entry/clusters: per cluster (event_id; event_time_offset, only
@@ -461,6 +467,7 @@ struct RunFileWriter::Impl {
       col_gain_switched.assign(n, 0);
       col_gain_invalid.assign(n, 0);
     }
+    if (pixel_mask) col_masked.assign(n, 0);
   }
 
   /// Appends the rows held in the column buffers (resize_frame_columns, then filled).
@@ -485,6 +492,8 @@ struct RunFileWriter::Impl {
       col_time_zero[i] = col_timestamp[i] * kNsPerTimestampTick;
     append_rows(ctx, c_event_time_zero.get(), H5T_NATIVE_UINT64, frames, n, {},
                 col_time_zero.data());
+    if (pixel_mask)
+      append_rows(ctx, f_masked.get(), H5T_NATIVE_UINT32, frames, n, {}, col_masked.data());
     frames += n;
     appended_bytes += n * kFrameRowBytes;
   }
@@ -494,7 +503,7 @@ struct RunFileWriter::Impl {
 
   void close_all() {
     for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
-                   &f_gain_switched, &f_gain_invalid,
+                   &f_gain_switched, &f_gain_invalid, &d_pixel_mask, &f_masked,
                    &c_frame_number, &c_x, &c_y, &c_data, &c_event_id, &c_event_time_offset,
                    &c_event_index, &c_event_time_zero, &p_calibration, &p_start_mean,
                    &p_start_noise,
@@ -599,6 +608,11 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
     write_numeric_attr<int32_t>(c, det.get(), "cluster_size", meta.finder.cluster_size);
     write_string_attr(c, det.get(), "backend", meta.backend);
     write_numeric_attr<uint32_t>(c, det.get(), "pedestal_window", meta.finder.pedestal_window);
+    m.pixel_mask = meta.pixel_mask;
+    if (m.pixel_mask) {
+      m.d_pixel_mask = make_image<uint32_t>(c, det.get(), "pixel_mask", meta.finder.shape, 0u);
+      write_string_attr(c, m.d_pixel_mask.get(), "bit_meanings", pixel_mask_bit_meanings());
+    }
 
     Hid frames = make_group(c, entry.get(), "frames", "NXcollection");
     m.f_frame_number = make_table(c, frames.get(), "frame_number", H5T_STD_U64LE, {}, kFrameChunk);
@@ -622,6 +636,12 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
           make_table(c, frames.get(), "gain_invalid", H5T_STD_U32LE, {}, kFrameChunk);
       write_string_attr(c, m.f_gain_invalid.get(), "description",
                         "JUNGFRAU: pixels with the invalid gain bits 10 in the frame");
+    }
+    if (m.pixel_mask) {
+      m.f_masked = make_table(c, frames.get(), "masked_clusters", H5T_STD_U32LE, {}, kFrameChunk);
+      write_string_attr(c, m.f_masked.get(), "description",
+                        "clusters removed from the frame: centred on a pixel of "
+                        "/entry/instrument/detector/pixel_mask");
     }
 
     // NXcollection: NeXus places NXevent_data in NXinstrument, not in NXentry. The event view
@@ -755,7 +775,7 @@ void RunFileWriter::write_calibration_pedestal(std::span<const double> adc) {
 }
 
 void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> timestamps,
-                           std::span<const uint8_t> flags) {
+                           std::span<const uint8_t> flags, std::span<const uint32_t> masked) {
   silence_hdf5();
   Impl& m = *impl_;
   std::lock_guard io(m.io_mu);
@@ -766,7 +786,8 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
     throw OutputError(m.path.string() + ": cluster value type differs from the file's");
   const auto recs = table.frames();
   if ((!timestamps.empty() && timestamps.size() != recs.size()) ||
-      (!flags.empty() && flags.size() != recs.size()))
+      (!flags.empty() && flags.size() != recs.size()) ||
+      (!masked.empty() && masked.size() != recs.size()))
     throw std::invalid_argument("RunFileWriter::append: timestamps/flags per frame expected");
   // Clusters first: a reader that sees a frame row also finds its clusters.
   const hsize_t n = table.n_clusters();
@@ -789,6 +810,7 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
       m.col_gain_switched[k] = g.g1 + g.g2;
       m.col_gain_invalid[k] = g.invalid;
     }
+    if (m.pixel_mask && !masked.empty()) m.col_masked[k] = masked[k];
   }
   const auto cd = m.cluster_dims();
   m.write([&] {
@@ -812,6 +834,24 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
     m.append_frame_columns();
   });
 }
+
+void RunFileWriter::write_pixel_mask(std::span<const uint32_t> mask) {
+  silence_hdf5();
+  Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
+  if (!m.pixel_mask) throw OutputError(m.path.string() + ": created without a pixel mask");
+  if (mask.size() != m.finder.shape.pixels())
+    throw std::invalid_argument("RunFileWriter::write_pixel_mask: the mask has " +
+                                std::to_string(mask.size()) + " pixels, the frames " +
+                                std::to_string(m.finder.shape.pixels()));
+  m.write([&] {
+    m.ctx.check(H5Dwrite(m.d_pixel_mask.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                         mask.data()),
+                "writing the pixel mask");
+  });
+}
+
+void RunFileWriter::set_masked_clusters(uint64_t n) { impl_->masked_clusters = n; }
 
 void RunFileWriter::append_empty_frames(std::span<const FrameRow> rows) {
   silence_hdf5();
@@ -1023,6 +1063,8 @@ void RunFileWriter::close(const PedestalState* end) {
     write_string_dataset(m.ctx, entry.get(), "end_time", end_time);
     if (!m.end_reason.empty()) write_string_attr(m.ctx, entry.get(), "end_reason", m.end_reason);
     write_numeric_attr<uint64_t>(m.ctx, entry.get(), "stream_stride", m.stream_stride);
+    if (m.pixel_mask)
+      write_numeric_attr<uint64_t>(m.ctx, entry.get(), "masked_clusters", m.masked_clusters);
     if (H5Fflush(file.get(), H5F_SCOPE_LOCAL) < 0) m.ctx.fail("flushing (disk full?)");
   } catch (const OutputError&) {
     // Out of space even for these (beyond the reserve): nothing more reaches the file (see
@@ -1267,6 +1309,8 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
     out.end_reason = read_string_attr(c, entry.get(), "end_reason");
     if (has_attr(entry.get(), "stream_stride"))
       out.stream_stride = read_numeric_attr<uint64_t>(c, entry.get(), "stream_stride").at(0);
+    if (has_attr(entry.get(), "masked_clusters"))
+      out.masked_clusters = read_numeric_attr<uint64_t>(c, entry.get(), "masked_clusters").at(0);
     Hid det(c.id(H5Gopen2(f, "entry/instrument/detector", H5P_DEFAULT), "detector group"),
             H5Gclose);
     const auto shape = read_numeric_attr<uint32_t>(c, det.get(), "frame_shape");
@@ -1318,6 +1362,11 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
                    [](float v) { return std::bit_cast<int32_t>(v); });
   } else {
     cdata = read_all<int32_t>(c, f, "entry/clusters/data");
+  }
+  if (H5Lexists(f, "entry/instrument/detector/pixel_mask", H5P_DEFAULT) > 0) {
+    out.pixel_mask = read_all<uint32_t>(c, f, "entry/instrument/detector/pixel_mask");
+    out.frame_masked_clusters = read_all<uint32_t>(c, f, "entry/frames/masked_clusters");
+    if (out.frame_masked_clusters.size() > rows) out.frame_masked_clusters.resize(rows);
   }
   if (H5Lexists(f, "entry/frames/gain_switched", H5P_DEFAULT) > 0) {
     out.gain_switched = read_all<uint32_t>(c, f, "entry/frames/gain_switched");

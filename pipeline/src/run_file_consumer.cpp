@@ -53,6 +53,7 @@ void RunFileConsumer::on_start(const RunContext& run) {
   meta.pixel_type = cfg.detector.pixel_type;
   meta.backend = run.backend;
   if (cfg.reconstruction.enabled) meta.reconstruction = reconstruction_layout(cfg);
+  meta.pixel_mask = cfg.mask.enabled();
   writer_.emplace(run.file, meta, cfg.output.overwrite);
   log::info("run {}: writing {} ({} backend)", run.run_index, run.file.string(), meta.backend);
 }
@@ -61,8 +62,12 @@ void RunFileConsumer::on_pedestal(const PedestalState& pedestal) {
   writer_->write_start_pedestal(pedestal);
 }
 
+void RunFileConsumer::on_pixel_mask(std::span<const uint32_t> mask) {
+  writer_->write_pixel_mask(mask);
+}
+
 void RunFileConsumer::on_batch(const FoundBatch& batch) {
-  writer_->append(batch.clusters, batch.timestamps);  // data frames: flags 0
+  writer_->append(batch.clusters, batch.timestamps, {}, batch.masked);  // data frames: flags 0
   rows_.fetch_add(batch.clusters.n_frames());
 }
 
@@ -82,6 +87,7 @@ void RunFileConsumer::on_end(const RunEnd& end) {
   if (!writer_) return;
   if (!end.end_reason.empty()) writer_->set_end_reason(end.end_reason);
   writer_->set_stream_stride(end.stream_stride);
+  writer_->set_masked_clusters(end.masked_clusters);
   writer_->close(end.end_pedestal);
 }
 

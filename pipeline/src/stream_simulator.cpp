@@ -37,6 +37,9 @@ synth::Config synth_config(const SimImageParams& p, uint64_t dark_frames) {
   c.gain_switch_rate = p.gain_switch_rate;
   c.dark_switch_rate = p.dark_switch_rate;
   c.invalid_gain_rate = p.invalid_gain_rate;
+  c.stuck_pixels = p.stuck_pixels;
+  c.noisy_pixels = p.noisy_pixels;
+  c.dark_g1_pixels = p.dark_g1_pixels;
   if (!p.defects) {
     c.crowded_every = 0;
     c.hot_fraction = c.noisy_fraction = c.stuck_fraction = c.outlier_rate = 0.0;

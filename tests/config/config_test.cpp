@@ -70,6 +70,10 @@ TEST(Config, ExampleEqualsDefaults) {
   EXPECT_EQ(ex.reconstruction.variant, def.reconstruction.variant);
   EXPECT_EQ(ex.reconstruction.backend, def.reconstruction.backend);
   EXPECT_EQ(ex.reconstruction.solve_partial, def.reconstruction.solve_partial);
+  EXPECT_EQ(ex.mask.file, def.mask.file);
+  EXPECT_EQ(ex.mask.from_dark, def.mask.from_dark);
+  EXPECT_EQ(ex.mask.noisy_factor, def.mask.noisy_factor);
+  EXPECT_FALSE(ex.mask.enabled());
   EXPECT_EQ(ex.source, kExample.string());
   EXPECT_NE(ex.yaml.find("detector:"), std::string::npos);
 }
@@ -136,6 +140,12 @@ reconstruction: {enabled: true, frames_per_slice: 7, slices: 3, lambda: 0.5, wei
   EXPECT_TRUE(again.reconstruction.cold_start);
   EXPECT_FALSE(again.reconstruction.nonneg);
   EXPECT_TRUE(again.reconstruction.solve_partial);
+  const gc::Config m =
+      gc::parse("mask: {file: \"/d/m.h5:/entry/pixel_mask\", from_dark: true, noisy_factor: 3}");
+  EXPECT_EQ(m.mask.file, "/d/m.h5:/entry/pixel_mask");
+  EXPECT_TRUE(m.mask.from_dark);
+  EXPECT_EQ(m.mask.noisy_factor, 3.0);
+  EXPECT_TRUE(m.mask.enabled());
   EXPECT_EQ(gc::parse("reconstruction: {forward: \"mask:/data/m.h5:/mask\"}\n").reconstruction.forward,
             "mask:/data/m.h5:/mask");
 }
@@ -199,6 +209,14 @@ TEST(Config, BadValuesNameKeyLineAndAllowed) {
        "reconstruction.solve_partial", 3, "mask forward model"},
       {"run:\n  max_seconds: -1\n", "run.max_seconds", 2, "[0"},
       {"detector: 5\n", "detector", 1, "mapping"},
+      {"mask:\n  file: m.h5\n", "mask.file", 2, "FILE.h5:/dataset"},
+      {"mask:\n  file: \"m.h5:mask\"\n", "mask.file", 2, "FILE.h5:/dataset"},
+      {"mask:\n  from_dark: yes please\n", "mask.from_dark", 2, "true, false"},
+      {"mask:\n  from_dark: true\n  noisy_factor: 0.5\n", "mask.noisy_factor", 3, "[1"},
+      {"mask:\n  from_dark: true\n  noisy_factor: lots\n", "mask.noisy_factor", 3,
+       "not a number"},
+      {"mask:\n  dead: true\n", "mask.dead", 2, "from_dark"},
+      {"mask: [a]\n", "mask", 1, "mapping"},
   };
   for (const auto& c : cases) {
     auto e = expect_error(c.text);
@@ -257,6 +275,9 @@ TEST(Config, ToYamlRoundTripsEveryValue) {
   c.reconstruction.forward = "gaussian:2,2,1";
   c.pedestal.keep_previous = true;
   c.ingest.copy_threads = 2;
+  c.mask.file = "/data/m.h5:/entry/mask";
+  c.mask.from_dark = true;
+  c.mask.noisy_factor = 7.5;
   const auto b = gc::parse(gc::to_yaml(c));
   EXPECT_EQ(gc::to_yaml(b), gc::to_yaml(c));
   EXPECT_EQ(b.detector.rows, 512u);
@@ -269,6 +290,9 @@ TEST(Config, ToYamlRoundTripsEveryValue) {
   EXPECT_EQ(b.reconstruction.lambda, 1e-7);
   EXPECT_TRUE(b.pedestal.keep_previous);
   EXPECT_EQ(b.ingest.copy_threads, 2);
+  EXPECT_EQ(b.mask.file, "/data/m.h5:/entry/mask");
+  EXPECT_TRUE(b.mask.from_dark);
+  EXPECT_EQ(b.mask.noisy_factor, 7.5);
   // Overrides apply on top of values changed in the struct.
   const auto o = gc::with_overrides(c, "{run: {max_frames: 3}}");
   EXPECT_EQ(o.detector.rows, 512u);
@@ -405,11 +429,15 @@ TEST(Config, OverridesAreAnAllowList) {
                "run": {"max_frames": 5, "max_seconds": 2.5},
                "pedestal": {"dark_frames": 10, "keep_previous": true, "window": 10},
                "finder": {"n_sigma": 4, "cluster_size": 5, "backend": "cpu"},
-               "reconstruction": {"enabled": true, "slices": 8}})");
+               "reconstruction": {"enabled": true, "slices": 8},
+               "mask": {"file": "m.h5:/mask", "from_dark": true, "noisy_factor": 4}})");
   EXPECT_EQ(c.finder.cluster_size, 5);
+  EXPECT_EQ(c.mask.file, "m.h5:/mask");
+  EXPECT_TRUE(c.mask.from_dark);
+  EXPECT_EQ(c.mask.noisy_factor, 4.0);
   EXPECT_EQ(c.reconstruction.slices, 8u);
   EXPECT_EQ(c.pedestal.window, 10u);
-  EXPECT_EQ(gc::override_keys().size(), 13u);
+  EXPECT_EQ(gc::override_keys().size(), 14u);
 }
 
 TEST(Config, ARunOverTheMemoryBudgetIsRefusedWithTheFigure) {

@@ -12,6 +12,7 @@
 #include "glint/daemon/control_request.hpp"
 #include "glint/daemon/daemon.hpp"
 #include "glint/gpu/device.hpp"
+#include "glint/pipeline/pixel_mask.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
 
@@ -548,4 +549,42 @@ TEST(Daemon, RunFileErrorsAreOneLineWithoutTheClock) {
               std::string::npos)
         << what;
   }
+}
+
+// A run with a pixel mask started with overrides: what the mask removed is in the stats reply,
+// in the last run's summary and in the run file, and the clusters left avoid masked centres.
+TEST(Daemon, MaskedClustersAreCountedInTheStats) {
+  Rigging s = setup("daemon_mask");
+  s.sim.image.photons = 20;
+  s.sim.image.defects = false;  // no random defects: the mask is known exactly
+  s.sim.image.stuck_pixels = {5 * 48 + 6};
+  // Mask the left half: about half the clusters go.
+  std::vector<uint32_t> mask(32 * 48, 0);
+  for (uint32_t y = 0; y < 32; ++y)
+    for (uint32_t x = 0; x < 24; ++x) mask[y * 48 + x] = pipeline::kMaskUser;
+  const fs::path mask_file = s.cfg.output.directory / "mask.h5";
+  pipeline::write_mask_file(mask_file.string(), "/mask", mask, {32, 48});
+  daemon::Daemon d(s.cfg);
+  const std::string ep = d.control_endpoint();
+  json r = control(ep, json{{"command", "start"},
+                            {"overrides", {{"mask", {{"file", mask_file.string() + ":/mask"},
+                                                     {"from_dark", true}}}}}});
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  pipeline::run_stream_simulator(s.sim);
+  r = wait_status(ep, [](const json& j) { return idle_after(j, 1); }, 20s);
+  ASSERT_EQ(r["state"], "idle") << r.dump();
+  r = control(ep, "stats");
+  ASSERT_TRUE(r["ok"]);
+  const auto f = pipeline::read_run_file(r["file"].get<std::string>());
+  ASSERT_TRUE(f.masked_clusters.has_value());
+  EXPECT_GT(*f.masked_clusters, 20u);
+  EXPECT_EQ(r["masked_clusters"], *f.masked_clusters);
+  EXPECT_EQ(r["last_run"]["masked_clusters"], *f.masked_clusters);
+  EXPECT_EQ(r["clusters"], f.clusters.n_clusters());
+  EXPECT_EQ(r["masked_pixels"], 32 * 24);  // the stuck pixel is in the masked half already
+  EXPECT_EQ(f.pixel_mask[5 * 48 + 6], pipeline::kMaskUser | pipeline::kMaskDead);
+  uint64_t per_frame = 0;
+  for (uint32_t n : f.frame_masked_clusters) per_frame += n;
+  EXPECT_EQ(per_frame, *f.masked_clusters);
+  for (std::size_t i = 0; i < f.clusters.n_clusters(); ++i) EXPECT_GE(f.clusters.x()[i], 24u);
 }

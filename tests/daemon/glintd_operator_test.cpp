@@ -70,6 +70,11 @@ TEST(GlintdCheck, RefusesWhatWouldFailAtRunStartWithKeyAndLine) {
                             (dir / "none.h5").string() + ":/mask\"\n"),
        "mask.yaml:7: reconstruction.forward: mask file '" + (dir / "none.h5").string() +
            "' cannot be read (No such file or directory)"},
+      {"pixel_mask",
+       base_config(dir, "mask:\n  from_dark: true\n  file: \"" + (dir / "none.h5").string() +
+                            ":/m\"\n"),
+       "pixel_mask.yaml:7: mask.file: mask file " + (dir / "none.h5").string() +
+           ": no such file (allowed: FILE.h5:/dataset"},
       {"dark", base_config(dir, "").replace(base_config(dir, "").find("dark_frames: 20"), 15,
                                             "dark_frames: 5"),
        "dark.yaml:2: pedestal.dark_frames: 5 is fewer than pedestal.window = 20"},

@@ -61,6 +61,11 @@ struct Config {
   double gain_switch_rate = 1e-3;   ///< data frames: 538 of 524,288 pixels in a real frame
   double dark_switch_rate = 0.0;    ///< dark frames
   double invalid_gain_rate = 0.0;   ///< gain bits 10 (not a stage), any frame
+
+  // Defects at given pixels (row-major indices), on top of the fractions above: stuck pixels
+  // (a constant value: a noise of 0 in the pedestal), noisy pixels (8x the noise) and, in
+  // JUNGFRAU frames, pixels in G1 in every odd-indexed dark frame (a gain switch in the dark).
+  std::vector<uint32_t> stuck_pixels{}, noisy_pixels{}, dark_g1_pixels{};
 };
 
 /// Throws std::invalid_argument naming the bad field.

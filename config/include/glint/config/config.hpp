@@ -52,6 +52,15 @@ struct CalibrationConfig {
   bool calibrated() const { return !gain_file.empty(); }
 };
 
+/// The pixel mask (NXdetector pixel_mask bits): clusters centred on a masked pixel are removed
+/// from the results and counted; the pedestal and the finder never see it.
+struct MaskConfig {
+  std::string file;           ///< FILE.h5:/dataset, uint32 rows x cols; empty: none
+  bool from_dark = false;     ///< flag dead, noisy (and JUNGFRAU gain-switching) pixels
+  double noisy_factor = 5.0;  ///< noisy: noise > noisy_factor x the median noise (from_dark)
+  bool enabled() const { return !file.empty() || from_dark; }
+};
+
 struct IngestConfig {
   std::vector<std::string> endpoints{"tcp://127.0.0.1:30001"};  ///< one ZeroMQ SUB per endpoint
   uint32_t queue_frames = 256;      ///< assembled frames buffered before the finder; then drops
@@ -168,6 +177,7 @@ struct ReconstructionConfig {
 struct Config {
   DetectorConfig detector;
   CalibrationConfig calibration;
+  MaskConfig mask;
   IngestConfig ingest;
   PedestalConfig pedestal;
   FinderConfig finder;

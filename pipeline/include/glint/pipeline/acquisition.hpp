@@ -27,6 +27,7 @@
 #include "glint/pipeline/frame_copier.hpp"
 #include "glint/pipeline/frame_preprocessing.hpp"
 #include "glint/pipeline/frame_source.hpp"
+#include "glint/pipeline/pixel_mask.hpp"
 #include "glint/pipeline/run_counters.hpp"
 #include "glint/pipeline/run_state.hpp"
 #include "glint/pipeline/run_tuning.hpp"
@@ -67,6 +68,8 @@ struct RunStats {
   uint64_t stream_stride = 1;      ///< frame-number step of a decimated stream (1: every frame)
   uint64_t restarts = 0;           ///< ports whose frameIndex restarted (a new acquisition)
   uint64_t clusters = 0;
+  uint64_t masked_clusters = 0;    ///< clusters removed: centred on a masked pixel (mask.*)
+  uint64_t masked_pixels = 0;      ///< pixels the run's mask masks, once it is final
   uint64_t rows_written = 0;
   std::array<uint64_t, kBadInputKinds> bad{};
   uint64_t bad_total = 0;
@@ -129,6 +132,7 @@ class Acquisition {
   void run();
   void start();             ///< builds the finder, starts the consumers, connects the source
   void begin_data();        ///< the pedestal is ready: data taking starts
+  void set_mask(const PedestalState& dark);  ///< the mask is final: filter and file get it
   void acquire();           ///< moves frames through the chain until the run ends
   void flush();             ///< makes what was written durable (output.flush_interval_ms)
   void finish();            ///< drains the chain and ends the consumers
@@ -156,6 +160,9 @@ class Acquisition {
   ConsumerChain consumers_;
   RunFileConsumer* run_file_ = nullptr;
   ReconstructionConsumer* recon_ = nullptr;
+  std::vector<uint32_t> mask_bits_;  ///< mask.file's pixels (then OR-ed with the dark frames')
+  std::unique_ptr<DarkGainSwitches> dark_gains_;  ///< JUNGFRAU with mask.from_dark
+  std::atomic<uint64_t> masked_pixels_{0};
   std::unique_ptr<FinderStage> finder_;        ///< built on the run's thread
   std::unique_ptr<FrameSequencer> sequencer_;
   std::atomic<uint64_t> disk_free_{0}, disk_reserve_{0};  ///< at the last storage check

@@ -26,6 +26,7 @@ class ConsumerChain {
   }
 
   void on_start(const RunContext& run);
+  void on_pixel_mask(std::span<const uint32_t> mask);
   void on_pedestal(const PedestalState& pedestal);
   void on_batch(const FoundBatch& batch);
   void on_rows(std::span<const FrameRow> rows);

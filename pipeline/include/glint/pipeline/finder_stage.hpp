@@ -13,6 +13,7 @@
 #include "glint/cluster_finder.hpp"
 #include "glint/pipeline/consumer_chain.hpp"
 #include "glint/pipeline/frame_copier.hpp"
+#include "glint/pipeline/pixel_mask.hpp"
 #include "glint/pipeline/run_counters.hpp"
 
 namespace glint::pipeline {
@@ -46,6 +47,14 @@ class FinderStage {
   /// No more results reach the consumers (after a failure).
   void detach();
 
+  /// From now on, clusters centred on a pixel `mask` masks are removed from each data batch
+  /// before the consumers see it, and counted (RunCounters::masked_clusters, FoundBatch::masked).
+  /// The filter sees the finder's ClusterTable only: the same for every backend.
+  void set_mask(MaskFilter mask) { mask_ = std::move(mask); }
+  /// Dark frames' pixels (raw, as submitted) are counted per pixel out of JUNGFRAU's G0 into
+  /// `gains` (null: not counted). `gains` outlives the stage's dark frames.
+  void count_dark_gains(DarkGainSwitches* gains) { dark_gains_ = gains; }
+
  private:
   void deliver(const ClusterTable& batch);
 
@@ -61,6 +70,10 @@ class FinderStage {
   std::vector<uint64_t> numbers_, timestamps_;
   std::vector<FrameRow> rows_;
   std::deque<std::vector<uint64_t>> in_flight_;  ///< timestamps of each submitted data batch
+  MaskFilter mask_;
+  ClusterTable kept_;              ///< a batch without its masked clusters
+  std::vector<uint32_t> removed_;  ///< masked clusters per frame of that batch
+  DarkGainSwitches* dark_gains_ = nullptr;
 };
 
 }  // namespace glint::pipeline

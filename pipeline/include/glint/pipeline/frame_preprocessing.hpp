@@ -1,7 +1,7 @@
 #pragma once
 // The pre-processing stage between the source and the finder: it sees each complete image's
 // pixels once they are in the finder's input slot, before the batch is submitted, and may change
-// them in place (calibration, masks). It runs on the copy threads (FrameCopier), one image per
+// them in place (calibration). It runs on the copy threads (FrameCopier), one image per
 // call, several images at a time: it must not keep state between images other than read-only
 // tables built at run start. Today it does nothing: the finder sees the raw pixels.
 #include <cstdint>

@@ -31,10 +31,13 @@ struct RunContext {
 };
 
 /// Data frames searched for clusters, in frame order: one record per frame in `clusters` (its
-/// clusters in raster order), `timestamps` per frame. Valid during the call only.
+/// clusters in raster order), `timestamps` per frame. With a pixel mask, `clusters` holds only
+/// the clusters whose centre is not masked and `masked` the clusters removed per frame (empty
+/// without a mask). Valid during the call only.
 struct FoundBatch {
   const ClusterTable& clusters;
   std::span<const uint64_t> timestamps;
+  std::span<const uint32_t> masked = {};
 };
 
 /// How the run ended, for on_end.
@@ -44,6 +47,7 @@ struct RunEnd {
   bool failed = false;    ///< the run is in the error state: close what is open, nothing more
   std::string end_reason; ///< end of acquisition, stop, frame limit, time limit, abort, disk_low
   uint64_t stream_stride = 1;  ///< frame-number step of the stream (a decimated stream: N)
+  uint64_t masked_clusters = 0;  ///< clusters removed by the pixel mask over the run
 };
 
 /// Each consumer's own counters (exact; readable from any thread).
@@ -65,6 +69,9 @@ class ResultConsumer {
   virtual void on_start(const RunContext& run) = 0;
   /// The pedestal data taking starts from, once the dark frames are in (or kept from before).
   virtual void on_pedestal(const PedestalState& pedestal) { (void)pedestal; }
+  /// The run's pixel mask (NXdetector pixel_mask bits, rows x cols), once it is final: at the
+  /// end of the dark frames, before on_pedestal. Only when the run has a mask (mask.*).
+  virtual void on_pixel_mask(std::span<const uint32_t> mask) { (void)mask; }
   /// Data frames and their clusters, in frame order.
   virtual void on_batch(const FoundBatch& batch) = 0;
   /// Frames without a cluster search, in frame order with on_batch's frames.

@@ -13,7 +13,8 @@ struct RunCounters {
   std::atomic<uint64_t> incomplete{0};
   std::atomic<uint64_t> missing{0};           ///< rows for frame numbers that never arrived
   std::atomic<uint64_t> dropped_rows{0};      ///< rows for images dropped at the ingest
-  std::atomic<uint64_t> clusters{0};
+  std::atomic<uint64_t> clusters{0};          ///< clusters handed on (masked ones not included)
+  std::atomic<uint64_t> masked_clusters{0};   ///< clusters removed: centred on a masked pixel
   std::atomic<uint64_t> rows_written{0};      ///< rows handed to the consumers
   std::atomic<uint64_t> missing_unwritten{0}; ///< missing rows past run.max_missing_rows
   std::atomic<uint64_t> stream_stride{1};     ///< frame-number step of the stream (decimated: N)

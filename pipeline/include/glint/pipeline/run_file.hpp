@@ -7,8 +7,12 @@
 //                               config (the run's effective configuration, YAML text)
 //   /entry/instrument/detector  NXdetector: frame_shape, pixel_type, detector_type, source,
 //                               n_sigma, cluster_size, backend, pedestal_window
+//   /entry/instrument/detector/pixel_mask  (with a pixel mask, RunMetadata::pixel_mask) H x W
+//                               uint32, NXdetector bits (pixel_mask_bit_meanings()), 0 until
+//                               written at the end of the dark frames
 //   /entry/frames               frame_number u64, timestamp u64, cluster_offset u64,
-//                               n_clusters u32, flags u8 (one row per frame, in order)
+//                               n_clusters u32, flags u8 (one row per frame, in order);
+//                               masked_clusters u32 with a pixel mask (clusters removed)
 //   /entry/clusters             NXcollection: frame_number u64, x u16, y u16,
 //                               data (n, S, S) int32 (float32 keV when calibrated), and
 //                               NXevent_data's fields mapped from those: per cluster event_id
@@ -49,7 +53,8 @@
 //                               kept for a clean close, "idle", "missing_rows", "detector
 //                               restart", ...); stream_stride (u64: the frame-number step of
 //                               the stream, N for a decimated one: rows exist for those frame
-//                               numbers only; 1 otherwise).
+//                               numbers only; 1 otherwise); masked_clusters (u64, with a pixel
+//                               mask: the clusters it removed over the run).
 //
 // Storage faults: at each flush and between flushes (check_storage) the free space on the file
 // system is checked against a reserve (StorageGuard) and the file's identity against its path;
@@ -121,6 +126,9 @@ struct RunMetadata {
   std::string backend;              ///< e.g. "cpu (16 threads)", "gpu (NVIDIA H200)"
   /// Present when the run reconstructs: /entry/reconstruction is created with the file.
   std::optional<ReconstructionLayout> reconstruction;
+  /// The run has a pixel mask: /entry/instrument/detector/pixel_mask and
+  /// /entry/frames/masked_clusters are created with the file.
+  bool pixel_mask = false;
 };
 
 /// One reconstructed volume of the run (row i of the /entry/reconstruction datasets).
@@ -176,9 +184,16 @@ class RunFileWriter {
   void write_calibration_pedestal(std::span<const double> adc);
 
   /// Appends one frame row per frame of `table` (in order) and all its clusters.
-  /// `timestamps` and `flags` are per frame of the table, or empty for zeros.
+  /// `timestamps`, `flags` and `masked` (clusters the pixel mask removed) are per frame of the
+  /// table, or empty for zeros.
   void append(const ClusterTable& table, std::span<const uint64_t> timestamps = {},
-              std::span<const uint8_t> flags = {});
+              std::span<const uint8_t> flags = {}, std::span<const uint32_t> masked = {});
+
+  /// The run's pixel mask (H x W, NXdetector bits); the file must have been created with
+  /// RunMetadata::pixel_mask. Throws OutputError (std::invalid_argument for a wrong size).
+  void write_pixel_mask(std::span<const uint32_t> mask);
+  /// Clusters the pixel mask removed over the run: /entry's masked_clusters at close.
+  void set_masked_clusters(uint64_t n);
 
   /// Appends rows of frames that carry no clusters (missing, dropped or dark frames); the
   /// writer sets cluster_offset and n_clusters.
@@ -242,6 +257,11 @@ struct RunFileContents {
   std::string end_time;             ///< empty when the run never closed (crash)
   std::string end_reason;           ///< empty when the run never closed or before glint wrote it
   uint64_t stream_stride = 0;       ///< /entry/stream_stride; 0 when not written
+  /// /entry/instrument/detector/pixel_mask (H x W NXdetector bits); empty without a mask.
+  std::vector<uint32_t> pixel_mask;
+  /// /entry/frames/masked_clusters per frame row; empty without a mask.
+  std::vector<uint32_t> frame_masked_clusters;
+  std::optional<uint64_t> masked_clusters;  ///< /entry's masked_clusters, when written
   std::string config_yaml;
   std::string backend;
   std::vector<double> start_mean, start_noise, end_mean, end_noise;

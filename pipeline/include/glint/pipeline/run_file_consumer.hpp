@@ -20,6 +20,7 @@ class RunFileConsumer final : public ResultConsumer {
   /// Creates the file with the run's metadata (and its reconstruction datasets when the run
   /// reconstructs). Throws OutputError.
   void on_start(const RunContext& run) override;
+  void on_pixel_mask(std::span<const uint32_t> mask) override;
   void on_pedestal(const PedestalState& pedestal) override;
   void on_batch(const FoundBatch& batch) override;
   void on_rows(std::span<const FrameRow> rows) override;

@@ -30,6 +30,9 @@ struct SimImageParams {
   double gain_switch_rate = 1e-3;
   double dark_switch_rate = 0.0;
   double invalid_gain_rate = 0.0;
+  /// Defects at given pixels (row-major indices; glint::synth::Config): stuck (constant),
+  /// noisy (8x the noise), and JUNGFRAU pixels in G1 in every odd-indexed dark frame.
+  std::vector<uint32_t> stuck_pixels{}, noisy_pixels{}, dark_g1_pixels{};
 };
 
 /// Generates the simulator's images: a glint::synth::Generator for these parameters, whose
