@@ -133,9 +133,6 @@ TEST_F(GlintFindJungfrau, BadOptionsAreUsageErrors) {
                  2, "has no HG0 array");
   expect_failure("find" + in + " --detector jungfrau --gain-file " + path("jf.h5"), 2,
                  "jf.h5");
-  expect_failure("find" + in + " --detector jungfrau --gain-file " + path("gain.bin") +
-                     " --backend gpu",
-                 1, "does not support detector.type jungfrau with calibration");
   expect_failure("synth -o " + path("x.h5") + " --gain-file " + path("g2.bin"), 2,
                  "need --jungfrau");
 }
