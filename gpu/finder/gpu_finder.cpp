@@ -187,10 +187,8 @@ class GpuEngine final : public GpuClusterFinder {
       return;
     }
     if (s.in_flight) collect(si);  // the oldest batch in flight: results stay in order
-    for (std::size_t li = 0; li < lanes_.size(); ++li) {
-      enqueue_dark(li, s.staging.get(), n);
-      lanes_[li].slots[si].in_done.record(lanes_[li].compute);
-    }
+    for (std::size_t li = 0; li < lanes_.size(); ++li)
+      enqueue_dark(li, s.staging.get(), n, &lanes_[li].slots[si].in_done);
     s.dark_upload = true;
     ring_.advance();
   }
@@ -285,16 +283,18 @@ class GpuEngine final : public GpuClusterFinder {
   }
 
  private:
-  /// On lane li's compute stream: copies n dark frames from host memory `frames` and pushes them
-  /// into the live state (in order with the finds around it; the one dark-frame buffer is not
-  /// overwritten before the accumulation that reads it has run).
-  void enqueue_dark(std::size_t li, const uint16_t* frames, std::size_t n) {
+  /// On lane li's compute stream: copies n dark frames from host memory `frames` (then records
+  /// `copied`, if given) and pushes them into the live state (in order with the finds around it;
+  /// the one dark-frame buffer is not overwritten before the accumulation that reads it has run).
+  void enqueue_dark(std::size_t li, const uint16_t* frames, std::size_t n,
+                    Event* copied = nullptr) {
     Lane& lane = lanes_[li];
     const LanePlan& plan = lane.plan;
     DeviceGuard g(plan.device);
     StreamView cs = lane.compute;
     const int par = static_cast<int>(frames_done_ & 1u);
     upload_rows(setup_.params, plan, lane.dark_frames.get(), frames, n, cs);
+    if (copied) copied->record(cs);
     DarkPixels px;
     px.mode = setup_.params.pixels;
     px.pedestal = lane.cal_pedestal.get();

@@ -233,12 +233,4 @@ TEST(GpuBatchView, GainCountsAreSummedOverBands) {
                std::invalid_argument);
 }
 
-TEST(GpuFinderJungfrau, WithoutGpuSaysWhy) {
-  if (glint::gpu::device_count() > 0) GTEST_SKIP() << "a GPU is present";
-  FinderParams p;
-  p.shape = {16, 16};
-  p.pixels = PixelMode::jungfrau_g0;
-  EXPECT_THROW(glint::gpu::make_gpu_finder(p, {}), std::runtime_error);
-}
-
 }  // namespace
