@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <ostream>
@@ -12,11 +13,13 @@
 #include <tuple>
 #include <vector>
 
+#include "glint/clust_file.hpp"
 #include "glint/cluster_finder.hpp"
 #include "glint/gpu/gpu_finder.hpp"
 #include "glint/jungfrau.hpp"
 #include "glint/synthetic.hpp"
 #include "gpu_test.hpp"
+#include "test_data.hpp"
 
 namespace {
 
@@ -171,6 +174,55 @@ TEST_P(GpuJungfrau, SameAsCpuBackend) {
 INSTANTIATE_TEST_SUITE_P(GpuFinder, GpuJungfrau,
                          ::testing::Values(Case{512, 1024, 3, 12}, Case{512, 1024, 5, 12},
                                            Case{37, 53, 3, 41}, Case{37, 53, 5, 41}));
+
+// aare's own chain (docs/cluster-finding.md, "Checked against aare") gave these .clust digests
+// for the frames of `glint synth --rows 128 --cols 256 --dark 1000 --frames 300 --photons 60
+// --jungfrau --gain-switch-rate 2e-3 --dark-switch-rate 2e-4 --invalid-gain-rate 1e-4 --seed 21`
+// with the generator's gain maps and G1/G2 pedestals; the GPU engine gives the same bytes.
+TEST(GpuJungfrau, SameBytesAsAare) {
+  GLINT_REQUIRE_GPU();
+  glint::synth::Config c;
+  c.shape = {128, 256};
+  c.seed = 21;
+  c.dark_frames = 1000;
+  c.photons = 60;
+  c.jungfrau = true;
+  c.gain_switch_rate = 2e-3;
+  c.dark_switch_rate = 2e-4;
+  c.invalid_gain_rate = 1e-4;
+  const glint::testing::SyntheticRun run(c, 300);
+  struct Digest {
+    int size;
+    double n_sigma;
+    const char* sha;
+  };
+  const Digest digests[] = {
+      {3, 5.0, "9607e86dedfc2f01d2765bfa0ced23a5c25426d28c557c5f15e4fd822723ed92"},
+      {3, 3.0, "57c8a1ed0da00eee3546c1650295697f2ca2a9079faff24308497822be93ec89"},
+      {5, 5.0, "7f9348decd171de841ca5a53a81ef6140460cfe9ec93c7e49bfde4f68e4f2648"},
+      {5, 3.0, "a764d7a98016e75449a1387a045f47267f4efc74cf665361597cec71fff7b95c"},
+  };
+  const auto path = std::filesystem::temp_directory_path() / "glint_gpu_jungfrau_aare.clust";
+  for (const Digest& k : digests) {
+    FinderParams p;
+    p.shape = c.shape;
+    p.cluster_size = k.size;
+    p.n_sigma = k.n_sigma;
+    p.pixels = PixelMode::jungfrau_calibrated;
+    p.calibration = calibration(c.shape, c.seed);
+    glint::gpu::GpuFinderOptions o;
+    o.batch_frames = 64;
+    auto gpu = glint::gpu::make_gpu_finder(p, o);
+    const ClusterTable out = glint::testing::run_finder(*gpu, run, 100);
+    {
+      glint::ClustWriter w(path, k.size);
+      w.write(out);
+      w.close();
+    }
+    EXPECT_EQ(glint::testing::file_sha256(path), k.sha) << "S=" << k.size << " n=" << k.n_sigma;
+  }
+  std::filesystem::remove(path);
+}
 
 // Streamed batches: the interface's sink gets each batch's table with its gain counts.
 TEST(GpuJungfrauStreaming, SinkTablesCarryGainCounts) {
