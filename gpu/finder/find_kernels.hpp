@@ -59,14 +59,6 @@ struct FindLaunch {
   int32_t* region_data = nullptr;        ///< [n_frames * segments * capacity * S*S]
   uint32_t region_capacity = 0;
   uint32_t* frame_totals = nullptr;      ///< [n_frames], zeroed before the launch
-  /// What the pixels are (the kernel instantiation that runs). JUNGFRAU: gain_counts, [n_frames]
-  /// x (G1, G2, invalid), zeroed before the launch, gets each frame's pixels out of G0 in the
-  /// band (null: not counted); calibrated: cal_pedestal and cal_gain are the stage-major tables
-  /// of the whole frame (jungfrau::calibrate), and region_data holds the float entries' bits.
-  PixelMode pixels = PixelMode::raw;
-  uint32_t* gain_counts = nullptr;
-  const double* cal_pedestal = nullptr;
-  const double* cal_gain = nullptr;
   /// Optional [blocks * kFindProfileSlots]: cycles per phase, then the nanoseconds from the
   /// previous segment's release of a frame to this segment seeing it, summed over the frames
   /// this segment had to wait for, and their number.
@@ -75,6 +67,15 @@ struct FindLaunch {
   /// With profile: [kLaunchRecords][blocks][4]: each block's globaltimer and clock64 at entry and
   /// at exit, for launch (frames_done at launch / n_frames) % kLaunchRecords.
   unsigned long long* launch_ts = nullptr;
+  // (Last, so that the raw kernel's parameter offsets stay as they were.)
+  /// What the pixels are (the kernel instantiation that runs). JUNGFRAU: gain_counts, [n_frames]
+  /// x (G1, G2, invalid), zeroed before the launch, gets each frame's pixels out of G0 in the
+  /// band (null: not counted); calibrated: cal_pedestal and cal_gain are the stage-major tables
+  /// of the whole frame (jungfrau::calibrate), and region_data holds the float entries' bits.
+  PixelMode pixels = PixelMode::raw;
+  uint32_t* gain_counts = nullptr;
+  const double* cal_pedestal = nullptr;
+  const double* cal_gain = nullptr;
 };
 inline constexpr int kLaunchRecords = 64;
 /// wait, loop 1 (with the own pixels' d0), loop 2 (pass 0), resolve, release (the releasing
