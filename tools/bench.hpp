@@ -22,12 +22,19 @@ struct BenchFindOptions {
   int cluster_size = 3;
   double n_sigma = 5.0;
   uint64_t seed = 1;
+  /// generic, or jungfrau: gain bits over a 14-bit ADC (glint::synth's gain switching); clusters
+  /// on G0 pixels only, or on calibrated frames with `gain_file` or `calibrated`.
+  std::string detector = "generic";
+  std::string gain_file;      ///< JUNGFRAU gain maps (PSI module file)
+  std::string pedestal_file;  ///< with gain_file: G1/G2 pedestals (else from the dark frames)
+  bool calibrated = false;    ///< calibrated with glint::synth's gain maps and G1/G2 pedestals
 };
 
 /// The frame shape of a run: rows x cols, SIZE where either is 0.
 FrameShape bench_shape(const BenchFindOptions& options);
 
-/// The finder parameters of a run: its frame shape, the cluster size and n_sigma.
+/// The finder parameters of a run: its frame shape, the cluster size, n_sigma and the pixel
+/// mode (with its calibration tables). Throws std::runtime_error naming a file that does not fit.
 FinderParams bench_finder_params(const BenchFindOptions& options);
 
 /// The frames of a run (glint::synth from `seed`) under a steady load: every data frame carries

@@ -30,7 +30,7 @@ Measurement measure(ClusterFinder& finder, std::span<const uint16_t> dark,
   std::vector<uint64_t> numbers(frames);
   for (uint64_t k = 0; k < frames; ++k) numbers[k] = first_number + k;
   // One output table reused chunk after chunk, as a consumer that writes each chunk out would.
-  ClusterTable out(finder.params().cluster_size);
+  ClusterTable out = make_result_table(finder.params());
   Measurement m;
   const auto t0 = std::chrono::steady_clock::now();
   for (uint64_t k = 0; k < frames; k += chunk) {
@@ -84,6 +84,23 @@ FinderParams bench_finder_params(const BenchFindOptions& o) {
   p.shape = bench_shape(o);
   p.cluster_size = o.cluster_size;
   p.n_sigma = o.n_sigma;
+  if (o.detector != "jungfrau") return p;
+  if (!o.gain_file.empty()) {
+    p.pixels = PixelMode::jungfrau_calibrated;
+    p.calibration = jungfrau::load_calibration(p.shape, o.gain_file, o.pedestal_file, false);
+  } else if (o.calibrated) {
+    // As `glint synth --gain-file --pedestal-file` writes them for the same shape and seed.
+    auto cal = std::make_shared<jungfrau::Calibration>();
+    cal->shape = p.shape;
+    const std::vector<double> maps = synth::jungfrau_gain_maps(p.shape, o.seed);
+    cal->gain.assign(maps.begin(), maps.begin() + jungfrau::kStages * p.shape.pixels());
+    cal->pedestal = synth::jungfrau_stage_pedestals(p.shape, o.seed);
+    cal->pedestal_from_dark[1] = cal->pedestal_from_dark[2] = false;
+    p.pixels = PixelMode::jungfrau_calibrated;
+    p.calibration = std::move(cal);
+  } else {
+    p.pixels = PixelMode::jungfrau_g0;
+  }
   return p;
 }
 
@@ -93,6 +110,7 @@ synth::Config bench_frames_config(const BenchFindOptions& o) {
   c.seed = o.seed;
   c.photons = o.photons;
   c.crowded_every = 0;  // a steady load: every frame carries about `photons` photons
+  c.jungfrau = o.detector == "jungfrau";  // gain switching at the generator's real-frame rate
   return c;
 }
 
@@ -127,6 +145,16 @@ void add_bench_find(CLI::App& bench) {
   cmd->add_option("--streams", a->o.streams, "GPU streams per device")->capture_default_str();
   cmd->add_option("--gpus", a->o.gpus, "GPU ids")->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "CPU: frames per find() call")->capture_default_str();
+  cmd->add_option("--detector", a->o.detector,
+                  "generic, or jungfrau (gain bits over a 14-bit ADC, with gain switching; "
+                  "clusters on G0 pixels only unless calibrated)")
+      ->capture_default_str();
+  cmd->add_option("--gain-file", a->o.gain_file,
+                  "JUNGFRAU: calibrated frames with these gain maps (PSI module file)");
+  cmd->add_option("--pedestal-file", a->o.pedestal_file,
+                  "JUNGFRAU with --gain-file: G0, G1, G2 pedestals (G1 and G2 are used)");
+  cmd->add_flag("--calibrated", a->o.calibrated,
+                "JUNGFRAU: calibrated frames with glint synth's gain maps and G1/G2 pedestals");
   cmd->add_flag("--reference", a->reference,
                 "CPU: also time the single-threaded reference finder on the same frames");
   cmd->callback([a] {
@@ -141,6 +169,16 @@ void add_bench_find(CLI::App& bench) {
       fail("glint bench find",
            fmt::format("cluster size {} is not supported (allowed: 3, 5, 7, 9)", o.cluster_size),
            kExitUsage);
+    if (o.detector != "generic" && o.detector != "jungfrau")
+      fail("glint bench find",
+           fmt::format("--detector {}: allowed are generic, jungfrau", o.detector), kExitUsage);
+    if (o.detector != "jungfrau" && (!o.gain_file.empty() || o.calibrated))
+      fail("glint bench find", "--gain-file and --calibrated need --detector jungfrau",
+           kExitUsage);
+    if (!o.gain_file.empty() && o.calibrated)
+      fail("glint bench find", "--gain-file and --calibrated exclude each other", kExitUsage);
+    if (!o.pedestal_file.empty() && o.gain_file.empty())
+      fail("glint bench find", "--pedestal-file needs --gain-file", kExitUsage);
     int rc = 0;
     try {
       if (a->backend == "cpu") {

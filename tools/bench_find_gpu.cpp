@@ -56,10 +56,9 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       std::min<std::size_t>(static_cast<std::size_t>(o.streams) * o.batch, 1024);
   std::cout << fmt::format(
       "glint bench find (gpu): {}x{}, {}x{}, n_sigma {}, {} frames, ~{:.0f} photons/frame, batch "
-      "{}, {} stream slot(s), {} GPU(s)\n",
+      "{}, {} stream slot(s), {} GPU(s), pixels {}\n",
       params.shape.rows, params.shape.cols, o.cluster_size, o.cluster_size, o.n_sigma, o.frames,
-      o.photons, o.batch,
-      o.streams, n_gpus);
+      o.photons, o.batch, o.streams, n_gpus, to_string(params.pixels));
   std::cout.flush();
   const std::vector<uint16_t> dark = synthesize(gen, 0, c.dark_frames);
   const std::vector<uint16_t> pool = synthesize(gen, c.dark_frames, pool_frames);

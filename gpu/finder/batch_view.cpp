@@ -27,6 +27,12 @@ void append_clusters(ClusterTable& out, const GpuBatchView& v) {
     if (b.data.size() != b.x.size() * per)
       throw std::invalid_argument("append_clusters: the batch's clusters do not have the " +
                                   std::to_string(per) + " values per cluster of the table");
+  const bool gains = out.has_gain_counts();
+  for (const GpuBandView& b : v.bands)
+    if (gains && b.gain_counts.size() != 3 * v.frame_numbers.size())
+      throw std::invalid_argument("append_clusters: the table keeps gain counts, the batch has "
+                                  "none (a finder for JUNGFRAU pixels gives them)");
+  auto& gain_counts = out.gain_counts_mut();
   std::vector<uint64_t> cursor(v.bands.size(), 0);
   uint64_t first = out.n_clusters();
   for (std::size_t i = 0; i < v.frame_numbers.size(); ++i) {
@@ -41,6 +47,15 @@ void append_clusters(ClusterTable& out, const GpuBatchView& v) {
       count += static_cast<uint32_t>(c);
     }
     frames.push_back(FrameRecord{v.frame_numbers[i], first, count});
+    if (gains) {
+      jungfrau::GainCounts g;
+      for (const GpuBandView& b : v.bands) {
+        g.g1 += b.gain_counts[3 * i];
+        g.g2 += b.gain_counts[3 * i + 1];
+        g.invalid += b.gain_counts[3 * i + 2];
+      }
+      gain_counts.push_back(g);
+    }
     first += count;
   }
 }
@@ -50,7 +65,7 @@ void GpuClusterFinder::set_sink(ResultSink sink) {
     set_view_sink({});
     return;
   }
-  results_ = ClusterTable(params().cluster_size);
+  results_ = make_result_table(params());
   set_view_sink([this, sink = std::move(sink)](const GpuBatchView& v) {
     results_.clear();
     append_clusters(results_, v);

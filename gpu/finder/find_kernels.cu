@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "glint/cluster_window.hpp"
+#include "glint/jungfrau.hpp"
 #include "check.cuh"
 #include "find_kernels.hpp"
 
@@ -196,6 +197,41 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
+/// How the find kernel reads a pixel, by pixel mode (docs/cluster-finding.md, "JUNGFRAU"),
+/// so that the raw (uint16) instantiation keeps its code: the value the pedestal works on, and
+/// whether the pixel takes part at all (G0 only: a pixel out of G0 is never a centre, is d = 0.0
+/// in a window and 0 in a stored cluster). Calibrated: the window max starts at the smallest
+/// normal double (aare's numeric_limits<double>::min()), entries are floats (their bits stored).
+template <PixelMode kMode>
+struct Pixels {
+  static constexpr bool kJungfrau = kMode != PixelMode::raw;
+  static constexpr double kMax0 =
+      kMode == PixelMode::jungfrau_calibrated ? 2.2250738585072014e-308 : 0.0;
+  __device__ __forceinline__ static bool excluded(uint16_t raw) {
+    if constexpr (kMode == PixelMode::jungfrau_g0) return !jungfrau::in_g0(raw);
+    else return false;
+  }
+  __device__ __forceinline__ static double value(uint16_t raw, int j, const FindLaunch& p) {
+    if constexpr (kMode == PixelMode::jungfrau_calibrated)
+      return jungfrau::calibrate(raw, static_cast<std::size_t>(j),
+                                 static_cast<std::size_t>(p.rows) * p.cols, p.cal_pedestal,
+                                 p.cal_gain);
+    else return static_cast<double>(raw);
+  }
+  /// f - m as a window sees pixel j (0.0 for an excluded pixel).
+  __device__ __forceinline__ static double dev(uint16_t raw, int j, double m,
+                                               const FindLaunch& p) {
+    if (excluded(raw)) return 0.0;
+    return cm::sub(value(raw, j, p), m);
+  }
+  __device__ __forceinline__ static int32_t entry(double d) {
+    if constexpr (kMode == PixelMode::jungfrau_calibrated)
+      return __float_as_int(__double2float_rn(d));
+    else return cm::cluster_value(d);
+  }
+};
+static_assert(Pixels<PixelMode::jungfrau_calibrated>::kMax0 == 0x1p-1022);
+
 /// The persistent find kernel. One block owns the segment [p0, p1) of the band (with kChunked
 /// several, b, b + blocks, ..., each frame through all of them in turn) and walks through the
 /// batch's frames. kSpill: which arrays live in the block's global scratch (FindLayout). With
@@ -208,8 +244,9 @@ __device__ __forceinline__ void cp_async_wait_all() {
 /// undecided pixels, then the progress counter. After it: cluster emission, which never waits
 /// for the segment above: window entries that lie there are written one frame later, from the
 /// means that loop 1 of the next frame reads anyway (or at the end of the launch).
-template <int S, bool kResident, int kSpill, bool kChunked>
+template <int S, bool kResident, int kSpill, bool kChunked, PixelMode kMode>
 __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_constant__ FindLaunch p) {
+  using Px = Pixels<kMode>;
   // Where each array lives is known at compile time, so that shared-memory arrays are addressed
   // as such (generic addressing costs about a third of the kernel's time).
   constexpr bool kListsGlobal = kSpill >= 1;   // also dprev
@@ -370,8 +407,10 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   };
   // The frame being decided (set_frame): parity, its values.
   int par = 0, nxt = 1, acur = 0;
+  [[maybe_unused]] uint32_t kcur = 0;  // the frame (JUNGFRAU: its gain counts)
   const uint16_t* fcur = sh_f;
   const auto set_frame = [&](uint32_t k, uint32_t w) {
+    kcur = k;
     par = static_cast<int>((g0 + k) & 1ull);
     nxt = par ^ 1;
     if constexpr (kFDirect) {
@@ -382,7 +421,8 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       acur = frame_a0(k);
     }
   };
-  const auto fval = [&](int j) -> double { return static_cast<double>(fcur[j - acur]); };
+  const auto fraw = [&](int j) -> uint16_t { return fcur[j - acur]; };
+  const auto fval = [&](int j) -> double { return Px::value(fraw(j), j, p); };
   // count == window flags of [q0, p1).
   const auto load_full = [&]() {
     for (int j = q0 + tid; j < p1; j += nt)
@@ -413,8 +453,18 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   // d0 and bounds of the own pixels for frame k, from their state at the start of frame k.
   const auto prepare_own = [&]() {
     const int park = par;
+    [[maybe_unused]] uint32_t by_bits[4] = {0, 0, 0, 0};  // JUNGFRAU: own pixels by gain bits
     for (int o = tid; o < own_pixels; o += nt) {
       const int j = p0 + o;
+      if constexpr (Px::kJungfrau) {
+        const uint16_t raw = fraw(j);
+        ++by_bits[jungfrau::gain_bits(raw)];
+        if (Px::excluded(raw)) {
+          sh_d0[j - base] = 0.0;
+          put_bounds(j - base, 0.0, 0.0);
+          continue;
+        }
+      }
       const double f = fval(j);
       const bool full = sh_full[j - base] != 0;
       double m0, s = 0.0, s2 = 0.0;
@@ -434,6 +484,14 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       const double d0 = cm::sub(f, m0);
       sh_d0[j - base] = d0;
       store_bounds(j, f, d0, m0, full, s, s2);
+    }
+    if constexpr (Px::kJungfrau) {
+      if (p.gain_counts != nullptr) {
+        uint32_t* gc = p.gain_counts + static_cast<std::size_t>(kcur) * 3;
+        if (by_bits[1] != 0) atomicAdd(gc + 0, by_bits[1]);
+        if (by_bits[3] != 0) atomicAdd(gc + 1, by_bits[3]);
+        if (by_bits[2] != 0) atomicAdd(gc + 2, by_bits[2]);
+      }
     }
   };
 
@@ -456,7 +514,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       const int x = j - y * cols;
       if (y + dy < 0 || x + dx < 0 || x + dx >= cols) continue;
       const std::size_t slot = region * p.region_capacity + c;
-      p.region_data[slot * S2 + w] = cm::cluster_value(final_d(jj));
+      p.region_data[slot * S2 + w] = Px::entry(final_d(jj));
     }
   };
 
@@ -524,7 +582,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   // This frame's final f - mean of an own pixel whose decision is final.
   const auto final_own = [&](int jj) -> double {
     const double m = kResident ? sh_mean[jj - p0] : __ldcg(own.mean[nxt] + jj);
-    return cm::sub(fval(jj), m);
+    return Px::dev(fraw(jj), jj, m, p);
   };
 
   // Pass 0: decide the own pixels, commit the certain ones.
@@ -537,12 +595,12 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       double rms, s_old, s2_old;
       start_state(o, rms, s_old, s2_old);
       Decision d;
-      if (cm::is_negative_outlier(v, rms, thr)) {
+      if (Px::excluded(fraw(j)) || cm::is_negative_outlier(v, rms, thr)) {
         d = {kNo, kNo};
       } else {
         // Totals summed in row-major order from 0.0 (so the bounds are those of the exact sum),
-        // maxima from 0.0 (the successors' part once for both).
-        double tlo = 0.0, thi = 0.0, plo = 0.0, phi = 0.0, msucc = 0.0;
+        // maxima from 0.0 (kMax0; the successors' part once for both).
+        double tlo = 0.0, thi = 0.0, plo = Px::kMax0, phi = Px::kMax0, msucc = Px::kMax0;
         const auto add_pixel = [&](int s, bool predecessor) {
           if (predecessor) {
             double lo, hi;
@@ -657,12 +715,22 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     const int n_halo = n_above + (q1 - p1);
     const auto halo_pixel = [&](int i) { return i < n_above ? q0 + i : p1 + (i - n_above); };
     const auto halo_pass = [&](int j, double m, double s, double s2) {
+      if constexpr (Px::kJungfrau) {
+        if (Px::excluded(fraw(j))) {
+          sh_d0[j - base] = 0.0;
+          if (j < p0) {
+            put_bounds(j - base, 0.0, 0.0);
+            if (k > 0) sh_dprev[j - base] = Px::dev(fprev[j - aprev], j, m, p);
+          }
+          return;
+        }
+      }
       const double f = fval(j);
       const double d0 = cm::sub(f, m);
       sh_d0[j - base] = d0;
       if (j < p0) {
         store_bounds(j, f, d0, m, sh_full[j - base] != 0, s, s2);
-        if (k > 0) sh_dprev[j - base] = cm::sub(static_cast<double>(fprev[j - aprev]), m);
+        if (k > 0) sh_dprev[j - base] = Px::dev(fprev[j - aprev], j, m, p);
       }
     };
     const auto halo_load = [&](int j, double& m, double& s, double& s2) {
@@ -743,7 +811,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
           start_state(o, rms, s_old, s2_old);
           bool update = false, stored = false;
           if (!cm::is_negative_outlier(v, rms, thr)) {
-            double tlo = 0.0, thi = 0.0, mlo = 0.0, mhi = 0.0;
+            double tlo = 0.0, thi = 0.0, mlo = Px::kMax0, mhi = Px::kMax0;
             bool above = false;
             cm::for_each_in_window(x, y, h, rows, cols, [&](int dy, int dx) {
               const int jj = j + dy * cols + dx;
@@ -775,12 +843,17 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
               stored = db.stored == kYes;
             } else {
               while (load_acquire(prog_above(), sys_above()) < g + 1) __nanosleep(20);
-              const auto [total, mx] = cm::window_sum(x, y, h, rows, cols, [&](int dy, int dx) {
+              double total = 0.0, mx = Px::kMax0;
+              cm::for_each_in_window(x, y, h, rows, cols, [&](int dy, int dx) {
                 const int jj = j + dy * cols + dx;
+                double d;
                 if (dy < 0 || (dy == 0 && dx < 0))
-                  return jj < p0 ? cm::sub(fval(jj), __ldcg(arrays_for(jj).mean[nxt] + jj))
-                                 : final_own(jj);
-                return sh_d0[jj - base];
+                  d = jj < p0 ? Px::dev(fraw(jj), jj, __ldcg(arrays_for(jj).mean[nxt] + jj), p)
+                              : final_own(jj);
+                else
+                  d = sh_d0[jj - base];
+                total = cm::add(total, d);
+                if (mx < d) mx = d;
               });
               const cm::PixelAction act = cm::classify(v, rms, total, mx, thr);
               update = act == cm::PixelAction::update;
@@ -853,9 +926,9 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
           if (yy >= 0 && yy < rows && xx >= 0 && xx < cols) {
             const int jj = j + dy * cols + dx;
             if (!(dy < 0 || (dy == 0 && dx < 0))) {
-              value = cm::cluster_value(sh_d0[jj - base]);
+              value = Px::entry(sh_d0[jj - base]);
             } else if (jj >= p0) {
-              value = cm::cluster_value(final_own(jj));
+              value = Px::entry(final_own(jj));
             } else {
               continue;  // in the segment above: written with the next frame (patch_above)
             }
@@ -894,7 +967,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         while (load_acquire(prog_above(), sys_above()) < g0 + p.n_frames) __nanosleep(20);
       __syncthreads();
       patch_above(kl, nsl, center, nt, [&](int jj) {
-        return cm::sub(static_cast<double>(fl[jj]), __ldcg(arrays_for(jj).mean[fin] + jj));
+        return Px::dev(fl[jj], jj, __ldcg(arrays_for(jj).mean[fin] + jj), p);
       });
     }
   }
@@ -934,33 +1007,48 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   }
 }
 
-/// Calls f(kernel) with the find kernel of size S for `resident`, `spill` and several segments
-/// per block or one (the resident state only with one segment and spill levels 0 and 1).
-template <int S, bool kChunked, typename F>
+/// Calls f(kernel) with the find kernel of size S and pixel mode M for `resident`, `spill` and
+/// several segments per block or one (the resident state only with one segment and spill levels
+/// 0 and 1).
+template <int S, PixelMode M, bool kChunked, typename F>
 decltype(auto) with_find_kernel_c(bool resident, int spill, F&& f) {
   if (resident && !kChunked) {
-    if (spill == 0) return f(find_kernel<S, true, 0, false>);
-    return f(find_kernel<S, true, 1, false>);
+    if (spill == 0) return f(find_kernel<S, true, 0, false, M>);
+    return f(find_kernel<S, true, 1, false, M>);
   }
   switch (spill) {
-    case 0: return f(find_kernel<S, false, 0, kChunked>);
-    case 1: return f(find_kernel<S, false, 1, kChunked>);
-    case 2: return f(find_kernel<S, false, 2, kChunked>);
-    case 3: return f(find_kernel<S, false, 3, kChunked>);
-    default: return f(find_kernel<S, false, 4, kChunked>);
+    case 0: return f(find_kernel<S, false, 0, kChunked, M>);
+    case 1: return f(find_kernel<S, false, 1, kChunked, M>);
+    case 2: return f(find_kernel<S, false, 2, kChunked, M>);
+    case 3: return f(find_kernel<S, false, 3, kChunked, M>);
+    default: return f(find_kernel<S, false, 4, kChunked, M>);
   }
 }
+template <int S, PixelMode M, typename F>
+decltype(auto) with_find_kernel_m(bool resident, int spill, bool chunked, F&& f) {
+  if (chunked) return with_find_kernel_c<S, M, true>(resident, spill, std::forward<F>(f));
+  return with_find_kernel_c<S, M, false>(resident, spill, std::forward<F>(f));
+}
 template <int S, typename F>
-decltype(auto) with_find_kernel(bool resident, int spill, bool chunked, F&& f) {
-  if (chunked) return with_find_kernel_c<S, true>(resident, spill, std::forward<F>(f));
-  return with_find_kernel_c<S, false>(resident, spill, std::forward<F>(f));
+decltype(auto) with_find_kernel(PixelMode pixels, bool resident, int spill, bool chunked,
+                                F&& f) {
+  switch (pixels) {
+    case PixelMode::jungfrau_g0:
+      return with_find_kernel_m<S, PixelMode::jungfrau_g0>(resident, spill, chunked,
+                                                            std::forward<F>(f));
+    case PixelMode::jungfrau_calibrated:
+      return with_find_kernel_m<S, PixelMode::jungfrau_calibrated>(resident, spill, chunked,
+                                                                    std::forward<F>(f));
+    default:
+      return with_find_kernel_m<S, PixelMode::raw>(resident, spill, chunked, std::forward<F>(f));
+  }
 }
 
 template <int S>
 void launch_find_s(const FindLaunch& p, StreamView stream) {
   const std::size_t smem = FindLayout(p.cols, p.segment_max, S, p.resident, p.spill).bytes;
   // The shared-memory limit was raised by find_blocks_per_sm() on this device.
-  with_find_kernel<S>(p.resident, p.spill, p.chunks > 1, [&](auto kernel) {
+  with_find_kernel<S>(p.pixels, p.resident, p.spill, p.chunks > 1, [&](auto kernel) {
     kernel<<<p.blocks, p.threads, smem, stream.get()>>>(p);
   });
   GLINT_CUDA_CHECK_LAUNCH();
@@ -968,7 +1056,7 @@ void launch_find_s(const FindLaunch& p, StreamView stream) {
 
 template <int S>
 int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int spill, bool chunked,
-                   int threads) {
+                   int threads, PixelMode pixels) {
   if (resident && (spill > 1 || chunked)) return 0;
   const std::size_t smem = FindLayout(cols, segment, S, resident, spill).bytes;
   // Everything the device lets one block opt in to, less the kernel's static shared memory.
@@ -977,14 +1065,14 @@ int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int spill, bo
   GLINT_CUDA_CHECK(
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   cudaFuncAttributes attr{};
-  with_find_kernel<S>(resident, spill, chunked, [&](auto kernel) {
+  with_find_kernel<S>(pixels, resident, spill, chunked, [&](auto kernel) {
     GLINT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
   });
   const std::size_t limit =
       std::min<std::size_t>(kFindSharedMax, static_cast<std::size_t>(optin) - attr.sharedSizeBytes);
   if (smem > limit) return 0;
   int per_sm = 0;
-  with_find_kernel<S>(resident, spill, chunked, [&](auto kernel) {
+  with_find_kernel<S>(pixels, resident, spill, chunked, [&](auto kernel) {
     GLINT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(limit)));
     GLINT_CUDA_CHECK(
@@ -1027,6 +1115,8 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
   const uint32_t total = p.frame_totals[f];
   if (threadIdx.x == 0 && blockIdx.y == 0) {
     p.out_counts[f] = total;
+    if (p.gain_counts != nullptr)
+      for (int c = 0; c < 3; ++c) p.out_gains[f * 3 + c] = p.gain_counts[f * 3 + c];
     if (frame_base + total > p.out_capacity) *reinterpret_cast<volatile uint32_t*>(p.out_overflow) = 1;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -1065,16 +1155,26 @@ __global__ void snapshot_kernel(const PedestalArrays live, const unsigned long l
   }
 }
 
+template <PixelMode kMode>
 __global__ void dark_kernel(const PedestalArrays a, int par, const uint16_t* frames,
                             uint32_t n_frames, uint32_t cols, std::size_t begin, std::size_t end,
-                            std::size_t frame_offset, std::size_t frame_elems, uint32_t window) {
+                            std::size_t frame_offset, std::size_t frame_elems, uint32_t window,
+                            const DarkPixels px) {
   for (std::size_t j = begin + blockIdx.x * blockDim.x + threadIdx.x; j < end;
        j += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     double s = a.sum[par][j], s2 = a.sum2[par][j];
     uint32_t c = a.count[j];
     double m = a.mean[par][j];
     for (uint32_t k = 0; k < n_frames; ++k) {
-      const double v = static_cast<double>(frames[k * frame_elems + (j - frame_offset)]);
+      const uint16_t raw = frames[k * frame_elems + (j - frame_offset)];
+      double v;
+      if constexpr (kMode == PixelMode::jungfrau_calibrated) {
+        v = jungfrau::calibrate(raw, j, px.pixels, px.pedestal, px.gain);
+      } else {
+        if constexpr (kMode == PixelMode::jungfrau_g0)
+          if (!jungfrau::in_g0(raw)) continue;  // a pixel out of G0 is not pushed
+        v = static_cast<double>(raw);
+      }
       m = cm::dark_push(s, s2, c, v, window);
     }
     a.sum[par][j] = s;
@@ -1107,12 +1207,12 @@ std::size_t find_scratch_bytes(uint32_t cols, uint32_t segment, int cluster_size
 }
 
 int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident,
-                       int spill, bool chunked, int threads) {
+                       int spill, bool chunked, int threads, PixelMode pixels) {
   switch (cluster_size) {
-    case 3: return max_resident_s<3>(cols, segment, resident, spill, chunked, threads);
-    case 5: return max_resident_s<5>(cols, segment, resident, spill, chunked, threads);
-    case 7: return max_resident_s<7>(cols, segment, resident, spill, chunked, threads);
-    default: return max_resident_s<9>(cols, segment, resident, spill, chunked, threads);
+    case 3: return max_resident_s<3>(cols, segment, resident, spill, chunked, threads, pixels);
+    case 5: return max_resident_s<5>(cols, segment, resident, spill, chunked, threads, pixels);
+    case 7: return max_resident_s<7>(cols, segment, resident, spill, chunked, threads, pixels);
+    default: return max_resident_s<9>(cols, segment, resident, spill, chunked, threads, pixels);
   }
 }
 
@@ -1151,12 +1251,21 @@ void launch_snapshot(const PedestalArrays& live, const unsigned long long* frame
 
 void launch_dark(const PedestalArrays& a, int parity, const uint16_t* frames, uint32_t n_frames,
                  uint32_t cols, uint32_t row0, uint32_t row1, uint32_t frame_row0,
-                 uint32_t frame_rows, uint32_t window, StreamView stream) {
+                 uint32_t frame_rows, uint32_t window, const DarkPixels& pixels,
+                 StreamView stream) {
   const std::size_t begin = static_cast<std::size_t>(row0) * cols;
   const std::size_t end = static_cast<std::size_t>(row1) * cols;
-  dark_kernel<<<grid_for(end - begin), 256, 0, stream.get()>>>(
-      a, parity, frames, n_frames, cols, begin, end, static_cast<std::size_t>(frame_row0) * cols,
-      static_cast<std::size_t>(frame_rows) * cols, window);
+  const auto launch = [&](auto kernel) {
+    kernel<<<grid_for(end - begin), 256, 0, stream.get()>>>(
+        a, parity, frames, n_frames, cols, begin, end,
+        static_cast<std::size_t>(frame_row0) * cols, static_cast<std::size_t>(frame_rows) * cols,
+        window, pixels);
+  };
+  switch (pixels.mode) {
+    case PixelMode::jungfrau_g0: launch(dark_kernel<PixelMode::jungfrau_g0>); break;
+    case PixelMode::jungfrau_calibrated: launch(dark_kernel<PixelMode::jungfrau_calibrated>); break;
+    default: launch(dark_kernel<PixelMode::raw>); break;
+  }
   GLINT_CUDA_CHECK_LAUNCH();
 }
 

@@ -14,6 +14,7 @@
 // so frames pipeline through the frame as a wavefront.
 #include <cstdint>
 
+#include "glint/cluster_finder.hpp"
 #include "glint/cluster_math.hpp"
 #include "stream_view.hpp"
 
@@ -66,6 +67,15 @@ struct FindLaunch {
   /// With profile: [kLaunchRecords][blocks][4]: each block's globaltimer and clock64 at entry and
   /// at exit, for launch (frames_done at launch / n_frames) % kLaunchRecords.
   unsigned long long* launch_ts = nullptr;
+  // (Last, so that the raw kernel's parameter offsets stay as they were.)
+  /// What the pixels are (the kernel instantiation that runs). JUNGFRAU: gain_counts, [n_frames]
+  /// x (G1, G2, invalid), zeroed before the launch, gets each frame's pixels out of G0 in the
+  /// band (null: not counted); calibrated: cal_pedestal and cal_gain are the stage-major tables
+  /// of the whole frame (jungfrau::calibrate), and region_data holds the float entries' bits.
+  PixelMode pixels = PixelMode::raw;
+  uint32_t* gain_counts = nullptr;
+  const double* cal_pedestal = nullptr;
+  const double* cal_gain = nullptr;
 };
 inline constexpr int kLaunchRecords = 64;
 /// wait, loop 1 (with the own pixels' d0), loop 2 (pass 0), resolve, release (the releasing
@@ -88,7 +98,7 @@ std::size_t find_scratch_bytes(uint32_t cols, uint32_t segment, int cluster_size
 /// other, so every block must be resident); 0 when the shared memory does not fit. Also raises
 /// the kernel's shared-memory limit on this device to what the device allows.
 int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool resident,
-                       int spill, bool chunked, int threads);
+                       int spill, bool chunked, int threads, PixelMode pixels);
 void launch_find(const FindLaunch& p, StreamView stream);
 
 struct PackLaunch {
@@ -99,8 +109,10 @@ struct PackLaunch {
   const uint32_t* region_xy = nullptr;
   const int32_t* region_data = nullptr;
   const uint32_t* frame_totals = nullptr;
+  const uint32_t* gain_counts = nullptr; ///< [n_frames][3] (JUNGFRAU) or null
   // Output (device memory, or mapped host memory for an overflow re-run).
   uint32_t* out_counts = nullptr;        ///< [n_frames]
+  uint32_t* out_gains = nullptr;         ///< [n_frames][3], with gain_counts
   uint16_t* out_x = nullptr;
   uint16_t* out_y = nullptr;
   int32_t* out_data = nullptr;
@@ -116,11 +128,22 @@ void launch_snapshot(const PedestalArrays& live, const unsigned long long* frame
                      const PedestalArrays& snap, uint32_t cols, uint32_t row0, uint32_t row1,
                      StreamView stream);
 
+/// How dark frames' pixels are read: their mode, and for jungfrau_calibrated the stage-major
+/// tables (jungfrau::calibrate) of frames of `pixels` pixels.
+struct DarkPixels {
+  PixelMode mode = PixelMode::raw;
+  const double* pedestal = nullptr;
+  const double* gain = nullptr;
+  std::size_t pixels = 0;
+};
+
 /// Dark frames: pushes n_frames frames (rows [row0,row1) of each, `frame_rows` rows per frame
-/// starting at frame_row0) into the parity-`parity` state; mean and noise recomputed.
+/// starting at frame_row0) into the parity-`parity` state; mean and noise recomputed. JUNGFRAU
+/// G0 only: pixels out of G0 are not pushed; calibrated: the calibrated values are pushed.
 void launch_dark(const PedestalArrays& a, int parity, const uint16_t* frames, uint32_t n_frames,
                  uint32_t cols, uint32_t row0, uint32_t row1, uint32_t frame_row0,
-                 uint32_t frame_rows, uint32_t window, StreamView stream);
+                 uint32_t frame_rows, uint32_t window, const DarkPixels& pixels,
+                 StreamView stream);
 
 /// Recomputes mean and noise of parity `parity` from sum, sum2 and count (after a load).
 void launch_derive(const PedestalArrays& a, int parity, uint32_t cols, uint32_t row0,

@@ -20,6 +20,7 @@
 #include "cuda_owners.hpp"
 #include "find_diagnostics.hpp"
 #include "find_kernels.hpp"
+#include "glint/detail/calibrated_dark.hpp"
 #include "glint/gpu/device.hpp"
 #include "glint/gpu/gpu_finder.hpp"
 #include "glint/log.hpp"
@@ -36,6 +37,11 @@ namespace cm = cluster_math;
 
 void validate_options(const FinderParams& params, const GpuFinderOptions& options) {
   validate(params);
+  if (params.pixels != PixelMode::raw && params.pixels != PixelMode::jungfrau_g0 &&
+      params.pixels != PixelMode::jungfrau_calibrated)
+    throw std::invalid_argument("GPU finder: pixel mode " + std::string(to_string(params.pixels)) +
+                                " is not supported (allowed: raw, jungfrau G0 only, jungfrau "
+                                "calibrated)");
   if (options.batch_frames < 1)
     throw std::invalid_argument("GPU finder: batch_frames must be at least 1 (got " +
                                 std::to_string(options.batch_frames) + ")");
@@ -59,7 +65,8 @@ void validate_options(const FinderParams& params, const GpuFinderOptions& option
 class GpuEngine final : public GpuClusterFinder {
  public:
   GpuEngine(const FinderParams& params, const GpuFinderOptions& options)
-      : options_((validate_options(params, options), options)), diagnostics_(options.tuning) {
+      : options_((validate_options(params, options), options)), diagnostics_(options.tuning),
+        calibrated_(params) {
     setup_.params = params;
     setup_.thresholds = cm::make_thresholds(params.n_sigma, params.cluster_size);
     setup_.threads = options_.tuning.find_threads;
@@ -70,6 +77,7 @@ class GpuEngine final : public GpuClusterFinder {
                               : std::max<uint64_t>(64, np_ / 16);
     host_origin_ = std::chrono::steady_clock::now();
     build_lanes();
+    if (calibrated_.active()) upload_calibration(/*pedestal=*/!calibrated_.open());
     ring_ = SlotRing(options_.streams, np_, options_.batch_frames);
     prepare_batches();
     for (auto& lane : lanes_) {
@@ -138,6 +146,7 @@ class GpuEngine final : public GpuClusterFinder {
       throw std::invalid_argument("GPU finder: submit of " + std::to_string(n) +
                                   " frames exceeds the batch of " +
                                   std::to_string(options_.batch_frames));
+    settle();
     const int si = ring_.next();
     HostSlot& s = ring_[si];
     const double t_submit = host_us();
@@ -172,21 +181,14 @@ class GpuEngine final : public GpuClusterFinder {
                                   std::to_string(options_.batch_frames));
     const int si = ring_.next();
     HostSlot& s = ring_[si];
-    if (s.in_flight) collect(si);  // the oldest batch in flight: results stay in order
-    // On each GPU's compute stream: in order with the finds around it, and the one dark-frame
-    // buffer is not overwritten before the accumulation that reads it has run.
-    const int par = static_cast<int>(frames_done_ & 1u);
-    for (auto& lane : lanes_) {
-      const LanePlan& plan = lane.plan;
-      DeviceGuard g(plan.device);
-      StreamView cs = lane.compute;
-      upload_rows(setup_.params, plan, lane.dark_frames.get(), s.staging.get(), n, cs);
-      lane.slots[si].in_done.record(cs);
-      launch_dark(lane.live.arrays(), par, lane.dark_frames.get(), static_cast<uint32_t>(n),
-                  setup_.params.shape.cols, plan.r0, plan.r1, plan.fr0, plan.frame_rows(),
-                  setup_.params.pedestal_window, cs);
-      ++stats_.direct_launches;
+    if (calibrated_.open()) {
+      // Kept until the ADC pedestal is fixed (settle); the slot is free again at once.
+      calibrated_.keep(std::span<const uint16_t>(s.staging.get(), n * np_));
+      return;
     }
+    if (s.in_flight) collect(si);  // the oldest batch in flight: results stay in order
+    for (std::size_t li = 0; li < lanes_.size(); ++li)
+      enqueue_dark(li, s.staging.get(), n, &lanes_[li].slots[si].in_done);
     s.dark_upload = true;
     ring_.advance();
   }
@@ -229,6 +231,7 @@ class GpuEngine final : public GpuClusterFinder {
   }
 
   PedestalState pedestal() const override {
+    const_cast<GpuEngine*>(this)->settle();  // fixes the calibration's pedestal (once)
     const FinderParams& params = setup_.params;
     PedestalState st(params.shape, params.pedestal_window);
     const int par = static_cast<int>(frames_done_ & 1u);
@@ -259,6 +262,7 @@ class GpuEngine final : public GpuClusterFinder {
       throw std::invalid_argument("load_pedestal: shape or window differs from the finder's");
     if (state.sum.size() != np_ || state.sum2.size() != np_ || state.count.size() != np_)
       throw std::invalid_argument("load_pedestal: state arrays do not match the frame shape");
+    settle();
     flush();
     const int par = static_cast<int>(frames_done_ & 1u);
     for (auto& lane : lanes_) {
@@ -279,6 +283,68 @@ class GpuEngine final : public GpuClusterFinder {
   }
 
  private:
+  /// On lane li's compute stream: copies n dark frames from host memory `frames` (then records
+  /// `copied`, if given) and pushes them into the live state (in order with the finds around it;
+  /// the one dark-frame buffer is not overwritten before the accumulation that reads it has run).
+  void enqueue_dark(std::size_t li, const uint16_t* frames, std::size_t n,
+                    Event* copied = nullptr) {
+    Lane& lane = lanes_[li];
+    const LanePlan& plan = lane.plan;
+    DeviceGuard g(plan.device);
+    StreamView cs = lane.compute;
+    const int par = static_cast<int>(frames_done_ & 1u);
+    upload_rows(setup_.params, plan, lane.dark_frames.get(), frames, n, cs);
+    if (copied) copied->record(cs);
+    DarkPixels px;
+    px.mode = setup_.params.pixels;
+    px.pedestal = lane.cal_pedestal.get();
+    px.gain = lane.cal_gain.get();
+    px.pixels = np_;
+    launch_dark(lane.live.arrays(), par, lane.dark_frames.get(), static_cast<uint32_t>(n),
+                setup_.params.shape.cols, plan.r0, plan.r1, plan.fr0, plan.frame_rows(),
+                setup_.params.pedestal_window, px, cs);
+    ++stats_.direct_launches;
+  }
+
+  /// Calibrated mode: the gain tables (and with `pedestal` the ADC pedestal) to every GPU.
+  void upload_calibration(bool pedestal) {
+    const std::size_t n = static_cast<std::size_t>(jungfrau::kStages) * np_;
+    for (auto& lane : lanes_) {
+      DeviceGuard g(lane.plan.device);
+      const cudaStream_t s = lane.compute.get();
+      // In order with the finds and dark pushes on the compute stream.
+      if (!lane.cal_gain.get()) {
+        lane.cal_gain = DeviceBuffer<double>(n);
+        lane.cal_pedestal = DeviceBuffer<double>(n);
+        GLINT_CUDA_CHECK(cudaMemcpyAsync(lane.cal_gain.get(), calibrated_.gain(),
+                                         n * sizeof(double), cudaMemcpyHostToDevice, s));
+      }
+      if (pedestal)
+        GLINT_CUDA_CHECK(cudaMemcpyAsync(lane.cal_pedestal.get(), calibrated_.pedestal(),
+                                         n * sizeof(double), cudaMemcpyHostToDevice, s));
+      lane.compute.synchronize();
+    }
+  }
+
+  /// Calibrated mode: once the first data frame comes (or the pedestal is read), fixes the ADC
+  /// pedestal from the kept dark frames and pushes them, calibrated, in their order (as the CPU
+  /// backends do, docs/cluster-finding.md "Calibrated frames").
+  void settle() {
+    if (!calibrated_.open()) return;
+    const std::vector<uint16_t> kept = calibrated_.close();
+    upload_calibration(/*pedestal=*/true);
+    const std::size_t chunk = static_cast<std::size_t>(options_.batch_frames);
+    const std::size_t n_total = kept.size() / np_;
+    for (std::size_t f0 = 0; f0 < n_total; f0 += chunk)
+      for (std::size_t li = 0; li < lanes_.size(); ++li)
+        enqueue_dark(li, kept.data() + f0 * np_, std::min(chunk, n_total - f0));
+    // The copies read `kept` (pageable memory) before it goes.
+    for (auto& lane : lanes_) {
+      DeviceGuard g(lane.plan.device);
+      lane.compute.synchronize();
+    }
+  }
+
   /// The staging of slot si is free of submit_dark's copy.
   void wait_dark_upload(int si) {
     if (!ring_[si].dark_upload) return;
@@ -336,8 +402,8 @@ class GpuEngine final : public GpuClusterFinder {
     if (!ls.snapshot.sum.get()) ls.snapshot = PedestalSnapshot(np_);
     const uint32_t want_region = std::max(region_capacity_for(lane.plan), min_region_capacity_);
     const uint64_t want_out = capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames);
-    if (ls.results.reserve(options_.batch_frames, lane.plan.segments(), values_, want_region,
-                           want_out))
+    if (ls.results.reserve(options_.batch_frames, lane.plan.segments(), values_,
+                           setup_.params.pixels != PixelMode::raw, want_region, want_out))
       for (auto& g : ls.graphs) g = GraphExec();
   }
 
@@ -394,7 +460,7 @@ class GpuEngine final : public GpuClusterFinder {
   void enqueue_find(std::size_t li, LaneSlot& ls, int n, StreamView s) {
     Lane& lane = lanes_[li];
     const RegionBuffers& regions = ls.results.regions();
-    GLINT_CUDA_CHECK(cudaMemsetAsync(regions.totals(), 0, sizeof(uint32_t) * n, s.get()));
+    regions.zero(n, s);
     launch_snapshot(lane.live.arrays(), lane.live.frames_done.get(),
                     ls.snapshot.arrays(lane.live.count.get()), setup_.params.shape.cols,
                     lane.plan.fr0, lane.plan.fr1, s);
@@ -569,6 +635,7 @@ class GpuEngine final : public GpuClusterFinder {
   GpuFinderStats stats_;
   std::string description_;
   std::vector<GpuBandView> bands_;  // the delivered batch's view of each GPU's results
+  glint::detail::CalibratedDark calibrated_;  // calibrated JUNGFRAU: the dark frames
 };
 
 }  // namespace

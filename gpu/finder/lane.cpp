@@ -43,6 +43,9 @@ FindLaunch make_find_launch(const FindSetup& setup, std::span<const Lane> lanes,
   p.blocks_done = states[li]->blocks_done.get();
   p.frames = frames;
   p.n_frames = static_cast<uint32_t>(n);
+  p.pixels = setup.params.pixels;
+  p.cal_pedestal = lanes[li].cal_pedestal.get();
+  p.cal_gain = lanes[li].cal_gain.get();
   regions.bind(p);
   return p;
 }

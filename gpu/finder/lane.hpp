@@ -32,6 +32,7 @@ struct Lane {
   Stream compute{StreamPriority::high};
   PedestalBuffers live;
   DeviceBuffer<uint16_t> dark_frames;
+  DeviceBuffer<double> cal_pedestal, cal_gain;  // calibrated JUNGFRAU: the whole frame's tables
   std::vector<DeviceBuffer<uint16_t>> frame_bufs;  // slots + 1
   std::vector<Event> up0, up1;  // timeline: copy into each frame buffer
   std::vector<Event> fb_free;   // each frame buffer's last find has run

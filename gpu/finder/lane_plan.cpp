@@ -32,7 +32,7 @@ void choose_segments(const FinderParams& params, const FindTuning& tuning, LaneP
   int plan_threads = threads;  // of the search step being tried
   const auto fit = [&](uint64_t seg, bool resident, int spill, bool chunked = false) {
     return find_blocks_per_sm(cols, static_cast<uint32_t>(seg), size, resident, spill, chunked,
-                              plan_threads);
+                              plan_threads, params.pixels);
   };
   const auto take = [&](uint64_t blocks, uint64_t chunks, uint64_t seg, bool resident,
                         int spill) {

@@ -14,6 +14,7 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
   const std::size_t np = setup.params.shape.pixels();
   const std::size_t cols = setup.params.shape.cols;
   const int values = setup.params.cluster_size * setup.params.cluster_size;
+  const bool gains = setup.params.pixels != PixelMode::raw;
   state_.resize(n_lanes);
   regions_.resize(n_lanes);
   out_.resize(n_lanes);
@@ -40,9 +41,10 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
       max_frame_total_ = std::max<uint64_t>(max_frame_total_, c);
     }
     max_region_ = std::max(max_region_, mx);
-    regions_[li] = RegionBuffers(static_cast<std::size_t>(n), lane.plan.segments(), mx, values);
+    regions_[li] =
+        RegionBuffers(static_cast<std::size_t>(n), lane.plan.segments(), mx, values, gains);
     capacity_[li] = std::max<uint64_t>(tot, 1);
-    out_[li] = PinnedBuffer<unsigned char>(out_layout(batch, capacity_[li], values).bytes);
+    out_[li] = PinnedBuffer<unsigned char>(out_layout(batch, capacity_[li], values, gains).bytes);
     StreamView s = lane.compute;
     if (!state_[li])
       state_[li] = PedestalBuffers(np, lane.plan.segments(), lane.plan.scratch_bytes(), s);
@@ -61,7 +63,7 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
     st.progress.zero(s);
     st.frames_done.zero(s);
     st.blocks_done.zero(s);
-    GLINT_CUDA_CHECK(cudaMemsetAsync(regions_[li].totals(), 0, sizeof(uint32_t) * n, s.get()));
+    regions_[li].zero(n, s);
     s.synchronize();
   }
   // Every GPU's re-run state must be in place before any re-run kernel reads a neighbour's.
@@ -76,7 +78,7 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
     launch_find(make_find_launch(setup, lanes, li, states, lane.frame_bufs[ls.fb].get(), n,
                                  regions_[li]),
                 s);
-    const OutLayout l = out_layout(batch, capacity_[li], values);
+    const OutLayout l = out_layout(batch, capacity_[li], values, gains);
     launch_pack(regions_[li].pack(n, lane.plan.segments(), values, l, out_[li].get(),
                                   capacity_[li]),
                 64, s);
@@ -85,7 +87,8 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
   for (std::size_t li = 0; li < n_lanes; ++li) {
     DeviceGuard g(lanes[li].plan.device);
     lanes[li].compute.synchronize();
-    bands[li] = band_view(out_[li].get(), out_layout(batch, capacity_[li], values), n, values);
+    bands[li] =
+        band_view(out_[li].get(), out_layout(batch, capacity_[li], values, gains), n, values);
   }
 }
 

@@ -2,11 +2,13 @@
 
 namespace glint::gpu::detail {
 
-OutLayout out_layout(int batch, uint64_t capacity, int values) {
+OutLayout out_layout(int batch, uint64_t capacity, int values, bool gains) {
   OutLayout l{};
   auto align = [](std::size_t v) { return (v + 255) / 256 * 256; };
   l.counts = 256;
-  l.x = align(l.counts + sizeof(uint32_t) * batch);
+  l.gains = align(l.counts + sizeof(uint32_t) * batch);
+  l.has_gains = gains;
+  l.x = gains ? align(l.gains + 3 * sizeof(uint32_t) * batch) : l.gains;
   l.y = align(l.x + sizeof(uint16_t) * capacity);
   l.data = align(l.y + sizeof(uint16_t) * capacity);
   l.bytes = align(l.data + sizeof(int32_t) * capacity * values);
@@ -19,6 +21,9 @@ GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int v
   for (int i = 0; i < n; ++i) here += counts[i];
   GpuBandView b;
   b.counts = std::span<const uint32_t>(counts, n);
+  if (l.has_gains)
+    b.gain_counts = std::span<const uint32_t>(reinterpret_cast<const uint32_t*>(out + l.gains),
+                                              3 * static_cast<std::size_t>(n));
   b.x = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(out + l.x), here);
   b.y = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(out + l.y), here);
   b.data = std::span<const int32_t>(reinterpret_cast<const int32_t*>(out + l.data),
@@ -26,9 +31,18 @@ GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int v
   return b;
 }
 
-RegionBuffers::RegionBuffers(std::size_t batch, uint32_t blocks, uint32_t capacity, int values)
+RegionBuffers::RegionBuffers(std::size_t batch, uint32_t blocks, uint32_t capacity, int values,
+                             bool gains)
     : counts_(batch * blocks), xy_(batch * blocks * capacity), totals_(batch),
-      data_(batch * blocks * capacity * values), capacity_(capacity) {}
+      data_(batch * blocks * capacity * values), capacity_(capacity) {
+  if (gains) gains_ = DeviceBuffer<uint32_t>(3 * batch);
+}
+
+void RegionBuffers::zero(int n, StreamView s) const {
+  GLINT_CUDA_CHECK(cudaMemsetAsync(totals_.get(), 0, sizeof(uint32_t) * n, s.get()));
+  if (gains_.get())
+    GLINT_CUDA_CHECK(cudaMemsetAsync(gains_.get(), 0, 3 * sizeof(uint32_t) * n, s.get()));
+}
 
 void RegionBuffers::bind(FindLaunch& p) const {
   p.region_counts = counts_.get();
@@ -36,6 +50,7 @@ void RegionBuffers::bind(FindLaunch& p) const {
   p.region_data = data_.get();
   p.region_capacity = capacity_;
   p.frame_totals = totals_.get();
+  p.gain_counts = gains_.get();
 }
 
 PackLaunch RegionBuffers::pack(int n, uint32_t blocks, int values, const OutLayout& l,
@@ -49,7 +64,9 @@ PackLaunch RegionBuffers::pack(int n, uint32_t blocks, int values, const OutLayo
   p.region_xy = xy_.get();
   p.region_data = data_.get();
   p.frame_totals = totals_.get();
+  p.gain_counts = gains_.get();
   p.out_counts = reinterpret_cast<uint32_t*>(out + l.counts);
+  p.out_gains = reinterpret_cast<uint32_t*>(out + l.gains);
   p.out_x = reinterpret_cast<uint16_t*>(out + l.x);
   p.out_y = reinterpret_cast<uint16_t*>(out + l.y);
   p.out_data = reinterpret_cast<int32_t*>(out + l.data);
@@ -58,13 +75,15 @@ PackLaunch RegionBuffers::pack(int n, uint32_t blocks, int values, const OutLayo
   return p;
 }
 
-bool ResultBuffers::reserve(int batch, uint32_t blocks, int values, uint32_t region_capacity,
-                            uint64_t out_capacity) {
+bool ResultBuffers::reserve(int batch, uint32_t blocks, int values, bool gains,
+                            uint32_t region_capacity, uint64_t out_capacity) {
   batch_ = batch;
   values_ = values;
+  gains_ = gains;
   bool changed = false;
   if (regions_.capacity() < region_capacity) {
-    regions_ = RegionBuffers(static_cast<std::size_t>(batch), blocks, region_capacity, values);
+    regions_ =
+        RegionBuffers(static_cast<std::size_t>(batch), blocks, region_capacity, values, gains);
     changed = true;
   }
   if (out_capacity_ < out_capacity) {

@@ -13,11 +13,13 @@
 namespace glint::gpu::detail {
 
 /// Byte offsets of one output block: the overflow flag (first word), the per-frame counts of
-/// `batch` frames, then x, y and the S*S values of `capacity` clusters (each 256-byte aligned).
+/// `batch` frames, with `gains` (JUNGFRAU) their gain counts (3 per frame), then x, y and the
+/// S*S values of `capacity` clusters (each 256-byte aligned).
 struct OutLayout {
-  std::size_t counts, x, y, data, bytes;
+  std::size_t counts, gains, x, y, data, bytes;
+  bool has_gains;
 };
-OutLayout out_layout(int batch, uint64_t capacity, int values);
+OutLayout out_layout(int batch, uint64_t capacity, int values, bool gains);
 
 /// A view of n frames' results in an output block on the host.
 GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int values);
@@ -26,10 +28,14 @@ GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int v
 class RegionBuffers {
  public:
   RegionBuffers() = default;
-  RegionBuffers(std::size_t batch, uint32_t blocks, uint32_t capacity, int values);
+  /// `gains`: per-frame gain counts as well (JUNGFRAU).
+  RegionBuffers(std::size_t batch, uint32_t blocks, uint32_t capacity, int values, bool gains);
   uint32_t capacity() const { return capacity_; }
-  /// The region fields of a find launch (the totals must be zeroed before it runs).
+  /// The region fields of a find launch (the totals and gain counts must be zeroed before it
+  /// runs: zero()).
   void bind(FindLaunch& p) const;
+  /// On `s`: zeroes the totals and gain counts of n frames.
+  void zero(int n, StreamView s) const;
   /// The pack of n frames into the output block `out` of `out_capacity` clusters.
   PackLaunch pack(int n, uint32_t blocks, int values, const OutLayout& l, unsigned char* out,
                   uint64_t out_capacity) const;
@@ -37,7 +43,7 @@ class RegionBuffers {
   const DeviceBuffer<uint32_t>& counts() const { return counts_; }
 
  private:
-  DeviceBuffer<uint32_t> counts_, xy_, totals_;
+  DeviceBuffer<uint32_t> counts_, xy_, totals_, gains_;
   DeviceBuffer<int32_t> data_;
   uint32_t capacity_ = 0;
 };
@@ -50,7 +56,7 @@ class ResultBuffers {
   /// Grows to at least `region_capacity` clusters per region and `out_capacity` per batch (never
   /// shrinks). Returns true when anything was reallocated: work captured with the old buffers is
   /// stale.
-  bool reserve(int batch, uint32_t blocks, int values, uint32_t region_capacity,
+  bool reserve(int batch, uint32_t blocks, int values, bool gains, uint32_t region_capacity,
                uint64_t out_capacity);
   const RegionBuffers& regions() const { return regions_; }
   uint64_t out_capacity() const { return out_capacity_; }
@@ -66,13 +72,14 @@ class ResultBuffers {
   uint64_t copied = 0;  ///< clusters the enqueued copy brings back
 
  private:
-  OutLayout layout() const { return out_layout(batch_, out_capacity_, values_); }
+  OutLayout layout() const { return out_layout(batch_, out_capacity_, values_, gains_); }
 
   RegionBuffers regions_;
   PinnedBuffer<unsigned char> out_;   // the results on the host
   DeviceBuffer<unsigned char> dout_;  // the results on the device (copied into out_)
   uint64_t out_capacity_ = 0;
   int batch_ = 0, values_ = 9;
+  bool gains_ = false;
 };
 
 }  // namespace glint::gpu::detail

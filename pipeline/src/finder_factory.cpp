@@ -29,20 +29,8 @@ std::unique_ptr<ClusterFinder> make_gpu(const FinderParams& params, const Finder
 std::unique_ptr<ClusterFinder> make_finder(const FinderParams& params,
                                            const FinderOptions& options) {
   validate(params);
-  if (params.pixels != PixelMode::raw) {
-    // JUNGFRAU gain handling and calibration exist on the CPU backends only.
-    const std::string what =
-        params.pixels == PixelMode::jungfrau_calibrated
-            ? "detector.type jungfrau with calibration (calibrated frames)"
-            : "detector.type jungfrau (G0-only finding)";
-    if (options.backend == Backend::gpu)
-      throw std::runtime_error("cluster finder: the GPU backend does not support " + what +
-                               "; use backend cpu");
-    if (options.backend == Backend::auto_select)
-      log::info("cluster finder: {} runs on the CPU backend (the GPU backend does not support it)",
-                what);
-    return make_cpu(params, options);
-  }
+  // Every pixel mode (raw, JUNGFRAU G0 only, JUNGFRAU calibrated) runs on both backends; the GPU
+  // engine refuses any other with an error naming it.
   return make_on_backend<ClusterFinder>(
       options.backend, "cluster finder", [] { return gpu::unavailable_reason(); },
       [&] { return make_gpu(params, options); }, [&] { return make_cpu(params, options); });

@@ -180,9 +180,6 @@ TEST_F(GlintFindJungfrau, BadOptionsAreUsageErrors) {
   expect_failure("find" + in + " --detector jungfrau --gain-file " + path("jf.h5"), 2,
                  "jf.h5");
   expect_failure("find" + in + " --detector jungfrau --gain-file " + path("gain.bin") +
-                     " --backend gpu",
-                 1, "does not support detector.type jungfrau with calibration");
-  expect_failure("find" + in + " --detector jungfrau --gain-file " + path("gain.bin") +
                      " --pedestal-source file:" + path("jf.h5"),
                  2, "with --gain-file the pedestal comes from the dark frames");
   expect_failure("synth -o " + path("x.h5") + " --gain-file " + path("g2.bin"), 2,

@@ -31,7 +31,10 @@ struct GpuBandView {
   std::span<const uint32_t> counts;
   std::span<const uint16_t> x;
   std::span<const uint16_t> y;
-  std::span<const int32_t> data;  ///< S*S values per cluster
+  std::span<const int32_t> data;  ///< S*S values per cluster (a float's bits when calibrated)
+  /// JUNGFRAU pixels: per frame, this band's pixels in G1, in G2 and with the invalid gain code
+  /// (3 values per frame); empty otherwise.
+  std::span<const uint32_t> gain_counts = {};
 };
 
 /// One batch's results, valid during the sink call, straight from the engine's result buffers
@@ -45,7 +48,8 @@ struct GpuBatchView {
   uint64_t n_clusters() const;
 };
 
-/// Appends a batch's clusters to `out` in frame order (out's cluster size must be the finder's).
+/// Appends a batch's clusters to `out` in frame order (out's cluster size must be the finder's),
+/// and with a table that keeps gain counts, each frame's gain counts summed over the bands.
 void append_clusters(ClusterTable& out, const GpuBatchView& v);
 
 struct GpuFinderStats {
