@@ -230,6 +230,13 @@ class GpuEngine final : public GpuClusterFinder {
     sink_ = std::move(saved);
   }
 
+  std::vector<double> calibration_pedestal() const override {
+    if (!calibrated_.active()) return {};
+    const_cast<GpuEngine*>(this)->settle();  // fixes the calibration's pedestal (once)
+    const auto t = calibrated_.pedestal_table();
+    return {t.begin(), t.end()};
+  }
+
   PedestalState pedestal() const override {
     const_cast<GpuEngine*>(this)->settle();  // fixes the calibration's pedestal (once)
     const FinderParams& params = setup_.params;

@@ -99,6 +99,7 @@ void expect_same(const ClusterTable& got, const ClusterTable& want) {
 struct Results {
   ClusterTable table;
   PedestalState after_dark, after;
+  std::vector<double> adc_pedestal;  ///< calibrated: the ADC pedestal the calibration subtracts
 };
 
 /// Dark frames in two pushes, the first half of the data, more dark frames (calibrated: pushed
@@ -106,7 +107,7 @@ struct Results {
 Results run(glint::ClusterFinder& f, const JungfrauFrames& fr) {
   const std::size_t np = f.params().shape.pixels();
   const std::size_t n_dark = fr.dark.size() / np, n = fr.numbers.size(), half = n / 2;
-  Results r{glint::make_result_table(f.params()), {}, {}};
+  Results r{glint::make_result_table(f.params()), {}, {}, {}};
   f.push_dark(std::span(fr.dark).first(50 * np));
   f.push_dark(std::span(fr.dark).subspan(50 * np, (n_dark - 60) * np));
   r.after_dark = f.pedestal();
@@ -114,6 +115,7 @@ Results run(glint::ClusterFinder& f, const JungfrauFrames& fr) {
   f.push_dark(std::span(fr.dark).subspan((n_dark - 10) * np));
   f.find(std::span(fr.data).subspan(half * np), std::span(fr.numbers).subspan(half), r.table);
   r.after = f.pedestal();
+  r.adc_pedestal = f.calibration_pedestal();
   return r;
 }
 
@@ -163,6 +165,7 @@ TEST_P(GpuJungfrau, SameAsCpuBackend) {
         expect_same_bits(got.after_dark, want.after_dark);
         expect_same(got.table, want.table);
         expect_same_bits(got.after, want.after);
+        EXPECT_EQ(got.adc_pedestal, want.adc_pedestal);
         if (capacity == 1) {
           EXPECT_GT(gpu->stats().overflow_reruns, 0u);
         }
