@@ -1250,15 +1250,20 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
   }
 }
 
+/// Opens a run file for reading, in SWMR mode (also while glintd writes it).
+Hid open_for_reading(const Context& c) {
+  silence_hdf5();
+  Hid fapl = make_fapl();
+  return Hid(c.id(H5Fopen(c.path->c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()),
+                  "cannot open"),
+             H5Fclose);
+}
+
 }  // namespace
 
 PedestalState read_pedestal_state(const std::filesystem::path& path) {
-  silence_hdf5();
   const Context c{&path};
-  Hid fapl = make_fapl();
-  Hid file(c.id(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()),
-                   "cannot open"),
-           H5Fclose);
+  Hid file = open_for_reading(c);
   const hid_t f = file.get();
   Hid det(c.id(H5Gopen2(f, "entry/instrument/detector", H5P_DEFAULT), "detector group"),
           H5Gclose);
@@ -1294,12 +1299,8 @@ void write_pedestal_file(const std::filesystem::path& path, const PedestalState&
 }
 
 RunFileContents read_run_file(const std::filesystem::path& path) {
-  silence_hdf5();
   const Context c{&path};
-  Hid fapl = make_fapl();
-  Hid file(c.id(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()),
-                   "cannot open"),
-           H5Fclose);
+  Hid file = open_for_reading(c);
   const hid_t f = file.get();
   RunFileContents out;
   {
