@@ -79,4 +79,36 @@ inline ClusterTable run_finder(ClusterFinder& finder, const SyntheticRun& run,
   return out;
 }
 
+/// The JUNGFRAU frames aare's own chain was run on (docs/cluster-finding.md, "Checked against
+/// aare"): `glint synth --rows 128 --cols 256 --dark 1000 --frames 300 --photons 60 --jungfrau
+/// --gain-switch-rate 2e-3 --dark-switch-rate 2e-4 --invalid-gain-rate 1e-4 --seed 21`.
+inline synth::Config aare_jungfrau_frames() {
+  synth::Config c;
+  c.shape = {128, 256};
+  c.seed = 21;
+  c.dark_frames = 1000;
+  c.photons = 60;
+  c.jungfrau = true;
+  c.gain_switch_rate = 2e-3;
+  c.dark_switch_rate = 2e-4;
+  c.invalid_gain_rate = 1e-4;
+  return c;
+}
+inline constexpr uint64_t kAareJungfrauDataFrames = 300;
+
+/// The .clust digests aare's apply_calibration + ClusterFinder<Cluster<float, S, S>, double,
+/// double> + ClusterFile gave for those frames, with the generator's gain maps and G1/G2
+/// pedestals.
+struct AareDigest {
+  int size;
+  double n_sigma;
+  const char* sha;
+};
+inline constexpr AareDigest kAareJungfrauDigests[] = {
+    {3, 5.0, "9607e86dedfc2f01d2765bfa0ced23a5c25426d28c557c5f15e4fd822723ed92"},
+    {3, 3.0, "57c8a1ed0da00eee3546c1650295697f2ca2a9079faff24308497822be93ec89"},
+    {5, 5.0, "7f9348decd171de841ca5a53a81ef6140460cfe9ec93c7e49bfde4f68e4f2648"},
+    {5, 3.0, "a764d7a98016e75449a1387a045f47267f4efc74cf665361597cec71fff7b95c"},
+};
+
 }  // namespace glint::testing

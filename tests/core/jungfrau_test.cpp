@@ -299,33 +299,18 @@ TEST(JungfrauFiles, StagePedestalIsAaresCalculatePedestal) {
 //  --gain-switch-rate 2e-3 --dark-switch-rate 2e-4 --invalid-gain-rate 1e-4 --seed 21`
 // (docs/cluster-finding.md). The reference and the CPU backend give the same bytes.
 TEST(JungfrauCalibrated, SameBytesAsAare) {
-  glint::synth::Config c;
-  c.shape = {128, 256};
-  c.seed = 21;
-  c.dark_frames = 1000;
-  c.photons = 60;
-  c.jungfrau = true;
-  c.gain_switch_rate = 2e-3;
-  c.dark_switch_rate = 2e-4;
-  c.invalid_gain_rate = 1e-4;
-  const SyntheticRun run(c, 300);
+  const glint::synth::Config c = glint::testing::aare_jungfrau_frames();
+  const SyntheticRun run(c, glint::testing::kAareJungfrauDataFrames);
   auto cal = std::make_shared<jf::Calibration>();
   cal->shape = c.shape;
   cal->gain = glint::synth::jungfrau_gain_maps(c.shape, c.seed);
   cal->gain.resize(3 * c.shape.pixels());
   cal->pedestal = glint::synth::jungfrau_stage_pedestals(c.shape, c.seed);
   cal->pedestal_from_dark[1] = cal->pedestal_from_dark[2] = false;
-  struct Case {
-    int size;
-    double n_sigma;
-    const char* sha;
-  };
-  const Case cases[] = {
-      {3, 5.0, "9607e86dedfc2f01d2765bfa0ced23a5c25426d28c557c5f15e4fd822723ed92"},
-      {5, 3.0, "a764d7a98016e75449a1387a045f47267f4efc74cf665361597cec71fff7b95c"},
-  };
+  // Two of the four digests (the reference finder is slow): S 3 at n_sigma 5, S 5 at 3.
+  const auto& digests = glint::testing::kAareJungfrauDigests;
   const auto path = std::filesystem::temp_directory_path() / "glint_jungfrau_aare.clust";
-  for (const Case& k : cases) {
+  for (const glint::testing::AareDigest& k : {digests[0], digests[3]}) {
     auto p = params(c.shape, k.size, k.n_sigma, 1000, glint::PixelMode::jungfrau_calibrated);
     p.calibration = cal;
     for (int cpu = 0; cpu < 2; ++cpu) {

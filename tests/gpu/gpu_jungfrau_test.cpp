@@ -184,29 +184,10 @@ INSTANTIATE_TEST_SUITE_P(GpuFinder, GpuJungfrau,
 // with the generator's gain maps and G1/G2 pedestals; the GPU engine gives the same bytes.
 TEST(GpuJungfrau, SameBytesAsAare) {
   GLINT_REQUIRE_GPU();
-  glint::synth::Config c;
-  c.shape = {128, 256};
-  c.seed = 21;
-  c.dark_frames = 1000;
-  c.photons = 60;
-  c.jungfrau = true;
-  c.gain_switch_rate = 2e-3;
-  c.dark_switch_rate = 2e-4;
-  c.invalid_gain_rate = 1e-4;
-  const glint::testing::SyntheticRun run(c, 300);
-  struct Digest {
-    int size;
-    double n_sigma;
-    const char* sha;
-  };
-  const Digest digests[] = {
-      {3, 5.0, "9607e86dedfc2f01d2765bfa0ced23a5c25426d28c557c5f15e4fd822723ed92"},
-      {3, 3.0, "57c8a1ed0da00eee3546c1650295697f2ca2a9079faff24308497822be93ec89"},
-      {5, 5.0, "7f9348decd171de841ca5a53a81ef6140460cfe9ec93c7e49bfde4f68e4f2648"},
-      {5, 3.0, "a764d7a98016e75449a1387a045f47267f4efc74cf665361597cec71fff7b95c"},
-  };
+  const glint::synth::Config c = glint::testing::aare_jungfrau_frames();
+  const glint::testing::SyntheticRun run(c, glint::testing::kAareJungfrauDataFrames);
   const auto path = std::filesystem::temp_directory_path() / "glint_gpu_jungfrau_aare.clust";
-  for (const Digest& k : digests) {
+  for (const glint::testing::AareDigest& k : glint::testing::kAareJungfrauDigests) {
     FinderParams p;
     p.shape = c.shape;
     p.cluster_size = k.size;

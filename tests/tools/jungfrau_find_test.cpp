@@ -34,8 +34,7 @@ class GlintFindJungfrau : public glint::testing::ScratchDirTest {
 
 // aare's apply_calibration + ClusterFinder<Cluster<float, 3, 3>, double, double> on these frames
 // (docs/cluster-finding.md).
-constexpr const char* kAareCalibratedS3 =
-    "9607e86dedfc2f01d2765bfa0ced23a5c25426d28c557c5f15e4fd822723ed92";
+constexpr const char* kAareCalibratedS3 = glint::testing::kAareJungfrauDigests[0].sha;
 
 }  // namespace
 
@@ -68,18 +67,7 @@ TEST_F(GlintFindJungfrau, GainBitsAreNotPhotonsAndAreCountedInTheRunFile) {
   ASSERT_TRUE(raw_run.gain_switched.empty());
 
   // Count the switched pixels and the clusters centred on them from the frames themselves.
-  const glint::synth::Generator gen([] {
-    glint::synth::Config c;
-    c.shape = {128, 256};
-    c.seed = 21;
-    c.dark_frames = 1000;
-    c.photons = 60;
-    c.jungfrau = true;
-    c.gain_switch_rate = 2e-3;
-    c.dark_switch_rate = 2e-4;
-    c.invalid_gain_rate = 1e-4;
-    return c;
-  }());
+  const glint::synth::Generator gen(glint::testing::aare_jungfrau_frames());
   std::vector<uint16_t> frame(128 * 256);
   uint64_t switched = 0, switched_g12 = 0, raw_on_switched = 0, on_switched = 0;
   for (uint64_t k = 1000; k < 1300; ++k) {
@@ -136,15 +124,7 @@ TEST_F(GlintFindJungfrau, CalibratedRunFileHoldsTheAdcPedestalOfEachGain) {
   constexpr std::size_t np = 128 * 256;
   ASSERT_EQ(run.calibration_pedestal.size(), 3 * np);
 
-  glint::synth::Config c;
-  c.shape = {128, 256};
-  c.seed = 21;
-  c.dark_frames = 1000;
-  c.photons = 60;
-  c.jungfrau = true;
-  c.gain_switch_rate = 2e-3;
-  c.dark_switch_rate = 2e-4;
-  c.invalid_gain_rate = 1e-4;
+  const glint::synth::Config c = glint::testing::aare_jungfrau_frames();
   const glint::synth::Generator gen(c);
   glint::jungfrau::StagePedestal dark(c.shape);
   std::vector<uint16_t> frame(np);
