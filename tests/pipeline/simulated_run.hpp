@@ -41,4 +41,24 @@ inline SimulatedRun simulated_run(const std::string& name, uint32_t rows, uint32
   return c;
 }
 
+/// A 48 x 64 detector of `ports_x` x `ports_y` ports on `endpoints` fresh loopback ports: 20
+/// dark frames, 60 photon frames of ~12 photons numbered from 1000.
+inline SimulatedRun small_detector_run(const std::string& name, uint32_t ports_x = 1,
+                                       uint32_t ports_y = 1, uint32_t endpoints = 1) {
+  SimulatedRun c = simulated_run(name, 48, 64, /*dark=*/20, /*batch_frames=*/16);
+  c.cfg.detector.ports_x = ports_x;
+  c.cfg.detector.ports_y = ports_y;
+  for (uint32_t i = 1; i < endpoints; ++i) {  // simulated_run has the first one
+    const auto ep = loopback(free_tcp_port());
+    c.cfg.ingest.endpoints.push_back(ep);
+    c.sim.endpoints.push_back(ep);
+  }
+  c.sim.image.photons = 12;
+  c.sim.ports_x = ports_x;
+  c.sim.ports_y = ports_y;
+  c.sim.frames = 60;
+  c.sim.first_frame_number = 1000;
+  return c;
+}
+
 }  // namespace glint::testing

@@ -37,20 +37,8 @@ using Case = glint::testing::SimulatedRun;
 /// dark frames, 60 photon frames numbered from 1000.
 Case make_case(const std::string& name, uint32_t ports_x = 1, uint32_t ports_y = 1,
                uint32_t endpoints = 1) {
-  Case c = glint::testing::simulated_run(name, 48, 64, /*dark=*/20, /*batch_frames=*/16);
-  c.cfg.detector.ports_x = ports_x;
-  c.cfg.detector.ports_y = ports_y;
+  Case c = glint::testing::small_detector_run(name, ports_x, ports_y, endpoints);
   c.cfg.ingest.reorder_frames = 200;
-  for (uint32_t i = 1; i < endpoints; ++i) {
-    const auto ep = glint::testing::loopback(glint::testing::free_tcp_port());
-    c.cfg.ingest.endpoints.push_back(ep);
-    c.sim.endpoints.push_back(ep);
-  }
-  c.sim.image.photons = 12;
-  c.sim.ports_x = ports_x;
-  c.sim.ports_y = ports_y;
-  c.sim.frames = 60;
-  c.sim.first_frame_number = 1000;
   return c;
 }
 
