@@ -1,8 +1,10 @@
 // glint ctl: talks to glintd's control socket.
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -154,13 +156,154 @@ void print_human(const std::string& cmd, const json& r) {
   std::cout << cmd << ": ok" << (copy.empty() ? "" : " " + copy.dump()) << "\n";
 }
 
+/// One daemon of the command: where it is and how to reach it.
+struct Target {
+  std::string endpoint;
+  ClientKeys keys;
+};
+
+/// What one daemon answered, or why it did not.
+struct Outcome {
+  std::string endpoint;
+  json reply;         ///< null when there was no answer
+  std::string error;  ///< empty when the reply says ok
+};
+
+/// Sends `req` to every target at once (one REQ socket each) and waits for all of them.
+std::vector<Outcome> request_all(zmq::context_t& ctx, const std::vector<Target>& targets,
+                                 const json& req, int timeout_ms) {
+  std::vector<std::future<Outcome>> pending;
+  for (const auto& t : targets)
+    pending.push_back(std::async(std::launch::async, [&ctx, &t, &req, timeout_ms] {
+      Outcome o{t.endpoint, nullptr, {}};
+      try {
+        o.reply = request(ctx, t.endpoint, req, timeout_ms, t.keys);
+        if (!o.reply.value("ok", false))
+          o.error = log::one_line(o.reply.value("error", std::string("failed")));
+      } catch (const std::exception& e) {
+        o.error = log::one_line(e.what());
+      }
+      return o;
+    }));
+  std::vector<Outcome> out;
+  for (auto& f : pending) out.push_back(f.get());
+  return out;
+}
+
+/// Adds the numbers of `from` into `into`, key by key (nested objects too; other values are
+/// left alone).
+void add_numbers(json& into, const json& from) {
+  for (const auto& [k, v] : from.items()) {
+    if (v.is_object()) {
+      add_numbers(into[k], v);
+    } else if (v.is_number_unsigned() || v.is_number_integer()) {
+      into[k] = (into.contains(k) && into[k].is_number() ? into[k].get<uint64_t>() : 0) +
+                v.get<uint64_t>();
+    } else if (v.is_number_float()) {
+      into[k] = (into.contains(k) && into[k].is_number() ? into[k].get<double>() : 0.0) +
+                v.get<double>();
+    }
+  }
+}
+
+/// The detector-wide view of several daemons' stats: counts and rates added up, states counted.
+json total_stats(const std::vector<Outcome>& outcomes) {
+  json t = json::object();
+  json states = json::object();
+  int answered = 0;
+  for (const auto& o : outcomes) {
+    if (!o.error.empty()) continue;
+    ++answered;
+    const json& r = o.reply;
+    const std::string state = r.value("state", "?");
+    states[state] = states.value(state, 0) + 1;
+    json part = json::object();
+    for (const char* key : {"frames", "rates", "malformed"})
+      if (r.contains(key)) part[key] = r[key];
+    for (const char* key : {"clusters", "masked_clusters", "late_parts", "malformed_total",
+                            "missing_unwritten"})
+      if (r.contains(key)) part[key] = r[key];
+    add_numbers(t, part);
+  }
+  if (t.contains("rates")) t["rates"].erase("window_s");
+  t["daemons"] = outcomes.size();
+  t["answered"] = answered;
+  t["states"] = states;
+  return t;
+}
+
+void print_total(const json& t) {
+  std::string states;
+  for (const auto& [k, v] : t["states"].items()) states += fmt::format(" {} {}", k, v.dump());
+  std::cout << fmt::format("daemons    {} answered of {}  ({})\n", num(t, "answered"),
+                           num(t, "daemons"), states.empty() ? "none" : states.substr(1));
+  if (!t.contains("frames")) return;
+  const auto& f = t["frames"];
+  std::cout << fmt::format("frames     received {}  processed {}  dark {}  data {}\n",
+                           num(f, "received"), num(f, "processed"), num(f, "dark"),
+                           num(f, "data"));
+  std::cout << fmt::format("losses     incomplete {}  missing {}  dropped {}  late parts {}\n",
+                           num(f, "incomplete"), num(f, "missing"), num(f, "dropped"),
+                           num(t, "late_parts"));
+  std::cout << fmt::format("bad input  {}\n", num(t, "malformed_total"));
+  std::cout << fmt::format("clusters   {}  masked {}\n", num(t, "clusters"),
+                           num(t, "masked_clusters"));
+  const json rt = t.value("rates", json::object());
+  std::cout << fmt::format("rates      {:.1f} frames/s  {:.3f} GB/s  {:.0f} clusters/s\n",
+                           rt.value("frames_per_s", 0.0), rt.value("bytes_per_s", 0.0) / 1e9,
+                           rt.value("clusters_per_s", 0.0));
+}
+
+/// Several daemons: each one's answer under its endpoint, the total for stats, and every
+/// failure on one line of its own naming the endpoint. Returns whether all of them succeeded.
+bool report_all(const std::string& cmd, const std::vector<Outcome>& outcomes, bool as_json) {
+  std::vector<std::string> failed;
+  for (const auto& o : outcomes)
+    if (!o.error.empty()) failed.push_back(o.endpoint);
+  if (as_json) {
+    json j{{"ok", failed.empty()}, {"daemons", json::array()}};
+    for (const auto& o : outcomes) {
+      json d{{"endpoint", o.endpoint}, {"ok", o.error.empty()}};
+      if (!o.reply.is_null()) d["reply"] = o.reply;
+      if (!o.error.empty()) d["error"] = o.error;
+      j["daemons"].push_back(d);
+    }
+    if (cmd == "stats") j["total"] = total_stats(outcomes);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    for (const auto& o : outcomes) {
+      if (!o.error.empty()) continue;
+      if (cmd == "status") {
+        std::cout << o.endpoint << "  ";
+        print_human(cmd, o.reply);
+      } else {
+        std::cout << fmt::format("== glintd at {}\n", o.endpoint);
+        print_human(cmd, o.reply);
+      }
+    }
+    if (cmd == "stats") {
+      std::cout << fmt::format("== total of {} daemons\n", outcomes.size());
+      print_total(total_stats(outcomes));
+    }
+  }
+  for (const auto& o : outcomes)
+    if (!o.error.empty()) std::cerr << "glint ctl " << cmd << ": " << o.endpoint << ": " << o.error << "\n";
+  if (!failed.empty()) {
+    std::string list;
+    for (const auto& e : failed) list += (list.empty() ? "" : ", ") + e;
+    std::cerr << fmt::format("glint ctl {}: {} of {} daemons failed ({})\n", cmd, failed.size(),
+                             outcomes.size(), list);
+  }
+  return failed.empty();
+}
+
 }  // namespace
 
 void add_ctl_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("ctl", "control a running glintd");
+  auto* cmd = app.add_subcommand("ctl", "control one or several running glintd");
   struct Args {
-    std::string endpoint = "tcp://127.0.0.1:5555";
-    std::string config;
+    std::vector<std::string> endpoints;
+    std::vector<std::string> configs;
     std::string command;
     std::string overrides;
     bool as_json = false;
@@ -170,11 +313,14 @@ void add_ctl_command(CLI::App& app) {
     std::string key_file, server_key, output;
   };
   auto a = std::make_shared<Args>();
-  auto* endpoint_opt = cmd->add_option("--endpoint", a->endpoint, "glintd's control endpoint")
-                           ->capture_default_str();
-  cmd->add_option("--config", a->config,
+  cmd->add_option("--endpoint", a->endpoints,
+                  "glintd's control endpoint; repeat it to address several daemons at once "
+                  "[tcp://127.0.0.1:5555]")
+      ->allow_extra_args(false);
+  cmd->add_option("--config", a->configs,
                   "glintd's configuration file: its control.endpoint (and CURVE server key); "
-                  "--endpoint wins");
+                  "repeatable, one per daemon; with --endpoint as well, both are addressed")
+      ->allow_extra_args(false);
   cmd->add_flag("--json", a->as_json, "print the reply as JSON");
   cmd->add_option("--timeout-ms", a->timeout_ms, "reply timeout [3000; start: 15000]");
   cmd->add_option("--overrides", a->overrides,
@@ -192,7 +338,7 @@ void add_ctl_command(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"status", "stats", "start", "stop", "abort", "config", "pedestal",
                              "shutdown", "watch", "keygen"}));
-  cmd->callback([a, endpoint_opt] {
+  cmd->callback([a] {
     try {
       if (a->command == "keygen") {
         if (a->output.empty()) fail("glint ctl keygen", "--output FILE is required", kExitUsage);
@@ -202,49 +348,72 @@ void add_ctl_command(CLI::App& app) {
                                  a->output, a->output, keys.public_key);
         return;
       }
-      ClientKeys keys;
-      if (!a->config.empty()) {
+      if (a->key_file.empty() != a->server_key.empty() && a->configs.empty())
+        fail("glint ctl", "CURVE needs both --key-file and --server-key", kExitUsage);
+      daemon::CurveKeyPair own;
+      if (!a->key_file.empty()) own = daemon::read_key_pair(a->key_file, true);
+      std::vector<Target> targets;
+      for (const auto& e : a->endpoints) {
+        Target t{e, {}};
+        if (!a->server_key.empty()) t.keys = {own, daemon::public_key_from(a->server_key)};
+        targets.push_back(std::move(t));
+      }
+      for (const auto& file : a->configs) {
         config::Config c;
         try {
-          c = config::load(a->config);
+          c = config::load(file);
         } catch (const config::ConfigError& e) {
           fail("glint ctl", log::one_line(e.what()), kExitUsage);
         }
-        if (endpoint_opt->count() == 0) a->endpoint = connect_endpoint(c.control.endpoint);
-        if (c.control.curve() && a->server_key.empty()) {
+        Target t{connect_endpoint(c.control.endpoint), {}};
+        std::string server_key = a->server_key;
+        if (c.control.curve() && server_key.empty()) {
           // The pair file is glintd's secret (mode 0600); its .pub beside it is for clients.
           const std::string pub = c.control.curve_server_key + ".pub";
           std::error_code ec;
-          a->server_key = std::filesystem::exists(pub, ec) ? pub : c.control.curve_server_key;
+          server_key = std::filesystem::exists(pub, ec) ? pub : c.control.curve_server_key;
+        }
+        if (!server_key.empty()) {
           if (a->key_file.empty())
             fail("glint ctl",
                  fmt::format("{}: glintd's control socket uses CURVE; give this client's key pair "
                              "with --key-file FILE (from `glint ctl keygen`, its public key in "
                              "glintd's control.curve_clients)",
-                             a->config),
+                             file),
                  kExitUsage);
+          t.keys = {own, daemon::public_key_from(server_key)};
         }
+        targets.push_back(std::move(t));
+      }
+      if (targets.empty()) {
+        Target t{"tcp://127.0.0.1:5555", {}};
+        if (!a->server_key.empty()) t.keys = {own, daemon::public_key_from(a->server_key)};
+        targets.push_back(std::move(t));
       }
       if (a->timeout_ms <= 0) a->timeout_ms = a->command == "start" ? 15000 : 3000;
-      if (a->key_file.empty() != a->server_key.empty())
-        fail("glint ctl", "CURVE needs both --key-file and --server-key", kExitUsage);
-      if (!a->key_file.empty()) {
-        keys.own = daemon::read_key_pair(a->key_file, true);
-        keys.server_public = daemon::public_key_from(a->server_key);
-      }
       zmq::context_t ctx(1);  // one for the command, `watch` included
       if (a->command == "watch") {
         const std::atomic<bool>& stop = stop_on_signals();
         for (int i = 0; !stop.load() && (a->count == 0 || i < a->count); ++i) {
           if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(a->interval_s));
-          const json r = request(ctx, a->endpoint, json{{"command", "stats"}}, a->timeout_ms, keys);
-          if (a->as_json) {
-            std::cout << r.dump() << std::endl;
-          } else {
-            std::cout << "\x1b[H\x1b[2J" << fmt::format("glintd at {}\n", a->endpoint);
-            print_human("stats", r);
-            std::cout.flush();
+          if (targets.size() == 1) {
+            const json r =
+                request(ctx, targets[0].endpoint, json{{"command", "stats"}}, a->timeout_ms,
+                        targets[0].keys);
+            if (a->as_json) {
+              std::cout << r.dump() << std::endl;
+            } else {
+              std::cout << "\x1b[H\x1b[2J" << fmt::format("glintd at {}\n", targets[0].endpoint);
+              print_human("stats", r);
+              std::cout.flush();
+            }
+            continue;
           }
+          const auto outcomes =
+              request_all(ctx, targets, json{{"command", "stats"}}, a->timeout_ms);
+          if (!a->as_json) std::cout << "\x1b[H\x1b[2J";
+          report_all("stats", outcomes, a->as_json);
+          std::cout.flush();
         }
         return;
       }
@@ -255,7 +424,12 @@ void add_ctl_command(CLI::App& app) {
           fail("glint ctl", "--overrides is not a JSON object", kExitUsage);
         req["overrides"] = o;
       }
-      const json r = request(ctx, a->endpoint, req, a->timeout_ms, keys);
+      if (targets.size() > 1) {
+        if (!report_all(a->command, request_all(ctx, targets, req, a->timeout_ms), a->as_json))
+          throw CLI::RuntimeError(kExitFailure);
+        return;
+      }
+      const json r = request(ctx, targets[0].endpoint, req, a->timeout_ms, targets[0].keys);
       if (a->as_json) std::cout << r.dump(2) << "\n";
       if (!r.value("ok", false)) {
         if (!a->as_json)

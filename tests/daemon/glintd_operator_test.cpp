@@ -229,3 +229,77 @@ TEST(GlintCtl, ConfigGivesTheEndpointAndAFailedStartReadsAsOne) {
   const std::string log = d.log();
   EXPECT_EQ(log.find("\n2026 info forged"), std::string::npos) << log;
 }
+
+TEST(GlintCtl, SeveralDaemonsAtOnceWithTotalsAndOneFailureNamed) {
+  // Two glintd on one host, each on its own part of a detector, as one per receiver host is.
+  glint::testing::GlintdRig a("ctl_multi_a"), b("ctl_multi_b");
+  a.write();
+  b.write();
+  Process da(a.glintd(), a.dir / "glintd.log"), db(b.glintd(), b.dir / "glintd.log");
+  for (const auto* rig : {&a, &b})
+    ASSERT_TRUE(wait_status(rig->control_ep, [](const json&) { return true; }, 10s)["ok"])
+        << da.log() << db.log();
+  const std::vector<std::string> both{bin("glint").string(), "ctl", "--endpoint", a.control_ep,
+                                      "--endpoint", b.control_ep};
+  auto ctl = [&](std::vector<std::string> args, const fs::path& log) {
+    std::vector<std::string> argv = both;
+    argv.insert(argv.end(), args.begin(), args.end());
+    return std::make_unique<Process>(argv, log);
+  };
+  auto start = ctl({"start"}, a.dir / "start.log");
+  ASSERT_EQ(start->wait_exit(20s), 0) << start->log();
+  for (const auto* rig : {&a, &b})
+    EXPECT_NE(start->log().find("== glintd at " + rig->control_ep), std::string::npos)
+        << start->log();
+
+  Process sa(glint::testing::sim_argv(a, 60, "0", "10", "7"), a.dir / "sim.log");
+  Process sb(glint::testing::sim_argv(b, 100, "0", "10", "8"), b.dir / "sim.log");
+  ASSERT_EQ(sa.wait_exit(30s), 0) << sa.log();
+  ASSERT_EQ(sb.wait_exit(30s), 0) << sb.log();
+  for (const auto* rig : {&a, &b})
+    ASSERT_EQ(wait_status(rig->control_ep,
+                          [](const json& j) { return j.value("state", "") == "idle"; }, 20s)
+                  ["state"],
+              "idle");
+
+  auto stats = ctl({"stats", "--json"}, a.dir / "stats.log");
+  ASSERT_EQ(stats->wait_exit(10s), 0) << stats->log();
+  const json s = json::parse(stats->log());
+  EXPECT_TRUE(s["ok"]);
+  ASSERT_EQ(s["daemons"].size(), 2u);
+  EXPECT_EQ(s["daemons"][0]["endpoint"], a.control_ep);
+  EXPECT_EQ(s["daemons"][0]["reply"]["frames"]["received"], 80);
+  EXPECT_EQ(s["daemons"][1]["reply"]["frames"]["received"], 120);
+  const json& t = s["total"];
+  EXPECT_EQ(t["answered"], 2);
+  EXPECT_EQ(t["frames"]["received"], 200);
+  EXPECT_EQ(t["frames"]["dark"], 40);
+  EXPECT_EQ(t["frames"]["data"], 160);
+  EXPECT_EQ(t["clusters"], s["daemons"][0]["reply"]["clusters"].get<uint64_t>() +
+                               s["daemons"][1]["reply"]["clusters"].get<uint64_t>());
+  EXPECT_EQ(t["states"]["idle"], 2);
+  auto text = ctl({"stats"}, a.dir / "stats_text.log");
+  ASSERT_EQ(text->wait_exit(10s), 0) << text->log();
+  EXPECT_NE(text->log().find("== total of 2 daemons\ndaemons    2 answered of 2  (idle 2)\n"
+                             "frames     received 200  processed 200  dark 40  data 160\n"),
+            std::string::npos)
+      << text->log();
+
+  // One daemon gone: the other still answers, the failure is one line naming its endpoint and
+  // the command fails.
+  db.signal(SIGTERM);
+  ASSERT_EQ(db.wait_exit(20s), 0) << db.log();
+  auto status = ctl({"status", "--timeout-ms", "300"}, a.dir / "status.log");
+  EXPECT_EQ(status->wait_exit(10s), 1) << status->log();
+  const std::string out = status->log();
+  EXPECT_NE(out.find(a.control_ep + "  idle; last run 1 ended"), std::string::npos) << out;
+  EXPECT_NE(out.find("glint ctl status: " + b.control_ep + ": no answer from glintd at " +
+                     b.control_ep + " within 300 ms"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("glint ctl status: 1 of 2 daemons failed (" + b.control_ep + ")"),
+            std::string::npos)
+      << out;
+  da.signal(SIGTERM);
+  EXPECT_EQ(da.wait_exit(20s), 0) << da.log();
+}
