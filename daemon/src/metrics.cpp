@@ -168,6 +168,47 @@ std::string metrics_text(const json& s, const std::optional<std::filesystem::spa
        {"glint_late_parts_total", "counter",
         "Port parts of images already emitted or dropped, or repeated, discarded in the run.",
         "/late_parts"}});
+  scalars(
+      e, s,
+      {{"glint_masked_clusters_total", "counter",
+        "Clusters centred on a masked pixel, removed in the run.", "/masked_clusters"},
+       {"glint_masked_pixels", "gauge", "Pixels the run's mask excludes.", "/masked_pixels"},
+       {"glint_stray_end_messages_total", "counter",
+        "End headers from an endpoint that had sent no data, not taken as the end (slsReceiver's "
+        "dummy header), in the run.",
+        "/stray_ends"},
+       {"glint_detector_restarts_total", "counter",
+        "Detector restarts (frameIndex starting again) seen in the run.", "/restarts"},
+       {"glint_missing_rows_unwritten_total", "counter",
+        "Missing frame numbers beyond run.max_missing_rows, counted and not written.",
+        "/missing_unwritten"},
+       {"glint_stream_stride", "gauge",
+        "Frame-number step of the stream (N for a decimated one, 1 otherwise).",
+        "/stream_stride"},
+       {"glint_frames_outside_run_total", "counter",
+        "Images that arrived while no run took them (not held for the next run), since "
+        "glintd started.",
+        "/ingest/frames_outside_run"},
+       {"glint_held_parts", "gauge", "Port parts held for the next automatic run.",
+        "/ingest/held_parts"}});
+  std::vector<Sample> consumer_frames, consumer_dropped, consumer_failed;
+  if (s.contains("consumers") && s["consumers"].is_array())
+    for (const json& c : s["consumers"]) {
+      const std::string l = label("consumer", str(c, "name"));
+      consumer_frames.push_back({l, num(c, "/frames")});
+      consumer_dropped.push_back({l, num(c, "/dropped")});
+      consumer_failed.push_back({l, num(c, "/failed")});
+    }
+  e.family("glint_consumer_frames_total", "counter",
+           "Rows handed to each consumer of the run's results (run file, products, live view, "
+           "...).",
+           consumer_frames);
+  e.family("glint_consumer_dropped_total", "counter",
+           "What each consumer dropped for lack of room, in its own unit (frames, volumes, "
+           "updates).",
+           consumer_dropped);
+  e.family("glint_consumer_failed_total", "counter",
+           "What each consumer failed to produce (logged).", consumer_failed);
   std::vector<std::string> reasons;
   for (std::size_t k = 0; k < pipeline::kBadInputKinds; ++k)
     reasons.emplace_back(pipeline::to_string(static_cast<pipeline::BadInput>(k)));

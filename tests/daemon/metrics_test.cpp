@@ -101,7 +101,11 @@ json stats_reply() {
                   "unknown_bitmode": 1, "data_without_header": 0, "frame_backwards": 0,
                   "unknown_port": 3, "oversize": 4, "out_of_range": 6, "frame_jump": 7},
     "malformed_total": 28, "late_parts": 9, "clusters": 123456, "messages": 1200,
-    "bytes": 384000000, "end_messages": 0,
+    "bytes": 384000000, "end_messages": 0, "masked_clusters": 37, "masked_pixels": 12,
+    "stray_ends": 1, "restarts": 2, "missing_unwritten": 5, "stream_stride": 2,
+    "ingest": {"frames_outside_run": 3, "held_parts": 4, "restarts": 2},
+    "consumers": [{"name": "run file", "frames": 1100, "dropped": 0, "failed": 0},
+                  {"name": "live view", "frames": 1090, "dropped": 7, "failed": 1}],
     "rates": {"window_s": 5.0, "frames_per_s": 250.5, "bytes_per_s": 8.0e7,
               "clusters_per_s": 30000},
     "queues": {"pending_images": 2, "queued_images": 17, "staging_used": 64,
@@ -131,6 +135,10 @@ TEST(Metrics, ExpositionOfAStatsReply) {
       {"glint_reconstruction_frames_total", 900}, {"glint_output_available_bytes", 300000},
       {"glint_output_free_bytes", 400000}, {"glint_output_size_bytes", 1000000},
       {R"x(glint_backend_info{backend="gpu (2 devices)",gpu_ids="0,2"})x", 1},
+      {"glint_masked_clusters_total", 37}, {"glint_masked_pixels", 12},
+      {"glint_stray_end_messages_total", 1}, {"glint_detector_restarts_total", 2},
+      {"glint_missing_rows_unwritten_total", 5}, {"glint_stream_stride", 2},
+      {"glint_frames_outside_run_total", 3}, {"glint_held_parts", 4},
   };
   const auto labelled = [&want](const std::string& name, const std::string& key,
                                 const std::vector<std::pair<std::string, double>>& samples) {
@@ -148,7 +156,10 @@ TEST(Metrics, ExpositionOfAStatsReply) {
   labelled("glint_queue_images", "queue", {{"pending", 2}, {"queued", 17}});
   labelled("glint_reconstruction_volumes_total", "outcome",
            {{"done", 1}, {"dropped", 2}, {"failed", 0}});
-  ASSERT_EQ(want.size(), 52u) << "every sample of the exposition is expected";
+  labelled("glint_consumer_frames_total", "consumer", {{"run file", 1100}, {"live view", 1090}});
+  labelled("glint_consumer_dropped_total", "consumer", {{"run file", 0}, {"live view", 7}});
+  labelled("glint_consumer_failed_total", "consumer", {{"run file", 0}, {"live view", 1}});
+  ASSERT_EQ(want.size(), 66u) << "every sample of the exposition is expected";
   EXPECT_EQ(m, want) << text;
   EXPECT_NE(text.find("glint_received_bytes_total 384000000\n"), std::string::npos) << text;
   EXPECT_NE(text.find("# TYPE glint_frames_total counter\n"), std::string::npos) << text;
