@@ -2,6 +2,8 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "glint/hdf5_handle.hpp"
@@ -91,16 +93,29 @@ class Reader {
     const Handle attr(H5Aopen(group_, name, H5P_DEFAULT), H5Aclose);
     const Handle type(H5Aget_type(attr.get()), H5Tclose);
     const Handle space(H5Aget_space(attr.get()), H5Sclose);
-    if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) <= 0)
+    if (H5Tget_class(type.get()) != H5T_STRING)
       fail(fmt::format("attribute {}@{} is not text", kGroup, name));
-    const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-    std::vector<char*> p(static_cast<std::size_t>(n), nullptr);
-    const Handle mem = hdf5::string_type();
-    if (H5Aread(attr.get(), mem.get(), p.data()) < 0)
-      fail(fmt::format("cannot read attribute {}@{}", kGroup, name));
+    const auto n = static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get()));
     std::vector<std::string> out;
-    for (char* s : p) out.emplace_back(s != nullptr ? s : "");
-    H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, p.data());
+    if (H5Tis_variable_str(type.get()) > 0) {
+      std::vector<char*> p(n, nullptr);
+      const Handle mem = hdf5::string_type();
+      if (H5Aread(attr.get(), mem.get(), p.data()) < 0)
+        fail(fmt::format("cannot read attribute {}@{}", kGroup, name));
+      for (char* s : p) out.emplace_back(s != nullptr ? s : "");
+      H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, p.data());
+    } else {  // fixed-length text (numpy bytes through h5py)
+      const std::size_t size = H5Tget_size(type.get());
+      const Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(mem.get(), size);
+      std::vector<char> buf(n * size);
+      if (H5Aread(attr.get(), mem.get(), buf.data()) < 0)
+        fail(fmt::format("cannot read attribute {}@{}", kGroup, name));
+      for (std::size_t i = 0; i < n; ++i) {
+        const char* b = buf.data() + i * size;
+        out.emplace_back(b, std::find(b, b + size, '\0'));
+      }
+    }
     return out;
   }
 
