@@ -2,11 +2,15 @@
 // the same clusters and cubes (eta_reference.hpp, docs/products.md "Checked against aare").
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "eta_reference.hpp"
+#include "glint/clust_file.hpp"
 #include "glint/products/eta_calibration.hpp"
 #include "glint/products/table_eta.hpp"
 #include "test_data.hpp"
@@ -19,7 +23,7 @@ using glint::testing::sha256;
 
 // aare's results (sha256sum of its outputs as little-endian doubles).
 constexpr AareEtaDigest kRaw3{
-    "raw 3x3", 10819, 2260,
+    "raw 3x3", "67e70d3843429158f9b4b87775164b2215395841bf1f28246d97120ed3ddbe7d", 10819, 2260,
     "5ee52620aa9583799834e295b997e7ae5973a3fba2a79cd6234ae81e0962818f",
     "65fea4e81223cae2e6bd8d5de06bb1647cc7fe00e4f0465bbd9267522289da13",
     "d9fdfbcf6b392e075d18fd934c0c4c43e0206aa881aaa5508624ab2b57ba31fc",
@@ -29,7 +33,7 @@ constexpr AareEtaDigest kRaw3{
     "50f7fdca622704645c364db5197337d4b3d73815e0195269c2889c9f053dc010",
     "5db2f2ec052f570a1d7fd2dd4ee5c8b0b235745d407e82ab23f527aab2ede63b"};
 constexpr AareEtaDigest kRaw5{
-    "raw 5x5", 10146, 2141,
+    "raw 5x5", "0d640362660708f67092fc7cd1a950ed46e3b1f907780d02cf25e3c9068f2eee", 10146, 2141,
     "f0e08cda56a82b5e91f7f1c7a5666fcdf6fd6b7b6746da53a76bb0256cfc7883",
     "8465bc918b26b2e0740b3f95a97b6ac393ca7a59c2cdb6b356fdc7910574dec4",
     "34764ad5a02432ace61a55b473818eccadab7b71bb75704825e9f3549e54acb3",
@@ -39,7 +43,8 @@ constexpr AareEtaDigest kRaw5{
     "099228cebf35111de2a879f6ca920e730eef87176fa36428c9e091e7ef0d75f5",
     "41f840a2b65b6575925f02d2bbfe32fd47ef66f6c6cb66b7a5efc3a30e323846"};
 constexpr AareEtaDigest kFloat3{
-    "float 3x3", 38103, 24496,
+    "float 3x3", "9607e86dedfc2f01d2765bfa0ced23a5c25426d28c557c5f15e4fd822723ed92", 38103,
+    24496,
     "662bac1ea5fce0d509d09e1425a62e24814b038493a1f675131fd1b85ca543c9",
     "e51bf7da8d0965d7f653f6ade5a652d4e2ef895a42db4c22fffb82be0aca357c",
     "ab6ee8db142c56ca8f2b0d2ebe1df745ca204541c663a79e8b668e0749b82090",
@@ -55,6 +60,15 @@ template <typename T, typename EtaOf>
 void check(const glint::ClusterTable& t, const AareEtaDigest& d, gp::EtaCube cube, EtaOf eta_of) {
   SCOPED_TRACE(d.name);
   ASSERT_EQ(t.n_clusters(), d.clusters);
+  {
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("glint_eta_aare_" + std::to_string(::getpid()) + ".clust");
+    glint::ClustWriter w(path, t.cluster_size());
+    w.write(t);
+    w.close();
+    EXPECT_EQ(glint::testing::file_sha256(path), d.clust);
+    std::filesystem::remove(path);
+  }
   std::vector<gp::Eta<T>> etas;
   std::vector<double> xy;
   for (std::size_t i = 0; i < t.n_clusters(); ++i) {

@@ -73,6 +73,7 @@ inline products::EtaCube eta_reference_cube(bool calibrated) {
 /// not reject, `outside` being the number it rejects.
 struct AareEtaDigest {
   const char* name;
+  const char* clust;  ///< the clusters as aare read them: the .clust file's SHA-256
   uint64_t clusters;
   uint64_t outside;
   const char* eta;

@@ -49,7 +49,8 @@ class Reader {
 
   /// A float64 dataset of rank `dims.size()`; its shape is returned in dims.
   std::vector<double> dataset(const char* name, std::vector<hsize_t>& dims) const {
-    if (H5Lexists(group_, name, H5P_DEFAULT) <= 0) fail(fmt::format("no dataset {}/{}", kGroup, name));
+    if (H5Lexists(group_, name, H5P_DEFAULT) <= 0)
+      fail(fmt::format("no dataset {}/{}", kGroup, name));
     const Handle set(H5Dopen2(group_, name, H5P_DEFAULT), H5Dclose);
     if (!set.valid()) fail(fmt::format("{}/{} is not a dataset", kGroup, name));
     const Handle space(H5Dget_space(set.get()), H5Sclose);
