@@ -54,6 +54,21 @@ constexpr AareEtaDigest kFloat3{
     "d5c858c03f2e521d4df7f99b45cb8cef691d76aa5eacf47fd7b320a2572930fe",
     "498fe1c08a5cccc7050235941607404f07160eaa2d5b103f61f06d8ad3f6f192"};
 
+constexpr glint::testing::AareEta3Digest kRaw3Eta3{
+    "raw 3x3 eta3", 1000,
+    "defc16664b547fdc63aac417d65a6921252cc2ac894defe3c0bc708aeb7c557f",
+    "64d177db6dba9a4e1154c9082ae3fdd21f7e6a94a625536726a6de49cb537079",
+    "db1e59d3100233131b85ff950850fdce8c0774180c0877b8743f76bc71c4923b",
+    "1518076fd8126e844f232ff3c529519ef5321d0837447e298d9cabef8e9129c7",
+    "4290f9addf1e20aa10a436e0c88d71065673d0c291491d4446d6b6a6e4e2fc30"};
+constexpr glint::testing::AareEta3Digest kFloat3Eta3{
+    "float 3x3 eta3", 24772,
+    "7abcf23854cb1815bb44b5deb7585f7b2648b4bb6ff22fadea87c99adfc1f078",
+    "9de1e0b2d508219715452f2a009e3c8dbab03efc210ef0a6ad8602a6b62e5d1d",
+    "91da9cf74fc4ad395a8c28a69f547b6307b72e990761022337cdededa8eb6304",
+    "d65a1289562ff8ea1e771d30f3451a001e369807dc89cf255a1a03aa4f740447",
+    "29fe347ca796fc49b02abc61a4f9d29ecbfa8c5a43edf09b7e899b8d675e6cfc"};
+
 std::string digest(std::span<const double> v) { return sha256(v.data(), v.size() * 8); }
 
 template <typename T, typename EtaOf>
@@ -101,6 +116,34 @@ void check(const glint::ClusterTable& t, const AareEtaDigest& d, gp::EtaCube cub
   }
 }
 
+template <typename EtaOf>
+void check_eta3(const glint::ClusterTable& t, const glint::testing::AareEta3Digest& d,
+                gp::EtaCube cube, EtaOf eta_of) {
+  SCOPED_TRACE(d.name);
+  std::vector<double> xy;
+  for (std::size_t i = 0; i < t.n_clusters(); ++i) {
+    const auto eta = eta_of(t, i);
+    xy.insert(xy.end(), {eta.x, eta.y});
+    cube.add(eta);
+  }
+  EXPECT_EQ(digest(xy), d.eta);
+  EXPECT_EQ(digest(cube.counts()), d.cube);
+  const gp::EtaCalibration cal(cube, gp::EtaMethod::cdf);
+  EXPECT_EQ(digest(cal.ietax()), d.ietax);
+  EXPECT_EQ(digest(cal.ietay()), d.ietay);
+  std::vector<double> photons;
+  uint64_t outside = 0;
+  for (std::size_t i = 0; i < t.n_clusters(); ++i) {
+    const auto p = cal.position_eta3(t.x()[i], t.y()[i], eta_of(t, i));
+    if (p)
+      photons.insert(photons.end(), {p->x, p->y, p->energy});
+    else
+      ++outside;
+  }
+  EXPECT_EQ(outside, d.outside);
+  EXPECT_EQ(digest(photons), d.photons);
+}
+
 TEST(EtaAgainstAare, Raw3x3) {
   check<int32_t>(glint::testing::eta_raw_clusters(3), kRaw3,
                  glint::testing::eta_reference_cube(false), gp::eta2_int);
@@ -115,6 +158,12 @@ TEST(EtaAgainstAare, Float3x3) {
   const glint::ClusterTable t = glint::testing::eta_float_clusters();
   ASSERT_EQ(t.value_type(), glint::ClusterValues::float32);
   check<float>(t, kFloat3, glint::testing::eta_reference_cube(true), gp::eta2_float);
+  check_eta3(t, kFloat3Eta3, glint::testing::eta3_reference_cube(true), gp::eta3_float);
+}
+
+TEST(EtaAgainstAare, Raw3x3Eta3) {
+  check_eta3(glint::testing::eta_raw_clusters(3), kRaw3Eta3,
+             glint::testing::eta3_reference_cube(false), gp::eta3_int);
 }
 
 }  // namespace

@@ -86,4 +86,23 @@ struct AareEtaDigest {
   const char* rosenblatt_photons;
 };
 
+/// The same for eta3 (3 x 3 clusters; aare at this commit does not build calculate_eta3 for
+/// larger ones): the eta3 values, a cube of 20 x 20 bins over [-1, 1] with the energy bins
+/// above and the 3 x 3 sum as energy, its cdf tables, and the photons of
+/// interpolate<calculate_eta3> (aare's other branch: x + ietax, y + ietay).
+struct AareEta3Digest {
+  const char* name;
+  uint64_t outside;
+  const char* eta;
+  const char* cube;
+  const char* ietax;
+  const char* ietay;
+  const char* photons;
+};
+
+inline products::EtaCube eta3_reference_cube(bool calibrated) {
+  return calibrated ? products::EtaCube::regular(20, -1.0, 1.0, 3, 5.0, 9.0)
+                    : products::EtaCube::regular(20, -1.0, 1.0, 3, 200.0, 380.0);
+}
+
 }  // namespace glint::testing
