@@ -40,5 +40,7 @@ void add_bench_tv(CLI::App& bench);
 void add_bench_pipeline(CLI::App& bench);
 /// `glint recon` (tools/recon_command.cpp).
 void add_recon_command(CLI::App& app);
+/// `glint eta-calibrate` (tools/eta_calibrate_command.cpp).
+void add_eta_calibrate_command(CLI::App& app);
 
 }  // namespace glint::tools

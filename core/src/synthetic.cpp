@@ -183,6 +183,62 @@ void Generator::add_photon(std::vector<double>& signal, double x, double y, doub
   }
 }
 
+template <class OnPhoton, class OnTie>
+void Generator::place_photons(uint64_t index, OnPhoton&& photon, OnTie&& tie) const {
+  const uint32_t rows = config_.shape.rows, cols = config_.shape.cols;
+  if (config_.photon_grid > 0) {
+    Rng rng(stream_seed(config_.seed, index, kPhotons));
+    const uint32_t g = config_.photon_grid;
+    for (uint32_t y0 = 0; y0 + g <= rows; y0 += g)
+      for (uint32_t x0 = 0; x0 + g <= cols; x0 += g) {
+        const double energy = config_.photon_adu * (0.95 + 0.1 * rng.uniform());
+        const double x = static_cast<double>(x0 + g / 2) + rng.uniform();
+        const double y = static_cast<double>(y0 + g / 2) + rng.uniform();
+        photon(x, y, energy);
+      }
+    return;
+  }
+  Rng rng(stream_seed(config_.seed, index, kPhotons));
+  double mean = config_.photons;
+  const uint64_t data_index = index - config_.dark_frames;
+  if (config_.crowded_every != 0 && data_index % config_.crowded_every == config_.crowded_every - 1)
+    mean = mean * config_.crowded_factor;
+  const double spread = std::sqrt(mean);
+  const double n = std::floor(mean + spread * (2.0 * rng.uniform() - 1.0) + 0.5);
+  const uint64_t n_photons = n > 0.0 ? static_cast<uint64_t>(n) : 0;
+  for (uint64_t k = 0; k < n_photons; ++k) {
+    const double energy = config_.photon_adu * (0.95 + 0.1 * rng.uniform());
+    const double what = rng.uniform();
+    if (what < config_.tie_photon_fraction && !twins_.empty()) {
+      const std::size_t i = twins_[rng.below(twins_.size())];
+      tie(i, std::floor(energy) * 0.5);
+      continue;
+    }
+    double x = rng.uniform() * cols;
+    double y = rng.uniform() * rows;
+    if (what < config_.tie_photon_fraction + config_.border_fraction) {
+      switch (rng.below(4)) {  // centre of a border pixel, or on its outer half
+        case 0: y = 0.5 * rng.uniform(); break;
+        case 1: y = rows - 0.5 * rng.uniform(); break;
+        case 2: x = 0.5 * rng.uniform(); break;
+        default: x = cols - 0.5 * rng.uniform(); break;
+      }
+      x = std::min(x, std::nextafter(static_cast<double>(cols), 0.0));
+      y = std::min(y, std::nextafter(static_cast<double>(rows), 0.0));
+    }
+    photon(x, y, energy);
+  }
+}
+
+std::vector<PlacedPhoton> Generator::photons(uint64_t index) const {
+  std::vector<PlacedPhoton> out;
+  if (is_dark(index)) return out;
+  place_photons(
+      index, [&](double x, double y, double energy) { out.push_back({x, y, energy}); },
+      [](std::size_t, double) {});
+  return out;
+}
+
 void Generator::fill(uint64_t index, std::span<uint16_t> frame) const {
   const std::size_t np = config_.shape.pixels();
   if (frame.size() != np)
@@ -196,39 +252,12 @@ void Generator::fill(uint64_t index, std::span<uint16_t> frame) const {
   std::vector<double> signal;
   if (!dark) {
     signal.assign(np, 0.0);
-    const uint32_t rows = config_.shape.rows, cols = config_.shape.cols;
-    Rng rng(stream_seed(config_.seed, index, kPhotons));
-    double mean = config_.photons;
-    const uint64_t data_index = index - config_.dark_frames;
-    if (config_.crowded_every != 0 && data_index % config_.crowded_every == config_.crowded_every - 1)
-      mean = mean * config_.crowded_factor;
-    const double spread = std::sqrt(mean);
-    const double n = std::floor(mean + spread * (2.0 * rng.uniform() - 1.0) + 0.5);
-    const uint64_t n_photons = n > 0.0 ? static_cast<uint64_t>(n) : 0;
-    for (uint64_t k = 0; k < n_photons; ++k) {
-      const double energy = config_.photon_adu * (0.95 + 0.1 * rng.uniform());
-      const double what = rng.uniform();
-      if (what < config_.tie_photon_fraction && !twins_.empty()) {
-        const std::size_t i = twins_[rng.below(twins_.size())];
-        const double half = std::floor(energy) * 0.5;
-        signal[i] += half;
-        signal[i + 1] += half;
-        continue;
-      }
-      double x = rng.uniform() * cols;
-      double y = rng.uniform() * rows;
-      if (what < config_.tie_photon_fraction + config_.border_fraction) {
-        switch (rng.below(4)) {  // centre of a border pixel, or on its outer half
-          case 0: y = 0.5 * rng.uniform(); break;
-          case 1: y = rows - 0.5 * rng.uniform(); break;
-          case 2: x = 0.5 * rng.uniform(); break;
-          default: x = cols - 0.5 * rng.uniform(); break;
-        }
-        x = std::min(x, std::nextafter(static_cast<double>(cols), 0.0));
-        y = std::min(y, std::nextafter(static_cast<double>(rows), 0.0));
-      }
-      add_photon(signal, x, y, energy);
-    }
+    place_photons(
+        index, [&](double x, double y, double energy) { add_photon(signal, x, y, energy); },
+        [&](std::size_t i, double half) {
+          signal[i] += half;
+          signal[i + 1] += half;
+        });
     Rng out(stream_seed(config_.seed, index, kOutliers));
     const double expected = config_.outlier_rate * static_cast<double>(np);
     const uint64_t n_out = static_cast<uint64_t>(std::floor(expected * (2.0 * out.uniform()) + 0.5));

@@ -66,6 +66,22 @@ struct Config {
   // (a constant value: a noise of 0 in the pedestal), noisy pixels (8x the noise) and, in
   // JUNGFRAU frames, pixels in G1 in every odd-indexed dark frame (a gain switch in the dark).
   std::vector<uint32_t> stuck_pixels{}, noisy_pixels{}, dark_g1_pixels{};
+
+  // Photons on a grid (photon_grid > 0), in place of the photons above (photons, border, tie
+  // and crowded settings are then unused): one photon in every photon_grid x photon_grid cell of
+  // a data frame, in the cell's central pixel (offset photon_grid / 2 on each axis) at a
+  // sub-pixel position uniform over that pixel. Isolated photons at known positions
+  // (Generator::photons): a flat field for an eta calibration, and truths to check sub-pixel
+  // positions against.
+  uint32_t photon_grid = 0;
+};
+
+/// A photon as placed in a data frame: x (column) and y (row) in pixel units (pixel (r, c)
+/// spans [c, c + 1) x [r, r + 1)), and its charge in ADU.
+struct PlacedPhoton {
+  double x = 0.0;
+  double y = 0.0;
+  double energy = 0.0;
 };
 
 /// Throws std::invalid_argument naming the bad field.
@@ -98,7 +114,16 @@ class Generator {
   /// The pedestal level the generator used for pixel i in frame `index` (drift included).
   double pedestal(uint64_t index, std::size_t i) const;
 
+  /// The photons frame `index` carries, where they were placed (empty for a dark frame). Photons
+  /// split exactly 50/50 on a twin pair have no position and are left out.
+  std::vector<PlacedPhoton> photons(uint64_t index) const;
+
  private:
+  /// Calls photon(x, y, energy) for every photon of data frame `index` and tie(i, half) for
+  /// every one split on the twin pair (i, i + 1), in the order they are drawn.
+  template <class OnPhoton, class OnTie>
+  void place_photons(uint64_t index, OnPhoton&& photon, OnTie&& tie) const;
+
   void add_photon(std::vector<double>& signal, double x, double y, double energy) const;
 
   Config config_;
