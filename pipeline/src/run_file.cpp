@@ -1328,14 +1328,11 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
     out.config_yaml = p ? p : "";
     H5free_memory(p);
   }
-  const auto fn = read_all<uint64_t>(c, f, "entry/frames/frame_number");
-  const auto ts = read_all<uint64_t>(c, f, "entry/frames/timestamp");
-  const auto off = read_all<uint64_t>(c, f, "entry/frames/cluster_offset");
-  const auto nc = read_all<uint32_t>(c, f, "entry/frames/n_clusters");
-  const auto fl = read_all<uint8_t>(c, f, "entry/frames/flags");
-  // A concurrent reader may see columns of slightly different lengths: take the common rows.
   // Files written since /entry/flushed_rows exists: only the rows it counts are known to be
-  // whole (after a failed write the extents may cover rows never written).
+  // whole (after a failed write the extents may cover rows never written). It is read before
+  // the rows: a row it counts was written before it, so before the reads below began, while a
+  // count read after them could cover rows that were extended but not yet written when read
+  // (their fill values).
   std::size_t flushed_frames = std::numeric_limits<std::size_t>::max();
   std::size_t flushed_clusters = flushed_frames;
   if (H5Lexists(f, "entry/flushed_rows", H5P_DEFAULT) > 0) {
@@ -1344,6 +1341,12 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
     flushed_frames = static_cast<std::size_t>(flushed[0]);
     flushed_clusters = static_cast<std::size_t>(flushed[1]);
   }
+  const auto fn = read_all<uint64_t>(c, f, "entry/frames/frame_number");
+  const auto ts = read_all<uint64_t>(c, f, "entry/frames/timestamp");
+  const auto off = read_all<uint64_t>(c, f, "entry/frames/cluster_offset");
+  const auto nc = read_all<uint32_t>(c, f, "entry/frames/n_clusters");
+  const auto fl = read_all<uint8_t>(c, f, "entry/frames/flags");
+  // A concurrent reader may see columns of slightly different lengths: take the common rows.
   const std::size_t rows =
       std::min({fn.size(), ts.size(), off.size(), nc.size(), fl.size(), flushed_frames});
   auto cx = read_all<uint16_t>(c, f, "entry/clusters/x");
