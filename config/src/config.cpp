@@ -540,7 +540,7 @@ void read_mask(Section s, MaskConfig& c) {
 }
 
 /// Largest per-pixel spectra table a run may hold (rows x cols x bins uint32), in values.
-constexpr uint64_t kMaxPixelSpectraValues = uint64_t{1} << 30;
+constexpr uint64_t kMaxPixelSpectraValues = uint64_t{1} << 28;
 
 void read_products(Section s, ProductsConfig& c, const DetectorConfig& d, bool calibrated) {
   s.read_string("energy", c.energy, {"sum", "2x2"});
@@ -952,12 +952,16 @@ namespace {
 // arithmetic, the pixel mask (a filter on the results), the reconstruction (its volume is within
 // the memory budget). Not the detector, the ingest endpoints and sizes, the finder's threads and
 // GPU batch sizes, the control socket or logging.
-constexpr std::array<std::string_view, 15> kOverrideKeys = {
+// The products are what a run computes from its clusters (not their worker threads).
+constexpr std::array<std::string_view, 24> kOverrideKeys = {
     "output.run_name",      "output.directory",       "output.overwrite",
     "output.flush_interval_ms", "run.max_frames",     "run.max_seconds",
     "pedestal.dark_frames", "pedestal.keep_previous", "pedestal.window",
     "finder.n_sigma",       "finder.cluster_size",    "finder.backend",
-    "mask.*",               "reconstruction.*",       "products.*"};
+    "mask.*",               "reconstruction.*",       "products.energy",
+    "products.energy_window", "products.hitmap",      "products.slice_frames",
+    "products.spectrum",    "products.pixel_spectra", "products.eta",
+    "products.eta_bins",    "products.subpixel",      "products.cluster_energy"};
 
 bool override_allowed(const std::string& section, const std::string& key) {
   for (auto k : kOverrideKeys)
