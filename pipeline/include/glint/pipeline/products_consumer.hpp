@@ -11,6 +11,7 @@
 // Completed slices (products.slice_frames) are appended to the run file as they complete; every
 // other product is handed to the run file at the end (RunFileWriter::set_products) and written
 // when it closes.
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -95,7 +96,7 @@ class ProductsConsumer final : public ResultConsumer {
   unsigned requested_threads_ = 0, threads_ = 0;
   std::size_t requested_capacity_ = 0, capacity_ = 0;
   products::ProductSettings settings_;
-  bool started_ = false;
+  std::atomic<bool> started_{false};  ///< set once the settings and workers are in place
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<products::CountTable> shared_pixel_spectra_;  ///< with products.pixel_spectra
 
