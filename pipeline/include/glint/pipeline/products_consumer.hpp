@@ -21,6 +21,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "glint/pipeline/preview_image.hpp"
@@ -86,6 +87,19 @@ class ProductsConsumer final : public ResultConsumer {
     uint64_t seq = 0;
     ClusterTable clusters;
   };
+  /// The batch being copied into the queue, in parts (frame ranges of about equal clusters) that
+  /// the run's thread and idle workers copy at once; on_batch returns when all are copied.
+  struct CopyJob {
+    const ClusterTable* src = nullptr;  ///< null: no job
+    std::vector<std::pair<std::size_t, std::size_t>> parts;
+    uint64_t first_seq = 0;
+    std::size_t next = 0;       ///< the next part to take
+    std::size_t remaining = 0;  ///< parts not copied yet
+  };
+  /// Takes the job's next part and copies it into a queued item (mu_ held on entry and exit,
+  /// released while copying); false when no part is left.
+  bool copy_part(std::unique_lock<std::mutex>& lock);
+  bool has_part() const { return job_.src != nullptr && job_.next < job_.parts.size(); }
   void work(Worker& w, std::stop_token st);
   void write_completed_slices(bool all);
   void rethrow_failure();
@@ -104,6 +118,7 @@ class ProductsConsumer final : public ResultConsumer {
   std::condition_variable_any cv_;
   std::deque<std::unique_ptr<Item>> queue_;
   std::vector<std::unique_ptr<Item>> free_;  ///< items to reuse (their tables keep capacity)
+  CopyJob job_;
   uint64_t next_seq_ = 0;
   uint64_t done_below_ = 0;          ///< every item with a smaller seq is accumulated
   std::set<uint64_t> done_ahead_;    ///< accumulated items at or above done_below_
