@@ -58,6 +58,10 @@ void ProductsConsumer::stop_workers() {
 }
 
 void ProductsConsumer::on_start(const RunContext& run) {
+  if (!run.cfg.products.subpixel_calibration.empty())
+    throw std::invalid_argument(
+        "products.subpixel.calibration: '" + run.cfg.products.subpixel_calibration +
+        "': the sub-pixel image is not available in this version of glint (allowed: \"\")");
   settings_ = product_settings(run.cfg.products, run.finder);
   threads_ = requested_threads_ > 0 ? requested_threads_ : products_threads(run.cfg.products);
   capacity_ = requested_capacity_ > 0 ? requested_capacity_ : 2 * std::size_t{threads_};
