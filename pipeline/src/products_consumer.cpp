@@ -274,7 +274,7 @@ void ProductsConsumer::on_end(const RunEnd& end) {
     cv_.wait(lock, [&] { return done_below_ == next_seq_; });
   }
   stop_workers();
-  auto merged = std::make_unique<products::ProductSums>(settings_, false);
+  auto merged = std::make_shared<products::ProductSums>(settings_, false);
   if (settings_.slice_frames > 0 && !end.failed) write_completed_slices(true);
   for (auto& w : workers_) {
     std::lock_guard sums(w->mu);
@@ -285,7 +285,7 @@ void ProductsConsumer::on_end(const RunEnd& end) {
     merged->pixel_spectra.assign(counts.begin(), counts.end());
     shared_pixel_spectra_.reset();
   }
-  if (file_ && !end.failed && !file_->failed()) file_->set_products(*merged);
+  if (file_ && !end.failed && !file_->failed()) file_->set_products(merged);
   {
     std::lock_guard lock(result_mu_);
     result_ = std::move(merged);

@@ -364,7 +364,7 @@ struct RunFileWriter::Impl {
   Hid s_counts, s_frame_start;
   uint64_t slice_rows = 0;
   // The products, written at close (set_products).
-  std::optional<products::ProductSums> products;
+  std::shared_ptr<const products::ProductSums> products;
   // NXevent_data's fields in /entry/clusters: per cluster (event_id; event_time_offset, only
   // extended: its fill value 0 is every value) and per frame row (event_index, event_time_zero).
   Hid c_event_id, c_event_time_offset, c_event_index, c_event_time_zero;
@@ -941,12 +941,13 @@ void RunFileWriter::append_hitmap_slice(uint64_t frame_start, std::span<const ui
   });
 }
 
-void RunFileWriter::set_products(const products::ProductSums& sums) {
+void RunFileWriter::set_products(std::shared_ptr<const products::ProductSums> sums) {
   std::lock_guard io(impl_->io_mu);
-  const products::ProductSettings& s = sums.settings();
+  if (!sums) return;
+  const products::ProductSettings& s = sums->settings();
   if (s.rows != impl_->finder.shape.rows || s.cols != impl_->finder.shape.cols)
     throw std::invalid_argument("RunFileWriter::set_products: products of another frame shape");
-  impl_->products = sums;
+  impl_->products = std::move(sums);
 }
 
 void RunFileWriter::write_pixel_mask(std::span<const uint32_t> mask) {

@@ -134,7 +134,7 @@ class ProductsConsumer final : public ResultConsumer {
   std::deque<std::pair<uint64_t, uint64_t>> complete_after_;  ///< (items below seq, slices)
 
   mutable std::mutex result_mu_;
-  std::unique_ptr<products::ProductSums> result_;  ///< after on_end
+  std::shared_ptr<const products::ProductSums> result_;  ///< after on_end (shared with the file)
 };
 
 }  // namespace glint::pipeline

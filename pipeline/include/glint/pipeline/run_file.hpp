@@ -225,8 +225,9 @@ class RunFileWriter {
   /// Throws OutputError (std::invalid_argument for a wrong size).
   void append_hitmap_slice(uint64_t frame_start, std::span<const uint32_t> counts);
   /// The run's products (hit map, energy image, spectrum, per-pixel spectra, eta), written as
-  /// NXdata groups at close; the slices' group gets its attributes from them too.
-  void set_products(const products::ProductSums& sums);
+  /// NXdata groups at close (shared, not copied); the slices' group gets its attributes from them
+  /// too. std::invalid_argument for products of another frame shape.
+  void set_products(std::shared_ptr<const products::ProductSums> sums);
 
   /// Makes everything written so far visible to readers and durable against a crash, records
   /// it in /entry/flushed_rows, then checks the storage (StorageGuard::check): the caller ends
