@@ -62,8 +62,9 @@ config::ProductsConfig products_option(const std::string& list, const std::strin
   config::ProductsConfig p;
   p.hitmap = false;
   if (energy != "sum" && energy != "2x2")
-    throw std::invalid_argument("--energy " + energy + ": allowed are sum (the S x S sum) and 2x2 (the "
-                     "largest 2 x 2 quadrant)");
+    throw std::invalid_argument("--energy " + energy +
+                                ": allowed are sum (the S x S sum) and 2x2 (the largest 2 x 2 "
+                                "quadrant)");
   p.energy = energy;
   std::size_t start = 0;
   while (start <= list.size()) {
@@ -87,9 +88,9 @@ config::ProductsConfig products_option(const std::string& list, const std::strin
                std::stoull(item.substr(7)) <= 1000000000) {
       p.slice_frames = static_cast<uint32_t>(std::stoull(item.substr(7)));
     } else {
-      throw std::invalid_argument("--products " + list + ": '" + item + "' is not allowed (allowed: "
-                       "all, or a comma-separated list of hitmap, spectrum, eta, pixel_spectra, "
-                       "slices:N with N > 0)");
+      throw std::invalid_argument("--products " + list + ": '" + item +
+                                  "' is not allowed (allowed: all, or a comma-separated list of "
+                                  "hitmap, spectrum, eta, pixel_spectra, slices:N with N > 0)");
     }
   }
   if (!window.empty()) {
@@ -108,8 +109,9 @@ config::ProductsConfig products_option(const std::string& list, const std::strin
       ok = false;
     }
     if (!ok || !(lo < hi))
-      throw std::invalid_argument("--energy-window " + window + ": expected EMIN,EMAX with EMIN < "
-                       "EMAX (ADU, or keV for calibrated frames)");
+      throw std::invalid_argument("--energy-window " + window +
+                                  ": expected EMIN,EMAX with EMIN < EMAX (ADU, or keV for "
+                                  "calibrated frames)");
     p.energy_window = {lo, hi};
   }
   return p;

@@ -1532,6 +1532,13 @@ void read_products(const Context& c, hid_t f, RunFileContents& out) {
     }
   }
   ProductsContents& p = out.products;
+  // One number, or a clear error naming the attribute (never an exception of another kind).
+  auto scalar = [&](hid_t g, const char* name) {
+    const auto v = read_numeric_attr<uint64_t>(c, g, name);
+    if (v.size() != 1)
+      c.fail(fmt::format("attribute {} of a product group must be one number", name));
+    return v[0];
+  };
   if (H5Lexists(f, "entry/hitmap_slices", H5P_DEFAULT) > 0) {
     p.slice_frame_start = read_all<uint64_t>(c, f, "entry/hitmap_slices/frame_start");
     p.slices = read_all<uint32_t>(c, f, "entry/hitmap_slices/counts");
@@ -1543,10 +1550,10 @@ void read_products(const Context& c, hid_t f, RunFileContents& out) {
     Hid g(c.id(H5Gopen2(f, "entry/spectrum", H5P_DEFAULT), "group /entry/spectrum"), H5Gclose);
     p.energy_kind = read_string_attr(c, g.get(), "energy_kind");
     p.energy_window = read_numeric_attr<double>(c, g.get(), "energy_window");
-    p.clusters = read_numeric_attr<uint64_t>(c, g.get(), "clusters").at(0);
-    p.frames = read_numeric_attr<uint64_t>(c, g.get(), "frames").at(0);
-    p.underflow = read_numeric_attr<uint64_t>(c, g.get(), "underflow").at(0);
-    p.overflow = read_numeric_attr<uint64_t>(c, g.get(), "overflow").at(0);
+    p.clusters = scalar(g.get(), "clusters");
+    p.frames = scalar(g.get(), "frames");
+    p.underflow = scalar(g.get(), "underflow");
+    p.overflow = scalar(g.get(), "overflow");
     Hid ds(c.id(H5Dopen2(g.get(), "energy", H5P_DEFAULT), "spectrum energy"), H5Dclose);
     p.units = read_string_attr(c, ds.get(), "units");
   }
@@ -1567,7 +1574,7 @@ void read_products(const Context& c, hid_t f, RunFileContents& out) {
     for (auto [name, to] : {std::pair{"entry/eta2", &p.eta2_outside},
                             std::pair{"entry/eta3", &p.eta3_outside}}) {
       Hid g(c.id(H5Gopen2(f, name, H5P_DEFAULT), name), H5Gclose);
-      *to = read_numeric_attr<uint64_t>(c, g.get(), "outside").at(0);
+      *to = scalar(g.get(), "outside");
     }
   }
 }
