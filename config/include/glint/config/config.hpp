@@ -159,7 +159,7 @@ struct PreviewConfig {
   bool enabled = true;
   std::string endpoint = "tcp://127.0.0.1:5556";  ///< bound; tcp://HOST:* picks a free port
   double rate_hz = 2.0;  ///< updates a second at most (plus one at the end of each run)
-  int hwm = 2;           ///< ZMQ_SNDHWM (messages per subscriber; past it they are dropped)
+  int hwm = 2;           ///< updates queued per subscriber; past it ZeroMQ drops messages
   std::vector<std::string> images;  ///< the images sent, by name; empty: every one offered
   /// Whether an image called `what` is sent.
   bool sends(std::string_view what) const;
