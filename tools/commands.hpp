@@ -40,5 +40,7 @@ void add_bench_tv(CLI::App& bench);
 void add_bench_pipeline(CLI::App& bench);
 /// `glint recon` (tools/recon_command.cpp).
 void add_recon_command(CLI::App& app);
+/// `glint view`: glintd's live view as PNG files (tools/view_command.cpp).
+void add_view_command(CLI::App& app);
 
 }  // namespace glint::tools
