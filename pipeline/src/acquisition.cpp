@@ -11,6 +11,7 @@
 #include "glint/pipeline/clust_file_consumer.hpp"
 #include "glint/pipeline/detector_pixels.hpp"
 #include "glint/pipeline/pedestal_source.hpp"
+#include "glint/pipeline/preview_publisher.hpp"
 #include "glint/pipeline/finder_stage.hpp"
 #include "glint/pipeline/frame_sequencer.hpp"
 #include "glint/pipeline/reconstruction_consumer.hpp"
@@ -45,7 +46,8 @@ FinderOptions finder_options(const config::Config& c, const gpu::FindTuning& tun
 Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
                          std::optional<PedestalState> previous_pedestal,
                          FinderFactory make_finder, RunTuning tuning,
-                         std::shared_ptr<Ingest> ingest)
+                         std::shared_ptr<Ingest> ingest,
+                         std::shared_ptr<PreviewPublisher> preview)
     : cfg_(cfg),
       run_index_(run_index),
       file_(run_file_path(cfg.output.directory, cfg.output.run_name, run_index)),
@@ -62,6 +64,9 @@ Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
   if (cfg_.output.clust) consumers_.add(std::make_unique<ClustFileConsumer>());
   if (cfg_.reconstruction.enabled)
     recon_ = &consumers_.add(std::make_unique<ReconstructionConsumer>(*run_file_, tuning_.tv));
+  // Last: it sees each batch after the consumers whose images it shows, and ends first.
+  if (preview && cfg_.preview.enabled)
+    consumers_.add(std::make_unique<PreviewConsumer>(std::move(preview)));
   thread_ = std::jthread([this] { run(); });
 }
 
