@@ -14,6 +14,7 @@
 #include "glint/pipeline/preview_publisher.hpp"
 #include "glint/pipeline/finder_stage.hpp"
 #include "glint/pipeline/frame_sequencer.hpp"
+#include "glint/pipeline/products_consumer.hpp"
 #include "glint/pipeline/reconstruction_consumer.hpp"
 #include "glint/pipeline/run_file_consumer.hpp"
 
@@ -64,9 +65,14 @@ Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
   if (cfg_.output.clust) consumers_.add(std::make_unique<ClustFileConsumer>());
   if (cfg_.reconstruction.enabled)
     recon_ = &consumers_.add(std::make_unique<ReconstructionConsumer>(*run_file_, tuning_.tv));
-  // Last: it sees each batch after the consumers whose images it shows, and ends first.
+  // The live view before the products: each batch reaches it first, and it ends after them, so
+  // that its final update shows the products' final sums.
   if (preview && cfg_.preview.enabled)
-    consumers_.add(std::make_unique<PreviewConsumer>(std::move(preview)));
+    consumers_.add(std::make_unique<PreviewConsumer>(
+        std::move(preview), [this] { return products_->preview_images(); }));
+  // Products go into the run file: registered after it, so they end (and hand over) first.
+  products_ = &consumers_.add(std::make_unique<ProductsConsumer>(
+      [rf = run_file_] { return rf->writer(); }));
   thread_ = std::jthread([this] { run(); });
 }
 

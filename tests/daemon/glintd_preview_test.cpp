@@ -1,6 +1,7 @@
 // The live view end to end with the real binaries: `glint sim` -> glintd -> a SUB socket here
-// receives each update, and the pedestal and noise maps equal the run file's; the socket stays
-// bound across runs; an endpoint taken by another process stops glintd with a clear error.
+// receives each update; the pedestal and noise maps equal the run file's, the final hit map and
+// spectrum the run file's products; the socket stays bound across runs; an endpoint taken by
+// another process stops glintd with a clear error.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,7 +68,7 @@ std::vector<Update> updates_until_final(zmq::socket_t& sub, uint64_t run,
 
 }  // namespace
 
-TEST(GlintdPreview, ASubscriberGetsEachRunsPedestalAndNoiseMaps) {
+TEST(GlintdPreview, ASubscriberGetsEachRunsMapsAndItsFinalProducts) {
   glint::testing::GlintdRig rig("preview");
   rig.auto_start = true;
   rig.write();
@@ -130,6 +131,25 @@ TEST(GlintdPreview, ASubscriberGetsEachRunsPedestalAndNoiseMaps) {
       for (std::size_t i = 0; i < v.size(); ++i)
         ASSERT_NEAR(v[i], want[i], scale / 2 + 1e-9 * std::abs(want[i])) << what << " " << i;
     }
+    // The products' images: the final hit map is the run file's /entry/hitmap.
+    ASSERT_TRUE(f.products.present) << rig.file(run);
+    ASSERT_TRUE(last.values.contains("hitmap")) << last.naming.dump();
+    const auto& hitmap = last.values.at("hitmap");
+    EXPECT_EQ(last.headers.at("hitmap").add_json_header.at("scale"), "1");
+    EXPECT_EQ(last.headers.at("hitmap").add_json_header.at("frames"), "300");
+    ASSERT_EQ(hitmap.size(), f.products.hitmap.size());
+    uint64_t hits = 0;
+    for (std::size_t i = 0; i < hitmap.size(); ++i) {
+      ASSERT_EQ(hitmap[i], static_cast<double>(f.products.hitmap[i])) << i;
+      hits += f.products.hitmap[i];
+    }
+    EXPECT_EQ(hits, f.clusters.n_clusters()) << "no energy window: every cluster is a hit";
+    ASSERT_TRUE(last.values.contains("spectrum"));
+    const auto& spectrum = last.values.at("spectrum");
+    ASSERT_EQ(spectrum.size(), f.products.spectrum.size());
+    for (std::size_t i = 0; i < spectrum.size(); ++i)
+      ASSERT_EQ(spectrum[i], static_cast<double>(f.products.spectrum[i])) << i;
+    EXPECT_TRUE(last.values.contains("energy"));
   }
   const json end = control(rig.control_ep, "status");
   EXPECT_GE(end["preview"]["updates_sent"].get<uint64_t>(), 4u) << end.dump();
