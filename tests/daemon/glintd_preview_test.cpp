@@ -85,8 +85,20 @@ TEST(GlintdPreview, ASubscriberGetsEachRunsMapsAndItsFinalProducts) {
   zmq::socket_t sub{ctx, zmq::socket_type::sub};
   sub.set(zmq::sockopt::linger, 0);
   sub.set(zmq::sockopt::subscribe, "");
-  sub.connect(ep);
-  std::this_thread::sleep_for(300ms);  // the subscription reaches glintd
+  {
+    // Connected (the ZeroMQ handshake done, the subscription sent right after it) before the
+    // first run's data: a subscriber that joins late misses the updates sent before.
+    struct Joined : zmq::monitor_t {
+      bool done = false;
+      void on_event_handshake_succeeded(const zmq_event_t&, const char*) override { done = true; }
+    } joined;
+    joined.init(sub, "inproc://preview-test-monitor", ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    sub.connect(ep);
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!joined.done && std::chrono::steady_clock::now() < until) joined.check_event(100);
+    ASSERT_TRUE(joined.done) << "no connection to " << ep;
+  }
+  std::this_thread::sleep_for(200ms);  // glintd's I/O thread takes in the subscription
 
   for (uint64_t run = 1; run <= 2; ++run) {
     ASSERT_TRUE(wait_status(rig.control_ep,
@@ -98,9 +110,12 @@ TEST(GlintdPreview, ASubscriberGetsEachRunsMapsAndItsFinalProducts) {
               rig.dir / ("sim" + std::to_string(run) + ".log"));
     const std::vector<Update> got = updates_until_final(sub, run, 30s);
     ASSERT_EQ(s.wait_exit(30s), 0) << s.log();
-    ASSERT_FALSE(got.empty()) << d.log();
+    std::string seen;  // what came, for a failure's message
+    for (const auto& u : got) seen += u.naming.dump().substr(0, 160) + "\n";
+    ASSERT_FALSE(got.empty()) << control(rig.control_ep, "status").dump() << "\n" << d.log();
     const Update& last = got.back();
-    ASSERT_EQ(last.naming["final"], true) << last.naming.dump() << d.log();
+    ASSERT_EQ(last.naming["final"], true)
+        << seen << control(rig.control_ep, "status").dump() << "\n" << d.log() << s.log();
     EXPECT_EQ(last.naming["run"], run);
     EXPECT_EQ(last.naming["file"], rig.file(run).string());
     EXPECT_EQ(last.naming["frames"], 300);
