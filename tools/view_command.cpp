@@ -301,11 +301,11 @@ void add_view_command(CLI::App& app) {
       }
       ++saved;
       last_image = clock::now();
-      std::cout << fmt::format("{} {} x {}{}  min {}  max {} {}  frames {}  run {} update {}  "
-                               "-> {} ({} x {} px)",
+      std::cout << fmt::format("{} {} x {}{}  min {:.6g}  max {:.6g} {}  frames {}  run {} "
+                               "update {}  -> {} ({} x {} px)",
                                im.what, im.rows, im.cols,
-                               plot ? fmt::format(" ({} {} to {})", im.x_label, im.x_min,
-                                                  im.x_max)
+                               plot ? fmt::format(" ({} {:.6g} to {:.6g})", im.x_label,
+                                                  im.x_min, im.x_max)
                                     : "",
                                lo, hi, im.units, im.frames, im.run, im.update, a->output,
                                pic.width, pic.height)
