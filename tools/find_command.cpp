@@ -55,20 +55,21 @@ struct FindArgs {
   unsigned products_threads = 0;     ///< 0: as glintd's products.threads auto
 };
 
-/// The products: section that --products, --energy-window and --energy stand for (glintd's
-/// defaults otherwise). Throws InputError naming the option.
-config::ProductsConfig products_config(const FindArgs& a) {
+}  // namespace
+
+config::ProductsConfig products_option(const std::string& list, const std::string& window,
+                                       const std::string& energy) {
   config::ProductsConfig p;
   p.hitmap = false;
-  if (a.energy != "sum" && a.energy != "2x2")
-    throw InputError("--energy " + a.energy + ": allowed are sum (the S x S sum) and 2x2 (the "
+  if (energy != "sum" && energy != "2x2")
+    throw std::invalid_argument("--energy " + energy + ": allowed are sum (the S x S sum) and 2x2 (the "
                      "largest 2 x 2 quadrant)");
-  p.energy = a.energy;
+  p.energy = energy;
   std::size_t start = 0;
-  while (start <= a.products.size()) {
-    std::size_t comma = a.products.find(',', start);
-    if (comma == std::string::npos) comma = a.products.size();
-    const std::string item = a.products.substr(start, comma - start);
+  while (start <= list.size()) {
+    std::size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string item = list.substr(start, comma - start);
     start = comma + 1;
     if (item == "all") {
       p.hitmap = p.eta = p.pixel_spectra = true;
@@ -86,19 +87,19 @@ config::ProductsConfig products_config(const FindArgs& a) {
                std::stoull(item.substr(7)) <= 1000000000) {
       p.slice_frames = static_cast<uint32_t>(std::stoull(item.substr(7)));
     } else {
-      throw InputError("--products " + a.products + ": '" + item + "' is not allowed (allowed: "
+      throw std::invalid_argument("--products " + list + ": '" + item + "' is not allowed (allowed: "
                        "all, or a comma-separated list of hitmap, spectrum, eta, pixel_spectra, "
                        "slices:N with N > 0)");
     }
   }
-  if (!a.energy_window.empty()) {
-    const auto comma = a.energy_window.find(',');
+  if (!window.empty()) {
+    const auto comma = window.find(',');
     double lo = 0, hi = 0;
     bool ok = comma != std::string::npos;
     try {
       std::size_t u1 = 0, u2 = 0;
       if (ok) {
-        const std::string l = a.energy_window.substr(0, comma), h = a.energy_window.substr(comma + 1);
+        const std::string l = window.substr(0, comma), h = window.substr(comma + 1);
         lo = std::stod(l, &u1);
         hi = std::stod(h, &u2);
         ok = u1 == l.size() && u2 == h.size() && std::isfinite(lo) && std::isfinite(hi);
@@ -107,12 +108,15 @@ config::ProductsConfig products_config(const FindArgs& a) {
       ok = false;
     }
     if (!ok || !(lo < hi))
-      throw InputError("--energy-window " + a.energy_window + ": expected EMIN,EMAX with EMIN < "
+      throw std::invalid_argument("--energy-window " + window + ": expected EMIN,EMAX with EMIN < "
                        "EMAX (ADU, or keV for calibrated frames)");
     p.energy_window = {lo, hi};
   }
   return p;
 }
+
+namespace {
+
 
 /// Progress on stderr, only when it is a terminal; redrawn at most 5 times a second.
 class Progress {
@@ -252,7 +256,11 @@ int run_find(FindArgs a) {
     throw InputError("--products needs -o/--output (the products are written into the run file)");
   config::Config products_cfg;
   if (want_products) {
-    products_cfg.products = products_config(a);
+    try {
+      products_cfg.products = products_option(a.products, a.energy_window, a.energy);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
     products_cfg.detector.rows = params.shape.rows;
     products_cfg.detector.cols = params.shape.cols;
   }

@@ -58,7 +58,8 @@ void ProductsConsumer::on_start(const RunContext& run) {
   capacity_ = requested_capacity_ > 0 ? requested_capacity_ : 2 * std::size_t{threads_};
   file_ = file_source_ ? file_source_() : nullptr;
   if (settings_.pixel_spectra)
-    shared_pixel_spectra_.assign(settings_.pixels() * settings_.spectrum.bins, 0);
+    shared_pixel_spectra_ =
+        std::make_unique<products::CountTable>(settings_.pixels() * settings_.spectrum.bins);
   for (unsigned i = 0; i < threads_; ++i) {
     auto w = std::make_unique<Worker>();
     w->sums = std::make_unique<products::ProductSums>(settings_, false);
@@ -85,7 +86,8 @@ void ProductsConsumer::work(Worker& w, std::stop_token st) {
     cv_.notify_all();  // room in the queue
     try {
       std::lock_guard sums(w.mu);
-      w.sums->add(item->clusters, origin_, shared_pixel_spectra_);
+      w.sums->add(item->clusters, origin_,
+                  shared_pixel_spectra_ ? shared_pixel_spectra_->span() : std::span<uint32_t>());
     } catch (const std::exception& e) {
       std::lock_guard lock(mu_);
       if (failure_.empty()) failure_ = e.what();
@@ -206,7 +208,11 @@ void ProductsConsumer::on_end(const RunEnd& end) {
     std::lock_guard sums(w->mu);
     merged->merge(*w->sums);
   }
-  merged->pixel_spectra = std::move(shared_pixel_spectra_);
+  if (shared_pixel_spectra_) {
+    const auto counts = shared_pixel_spectra_->span();
+    merged->pixel_spectra.assign(counts.begin(), counts.end());
+    shared_pixel_spectra_.reset();
+  }
   if (file_ && !end.failed && !file_->failed()) file_->set_products(*merged);
   {
     std::lock_guard lock(result_mu_);
@@ -225,11 +231,12 @@ products::ProductSums ProductsConsumer::snapshot() const {
     std::lock_guard sums(w->mu);
     out.merge(*w->sums);
   }
-  if (!shared_pixel_spectra_.empty()) {
-    out.pixel_spectra.resize(shared_pixel_spectra_.size());
-    for (std::size_t i = 0; i < out.pixel_spectra.size(); ++i)
-      out.pixel_spectra[i] = std::atomic_ref<const uint32_t>(shared_pixel_spectra_[i])
-                                 .load(std::memory_order_relaxed);
+  if (shared_pixel_spectra_) {
+    // Counts still being incremented by the workers: each read atomically.
+    const auto counts = shared_pixel_spectra_->span();
+    out.pixel_spectra.resize(counts.size());
+    for (std::size_t i = 0; i < counts.size(); ++i)
+      out.pixel_spectra[i] = std::atomic_ref<uint32_t>(counts[i]).load(std::memory_order_relaxed);
   }
   return out;
 }

@@ -142,6 +142,16 @@ TEST(Binning, AValueOnAnEdgeIsInTheBinItStarts) {
   EXPECT_EQ(odd.bin(1.0), 36);  // closed: the top value is in the last bin
   EXPECT_EQ(odd.bin(std::nextafter(1.0, 2.0)), 37);
   EXPECT_EQ(b.edges().size(), 501u);
+  // The accumulators' table gives the same bins everywhere, edges included.
+  for (const Binning& x : {b, odd, Binning{0.0, 50.0, 97, false}, Binning{-3.0, 7.0, 1, true}}) {
+    const BinTable table(x);
+    for (double v = x.lo - 0.5; v <= x.hi + 0.5; v += (x.hi - x.lo) / 4099)
+      ASSERT_EQ(table.bin(v), x.bin(v)) << v;
+    for (uint32_t i = 0; i <= x.bins; ++i) {
+      ASSERT_EQ(table.bin(x.edge(i)), x.bin(x.edge(i))) << i;
+      ASSERT_EQ(table.bin(std::nextafter(x.edge(i), -1e9)), x.bin(std::nextafter(x.edge(i), -1e9)));
+    }
+  }
   EXPECT_EQ(b.centres()[0], 2.0);
   EXPECT_EQ(b.centres()[499], 1998.0);
 }

@@ -1,6 +1,11 @@
 #include "glint/products/run_products.hpp"
 
+#include <sys/mman.h>
+
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 #include <bit>
 #include <cmath>
 #include <stdexcept>
@@ -39,12 +44,35 @@ std::vector<double> Binning::centres() const {
   return c;
 }
 
+BinTable::BinTable(const Binning& b)
+    : lo_(b.lo),
+      hi_(b.hi),
+      scale_(b.bins / (b.hi - b.lo)),
+      bins_(b.bins),
+      closed_(b.closed),
+      edges_(b.edges()) {}
+
+CountTable::CountTable(std::size_t n) : size_(n) {
+  if (n == 0) return;
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const std::size_t bytes = (n * sizeof(uint32_t) + kHuge - 1) / kHuge * kHuge;
+  data_ = static_cast<uint32_t*>(std::aligned_alloc(kHuge, bytes));
+  if (data_ == nullptr) throw std::bad_alloc();
+  (void)::madvise(data_, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages where refused
+  std::memset(data_, 0, n * sizeof(uint32_t));
+}
+
+CountTable::~CountTable() { std::free(data_); }
+
 bool ProductSettings::has_window() const {
   return std::isfinite(emin) || std::isfinite(emax);
 }
 
 ProductSums::ProductSums(const ProductSettings& settings, bool own_pixel_spectra)
-    : s_(settings) {
+    : s_(settings),
+      spectrum_bins_(settings.spectrum),
+      eta2_bins_(settings.eta2_binning()),
+      eta3_bins_(settings.eta3_binning()) {
   if (s_.rows == 0 || s_.cols == 0 || s_.spectrum.bins == 0 || s_.eta_bins == 0)
     throw std::invalid_argument("ProductSums: empty frame shape or no bins");
   if (s_.hitmap) {
@@ -81,18 +109,20 @@ inline const T* values_as(const int32_t* v, T* buf, int n) {
 
 }  // namespace
 
-template <typename T>
+template <typename T, int S>
 void ProductSums::add_clusters(const ClusterTable& table, uint64_t slice_origin,
                                std::span<uint32_t> shared) {
-  const int size = table.cluster_size();
+  // S: the cluster size known at compile time (the common 3 x 3: unrolled sums), 0 otherwise.
+  const int size = S != 0 ? S : table.cluster_size();
   const int n = size * size;
   const std::size_t cols = s_.cols, rows = s_.rows;
   const auto xs = table.x(), ys = table.y();
   const int32_t* data = table.data().data();
   const bool quad = s_.energy == EnergyKind::quadrant;
-  const Binning& sb = s_.spectrum;
-  const uint32_t bins = sb.bins;
-  const Binning e2 = s_.eta2_binning(), e3 = s_.eta3_binning();
+  const BinTable& sb = spectrum_bins_;
+  const uint32_t bins = s_.spectrum.bins;
+  const BinTable &e2 = eta2_bins_, &e3 = eta3_bins_;
+  const int64_t eta_bins = s_.eta_bins;
   uint32_t* pixel_spectra_out = nullptr;
   const bool atomic_pixels = !shared.empty();
   if (s_.pixel_spectra) pixel_spectra_out = atomic_pixels ? shared.data() : pixel_spectra.data();
@@ -140,12 +170,12 @@ void ProductSums::add_clusters(const ClusterTable& table, uint64_t slice_origin,
       }
       if (s_.eta) {
         const int64_t bx = e2.bin(eta2v.x), by = e2.bin(eta2v.y);
-        if (bx < 0 || by < 0 || bx >= e2.bins || by >= e2.bins) ++eta2_outside;
-        else ++eta2[static_cast<std::size_t>(by) * e2.bins + static_cast<std::size_t>(bx)];
+        if (bx < 0 || by < 0 || bx >= eta_bins || by >= eta_bins) ++eta2_outside;
+        else ++eta2[static_cast<std::size_t>(by * eta_bins + bx)];
         const Eta<T> eta3v = products::eta3(v, size);
         const int64_t cx = e3.bin(eta3v.x), cy = e3.bin(eta3v.y);
-        if (cx < 0 || cy < 0 || cx >= e3.bins || cy >= e3.bins) ++eta3_outside;
-        else ++eta3[static_cast<std::size_t>(cy) * e3.bins + static_cast<std::size_t>(cx)];
+        if (cx < 0 || cy < 0 || cx >= eta_bins || cy >= eta_bins) ++eta3_outside;
+        else ++eta3[static_cast<std::size_t>(cy * eta_bins + cx)];
       }
     }
   }
@@ -160,8 +190,11 @@ void ProductSums::add(const ClusterTable& table, uint64_t slice_origin,
   if (!shared_pixel_spectra.empty() &&
       shared_pixel_spectra.size() != s_.pixels() * s_.spectrum.bins)
     throw std::invalid_argument("ProductSums::add: shared pixel spectra of the wrong size");
-  if (s_.calibrated) add_clusters<float>(table, slice_origin, shared_pixel_spectra);
-  else add_clusters<int32_t>(table, slice_origin, shared_pixel_spectra);
+  const bool three = table.cluster_size() == 3;
+  if (s_.calibrated && three) add_clusters<float, 3>(table, slice_origin, shared_pixel_spectra);
+  else if (s_.calibrated) add_clusters<float, 0>(table, slice_origin, shared_pixel_spectra);
+  else if (three) add_clusters<int32_t, 3>(table, slice_origin, shared_pixel_spectra);
+  else add_clusters<int32_t, 0>(table, slice_origin, shared_pixel_spectra);
   frames += table.n_frames();
 }
 

@@ -39,8 +39,51 @@ struct Binning {
   }
   /// The bin of `v`: -1 below lo (and NaN), `bins` at or above hi (above hi when closed).
   int64_t bin(double v) const;
+  friend bool operator==(const Binning&, const Binning&) = default;
   std::vector<double> edges() const;    ///< bins + 1 edges
   std::vector<double> centres() const;  ///< (edge(i) + edge(i + 1)) / 2
+};
+
+/// A Binning with its edges computed once: bin() without a division (the accumulators' hot path;
+/// the same bins as Binning::bin).
+class BinTable {
+ public:
+  explicit BinTable(const Binning& b);
+  int64_t bin(double v) const {
+    if (!(v >= lo_)) return -1;
+    if (v > hi_ || (v == hi_ && !closed_)) return bins_;
+    if (v == hi_) return bins_ - 1;
+    auto i = static_cast<int64_t>((v - lo_) * scale_);
+    if (i < 0) i = 0;
+    if (i >= bins_) i = bins_ - 1;
+    while (i > 0 && v < edges_[static_cast<std::size_t>(i)]) --i;
+    while (i + 1 < bins_ && v >= edges_[static_cast<std::size_t>(i) + 1]) ++i;
+    return i;
+  }
+
+ private:
+  double lo_, hi_, scale_;
+  int64_t bins_;
+  bool closed_;
+  std::vector<double> edges_;
+};
+
+/// A large table of counts (the per-pixel spectra: rows x cols x bins) in memory advised for
+/// huge pages, zeroed: a cluster's count lands at a random place in it, and with 4 KiB pages
+/// nearly every one would miss the TLB.
+class CountTable {
+ public:
+  explicit CountTable(std::size_t n = 0);
+  ~CountTable();
+  CountTable(const CountTable&) = delete;
+  CountTable& operator=(const CountTable&) = delete;
+  std::span<uint32_t> span() { return {data_, size_}; }
+  std::span<const uint32_t> span() const { return {data_, size_}; }
+  std::size_t size() const { return size_; }
+
+ private:
+  uint32_t* data_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 /// What to accumulate (the run's products: configuration, frame shape and cluster values).
@@ -103,11 +146,12 @@ class ProductSums {
   friend bool operator==(const ProductSums&, const ProductSums&);
 
  private:
-  template <typename T>
+  template <typename T, int S>
   void add_clusters(const ClusterTable& table, uint64_t slice_origin,
                     std::span<uint32_t> pixel_spectra);
 
   ProductSettings s_;
+  BinTable spectrum_bins_, eta2_bins_, eta3_bins_;
   std::map<uint64_t, std::vector<uint32_t>> slices_;
 };
 

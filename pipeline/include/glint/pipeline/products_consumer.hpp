@@ -97,7 +97,7 @@ class ProductsConsumer final : public ResultConsumer {
   products::ProductSettings settings_;
   bool started_ = false;
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::vector<uint32_t> shared_pixel_spectra_;
+  std::unique_ptr<products::CountTable> shared_pixel_spectra_;  ///< with products.pixel_spectra
 
   mutable std::mutex mu_;
   std::condition_variable_any cv_;
