@@ -149,10 +149,11 @@ std::string settings_yaml(const FindArgs& a, const std::string& backend) {
       "finder:\n  n_sigma: {}\n"
       "  cluster_size: {}\n  backend: {}\n  threads: {}\ndetector:\n  type: {}\n"
       "calibration:\n  gain_file: '{}'\n  pedestal_file: '{}'\n  hg0: {}\n"
-      "mask:\n  file: '{}'\n  from_dark: {}\n  noisy_factor: {}\n",
+      "mask:\n  file: '{}'\n  from_dark: {}\n  noisy_factor: {}\n"
+      "products:\n  list: '{}'\n  energy_window: '{}'\n  energy: {}\n",
       a.input, a.dataset, a.dark, a.pedestal_source, a.n_sigma, a.cluster_size, backend,
       a.threads, a.detector, a.gain_file, a.pedestal_file, a.hg0, a.mask, a.mask_from_dark,
-      a.noisy_factor);
+      a.noisy_factor, a.products, a.energy_window, a.energy);
 }
 
 /// The pedestal of --pedestal-source file:PATH (a pedestal file, or a closed run file), checked

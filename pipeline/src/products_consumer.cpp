@@ -11,6 +11,11 @@
 
 namespace glint::pipeline {
 
+namespace {
+/// Below this many clusters per part a batch is copied by fewer threads (one part each).
+constexpr std::size_t kClustersPerPart = 2048;
+}  // namespace
+
 products::ProductSettings product_settings(const config::ProductsConfig& c,
                                            const FinderParams& finder) {
   products::ProductSettings s;
@@ -53,6 +58,10 @@ void ProductsConsumer::stop_workers() {
 }
 
 void ProductsConsumer::on_start(const RunContext& run) {
+  if (!run.cfg.products.subpixel_calibration.empty())
+    throw std::invalid_argument(
+        "products.subpixel.calibration: '" + run.cfg.products.subpixel_calibration +
+        "': the sub-pixel image is not available in this version of glint (allowed: \"\")");
   settings_ = product_settings(run.cfg.products, run.finder);
   threads_ = requested_threads_ > 0 ? requested_threads_ : products_threads(run.cfg.products);
   capacity_ = requested_capacity_ > 0 ? requested_capacity_ : 2 * std::size_t{threads_};
@@ -78,7 +87,9 @@ void ProductsConsumer::work(Worker& w, std::stop_token st) {
     std::unique_ptr<Item> item;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, st, [&] { return !queue_.empty(); });
+      cv_.wait(lock, st, [&] { return !queue_.empty() || has_part(); });
+      // The run's thread waits for the copy of its batch: that comes first.
+      if (copy_part(lock)) continue;
       if (queue_.empty()) return;  // stop requested and nothing left
       item = std::move(queue_.front());
       queue_.pop_front();
@@ -111,6 +122,47 @@ void ProductsConsumer::work(Worker& w, std::stop_token st) {
   }
 }
 
+bool ProductsConsumer::copy_part(std::unique_lock<std::mutex>& lock) {
+  if (!has_part()) return false;
+  const std::size_t k = job_.next++;
+  const auto [a, b] = job_.parts[k];
+  const ClusterTable& src = *job_.src;
+  const uint64_t seq = job_.first_seq + k;
+  std::unique_ptr<Item> item;
+  if (!free_.empty()) {
+    item = std::move(free_.back());
+    free_.pop_back();
+  }
+  lock.unlock();
+  if (!item) item = std::make_unique<Item>();
+  item->seq = seq;
+  ClusterTable& out = item->clusters;
+  if (out.cluster_size() != src.cluster_size() || out.value_type() != src.value_type())
+    out = ClusterTable(src.cluster_size(), src.value_type());
+  out.clear();  // keeps the capacity of earlier batches
+  const auto frames = src.frames();
+  const uint64_t first = frames[a].first_cluster;
+  const uint64_t last = frames[b - 1].first_cluster + frames[b - 1].n_clusters;
+  auto& records = out.frames_mut();
+  records.assign(frames.begin() + static_cast<std::ptrdiff_t>(a),
+                 frames.begin() + static_cast<std::ptrdiff_t>(b));
+  for (FrameRecord& r : records) r.first_cluster -= first;
+  const auto xs = src.x(), ys = src.y();
+  out.x_mut().assign(xs.begin() + static_cast<std::ptrdiff_t>(first),
+                     xs.begin() + static_cast<std::ptrdiff_t>(last));
+  out.y_mut().assign(ys.begin() + static_cast<std::ptrdiff_t>(first),
+                     ys.begin() + static_cast<std::ptrdiff_t>(last));
+  const auto data = src.data();
+  const std::size_t per = src.values_per_cluster();
+  out.data_mut().assign(data.begin() + static_cast<std::ptrdiff_t>(first * per),
+                        data.begin() + static_cast<std::ptrdiff_t>(last * per));
+  lock.lock();
+  queue_.push_back(std::move(item));
+  --job_.remaining;
+  cv_.notify_all();
+  return true;
+}
+
 void ProductsConsumer::rethrow_failure() {
   std::lock_guard lock(mu_);
   if (!failure_.empty()) throw std::runtime_error("products: " + failure_);
@@ -127,28 +179,48 @@ void ProductsConsumer::on_batch(const FoundBatch& batch) {
     origin_ = frames.front().frame_number;
     have_origin_ = true;
   }
-  std::unique_ptr<Item> item;
+  // Parts of about equal clusters, one for the run's thread and one per worker that is free
+  // (small batches in one part).
+  const ClusterTable& src = batch.clusters;
+  const std::size_t n_parts = std::clamp<std::size_t>(src.n_clusters() / kClustersPerPart, 1,
+                                                     std::min<std::size_t>(threads_ + 1,
+                                                                           frames.size()));
+  std::vector<std::pair<std::size_t, std::size_t>> parts;
   {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return queue_.size() < capacity_ || !failure_.empty(); });
-    if (!free_.empty()) {
-      item = std::move(free_.back());
-      free_.pop_back();
+    std::size_t start = 0;
+    uint64_t seen = 0;
+    const uint64_t total = src.n_clusters();
+    for (std::size_t k = 0; k < frames.size() && parts.size() + 1 < n_parts; ++k) {
+      seen += frames[k].n_clusters;
+      if (seen * n_parts >= total * (parts.size() + 1)) {
+        parts.emplace_back(start, k + 1);
+        start = k + 1;
+      }
     }
+    if (start < frames.size()) parts.emplace_back(start, frames.size());
   }
-  const auto t1 = Clock::now();
-  if (!item) item = std::make_unique<Item>();
-  item->clusters = batch.clusters;  // reuses the item's storage
-  const uint64_t seq = next_seq_++;
-  item->seq = seq;
+  const uint64_t first_seq = next_seq_;
+  next_seq_ += parts.size();
   last_frame_ = std::max(last_frame_, frames.back().frame_number);
   {
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(item));
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] {
+      return queue_.size() + parts.size() <= std::max(capacity_, parts.size()) ||
+             !failure_.empty();
+    });
+    const auto t1 = Clock::now();
+    job_ = CopyJob{&src, std::move(parts), first_seq, 0, 0};
+    job_.remaining = job_.parts.size();
+    cv_.notify_all();
+    while (copy_part(lock)) {
+    }
+    cv_.wait(lock, [&] { return job_.remaining == 0; });
+    job_ = CopyJob{};
     frames_ += frames.size();
     wait_seconds_ += std::chrono::duration<double>(t1 - t0).count();
     copy_seconds_ += std::chrono::duration<double>(Clock::now() - t1).count();
   }
+  const uint64_t seq = next_seq_ - 1;
   cv_.notify_all();
   if (settings_.slice_frames > 0 && last_frame_ >= origin_) {
     const uint64_t complete = (last_frame_ - origin_ + 1) / settings_.slice_frames;

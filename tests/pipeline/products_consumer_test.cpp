@@ -111,8 +111,11 @@ TEST(ProductsConsumer, ProductsDoNotDependOnBatchesWorkersOrQueueLength) {
   // 400 frames over 437 frame numbers from 5000: 7 slices of 64, the last one partial.
   EXPECT_EQ(one.products.slice_frame_start,
             (std::vector<uint64_t>{5000, 5064, 5128, 5192, 5256, 5320, 5384}));
+  // Batches of 400 frames are copied into the queue in parts by the run's thread and the
+  // workers at once (about 2048 clusters a part); smaller ones whole.
   for (auto [threads, queue, batch] : {std::tuple{4u, 1u, 7u}, std::tuple{3u, 8u, 64u},
-                                       std::tuple{2u, 2u, 1u}}) {
+                                       std::tuple{2u, 2u, 1u}, std::tuple{4u, 3u, 400u},
+                                       std::tuple{2u, 1u, 200u}}) {
     const RunFileContents other = run(all, threads, queue, batch, "other");
     const ProductsContents& a = one.products;
     const ProductsContents& b = other.products;

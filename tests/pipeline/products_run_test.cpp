@@ -111,3 +111,15 @@ TEST(ProductsRun, AllProductsInAWindowWithSlicesMatchThePlainComputation) {
   EXPECT_GT(r.file.products.clusters, 500u);
   EXPECT_LT(r.file.products.clusters, r.stats.clusters);
 }
+
+// A sub-pixel image needs an eta calibration this version cannot use: the start fails, naming
+// the key, before any frame.
+TEST(ProductsRun, ASubpixelCalibrationFailsTheStartNamingTheKey) {
+  Case c = make_case("products_subpixel");
+  c.cfg.products.subpixel_calibration = "/nonexistent/eta.h5";
+  Acquisition run(c.cfg, 1, std::nullopt);
+  ASSERT_TRUE(run.wait(20s));
+  EXPECT_EQ(run.stats().error,
+            "products.subpixel.calibration: '/nonexistent/eta.h5': the sub-pixel image is not "
+            "available in this version of glint (allowed: \"\")");
+}

@@ -286,7 +286,9 @@ TEST(RunChain, ClustConsumerWritesTheRunFilesClustersForEveryDataFrame) {
   EXPECT_EQ(s.consumers[0].frames, f.frames.size());
   EXPECT_EQ(s.consumers[1].name, "clust file");
   EXPECT_EQ(s.consumers[1].frames, s.data_frames);
-  EXPECT_EQ(s.consumers[2].name, "products");
+  EXPECT_EQ(s.consumers[2].name, "products");  // every row, as the run file
+  EXPECT_EQ(s.consumers[2].frames, f.frames.size());
+  EXPECT_EQ(s.consumers[2].dropped, 0u);
 
   // A second run with the same name does not overwrite it.
   Case d = c;

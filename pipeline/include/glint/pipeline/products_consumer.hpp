@@ -11,6 +11,7 @@
 // Completed slices (products.slice_frames) are appended to the run file as they complete; every
 // other product is handed to the run file at the end (RunFileWriter::set_products) and written
 // when it closes.
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "glint/pipeline/preview_image.hpp"
@@ -85,6 +87,19 @@ class ProductsConsumer final : public ResultConsumer {
     uint64_t seq = 0;
     ClusterTable clusters;
   };
+  /// The batch being copied into the queue, in parts (frame ranges of about equal clusters) that
+  /// the run's thread and idle workers copy at once; on_batch returns when all are copied.
+  struct CopyJob {
+    const ClusterTable* src = nullptr;  ///< null: no job
+    std::vector<std::pair<std::size_t, std::size_t>> parts;
+    uint64_t first_seq = 0;
+    std::size_t next = 0;       ///< the next part to take
+    std::size_t remaining = 0;  ///< parts not copied yet
+  };
+  /// Takes the job's next part and copies it into a queued item (mu_ held on entry and exit,
+  /// released while copying); false when no part is left.
+  bool copy_part(std::unique_lock<std::mutex>& lock);
+  bool has_part() const { return job_.src != nullptr && job_.next < job_.parts.size(); }
   void work(Worker& w, std::stop_token st);
   void write_completed_slices(bool all);
   void rethrow_failure();
@@ -95,7 +110,7 @@ class ProductsConsumer final : public ResultConsumer {
   unsigned requested_threads_ = 0, threads_ = 0;
   std::size_t requested_capacity_ = 0, capacity_ = 0;
   products::ProductSettings settings_;
-  bool started_ = false;
+  std::atomic<bool> started_{false};  ///< set once the settings and workers are in place
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<products::CountTable> shared_pixel_spectra_;  ///< with products.pixel_spectra
 
@@ -103,6 +118,7 @@ class ProductsConsumer final : public ResultConsumer {
   std::condition_variable_any cv_;
   std::deque<std::unique_ptr<Item>> queue_;
   std::vector<std::unique_ptr<Item>> free_;  ///< items to reuse (their tables keep capacity)
+  CopyJob job_;
   uint64_t next_seq_ = 0;
   uint64_t done_below_ = 0;          ///< every item with a smaller seq is accumulated
   std::set<uint64_t> done_ahead_;    ///< accumulated items at or above done_below_
