@@ -15,6 +15,7 @@ packages=(
   libfftw3-dev
   libsystemd-dev systemd
   libmicrohttpd-dev
+  libpng-dev
   clang libclang-rt-dev
   python3 python3-h5py python3-numpy python3-zmq python3-pytest python3-venv
 )

@@ -49,5 +49,7 @@ void add_bench_pipeline(CLI::App& bench);
 void add_recon_command(CLI::App& app);
 /// `glint eta-calibrate` (tools/eta_calibrate_command.cpp).
 void add_eta_calibrate_command(CLI::App& app);
+/// `glint view`: glintd's live view as PNG files (tools/view_command.cpp).
+void add_view_command(CLI::App& app);
 
 }  // namespace glint::tools

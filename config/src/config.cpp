@@ -455,6 +455,33 @@ void read_logging(Section s, LoggingConfig& c) {
   s.reject_unknown();
 }
 
+void read_preview(Section s, PreviewConfig& c) {
+  s.read_bool("enabled", c.enabled);
+  s.read_nonempty_string("endpoint", c.endpoint);
+  if (!c.endpoint.starts_with("tcp://") && !c.endpoint.starts_with("ipc://"))
+    s.fail_key("endpoint",
+               fmt::format("'{}' is not a ZeroMQ endpoint (allowed: tcp://HOST:PORT, "
+                           "tcp://HOST:*, ipc://PATH)",
+                           printable(c.endpoint)));
+  if (auto why = endpoint_problem(c.endpoint, true)) s.fail_key("endpoint", *why);
+  s.read_double("rate_hz", c.rate_hz, 0.0, 100.0, true);
+  s.read_integer("hwm", c.hwm, 1, 1000);
+  if (auto n = s.sequence("images"); n.IsDefined()) {
+    c.images.clear();
+    for (const auto& e : n) {
+      const std::string what = e.IsScalar() ? e.Scalar() : std::string();
+      if (what.empty() || what.size() > 32 ||
+          what.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+        s.fail(s.key_path("images"), line_of(e),
+               fmt::format("'{}' is not an image name (allowed: 1 to 32 characters of a-z 0-9 _, "
+                           "e.g. hitmap, energy, spectrum, subpixel, pedestal, noise)",
+                           printable(what)));
+      c.images.push_back(what);
+    }
+  }
+  s.reject_unknown();
+}
+
 void read_reconstruction(Section s, ReconstructionConfig& c) {
   s.read_bool("enabled", c.enabled);
   s.read_integer("frames_per_slice", c.frames_per_slice, 1, 100000000);
@@ -625,6 +652,7 @@ Config from_node(const YAML::Node& root, const std::string& source, std::string 
   read_run(top.section("run"), c.run);
   read_control(top.section("control"), c.control);
   read_logging(top.section("logging"), c.logging);
+  read_preview(top.section("preview"), c.preview);
   read_reconstruction(top.section("reconstruction"), c.reconstruction);
   read_metrics(top.section("metrics"), c.metrics);
   read_calibration(top.section("calibration"), c.calibration, c.detector);
@@ -677,6 +705,13 @@ YAML::Node merged(const YAML::Node& base, const YAML::Node& over) {
 int Config::line(const std::string& key) const {
   const auto it = lines.find(key);
   return it == lines.end() ? 0 : it->second;
+}
+
+bool PreviewConfig::sends(std::string_view what) const {
+  if (images.empty()) return true;
+  for (const auto& i : images)
+    if (i == what) return true;
+  return false;
 }
 
 bool ControlConfig::curve() const { return require_curve || !is_loopback_endpoint(endpoint); }
@@ -899,6 +934,13 @@ std::string to_yaml(const Config& c) {
   e << YAML::EndMap;
   begin("logging");
   kv("level", c.logging.level);
+  e << YAML::EndMap;
+  begin("preview");
+  kv("enabled", c.preview.enabled);
+  kv("endpoint", c.preview.endpoint);
+  kv("rate_hz", c.preview.rate_hz);
+  kv("hwm", c.preview.hwm);
+  flow("images", c.preview.images);
   e << YAML::EndMap;
   begin("reconstruction");
   const auto& r = c.reconstruction;

@@ -96,6 +96,16 @@ Daemon::Daemon(config::Config cfg, pipeline::FinderFactory make_finder,
                                          cfg_.control.endpoint, e.what()));
   }
   endpoint_ = control_->rep.get(zmq::sockopt::last_endpoint);
+  if (cfg_.preview.enabled) {
+    try {
+      preview_ = std::make_shared<pipeline::PreviewPublisher>(cfg_.preview.endpoint,
+                                                              cfg_.preview.hwm);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("{}: {}", cfg_.source, e.what()));
+    }
+    log::info("glintd: live view at {} (glint view {})", preview_->endpoint(),
+              preview_->endpoint());
+  }
   if (cfg_.metrics.enabled) {
     metrics_ = std::make_unique<MetricsServer>(cfg_.metrics.listen);
     log::info("glintd: metrics at {}", metrics_->url());
@@ -218,7 +228,7 @@ std::optional<std::string> Daemon::start_run(const config::Config& cfg,
   samples_.clear();
   try {
     run_ = std::make_unique<pipeline::Acquisition>(cfg, index, last_pedestal_, make_finder_,
-                                                   tuning_, ingest_);
+                                                   tuning_, ingest_, preview_);
   } catch (const std::bad_alloc&) {
     const std::string why = fmt::format(
         "out of memory setting up run {} ({} x {} images; the run needs about {}): lower "
@@ -307,6 +317,12 @@ void Daemon::housekeeping() {
           reload->metrics.listen != cfg_.metrics.listen)
         log::warn("reload: metrics changes only on restart (keeping {})",
                   metrics_ ? metrics_->url() : "none");
+      if (reload->preview.enabled != cfg_.preview.enabled ||
+          reload->preview.endpoint != cfg_.preview.endpoint ||
+          reload->preview.hwm != cfg_.preview.hwm)
+        log::warn("reload: preview.enabled, endpoint and hwm change only on restart (keeping "
+                  "{}); rate_hz and images apply from the next run",
+                  preview_ ? preview_->endpoint() : "none");
       log::set_level(log::parse_level(reload->logging.level));
       cfg_ = std::move(*reload);
       if (ingest_ && !run_) ingest_->set_hold(cfg_.run.auto_start);
@@ -420,6 +436,12 @@ json Daemon::status_json() const {
   j["version"] = GLINT_VERSION;
   j["config"] = cfg_.source;
   j["control_endpoint"] = endpoint_;
+  if (preview_) {
+    const auto p = preview_->stats();
+    j["preview"] = {{"endpoint", preview_->endpoint()},
+                    {"updates_sent", p.updates_sent},
+                    {"updates_dropped", p.updates_replaced + p.updates_refused}};
+  }
   j["runs_completed"] = runs_completed_;
   j["shutting_down"] = shutdown_.load();
   if (run_) {

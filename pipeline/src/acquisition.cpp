@@ -11,6 +11,7 @@
 #include "glint/pipeline/clust_file_consumer.hpp"
 #include "glint/pipeline/detector_pixels.hpp"
 #include "glint/pipeline/pedestal_source.hpp"
+#include "glint/pipeline/preview_publisher.hpp"
 #include "glint/pipeline/finder_stage.hpp"
 #include "glint/pipeline/frame_sequencer.hpp"
 #include "glint/pipeline/products_consumer.hpp"
@@ -46,7 +47,8 @@ FinderOptions finder_options(const config::Config& c, const gpu::FindTuning& tun
 Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
                          std::optional<PedestalState> previous_pedestal,
                          FinderFactory make_finder, RunTuning tuning,
-                         std::shared_ptr<Ingest> ingest)
+                         std::shared_ptr<Ingest> ingest,
+                         std::shared_ptr<PreviewPublisher> preview)
     : cfg_(cfg),
       run_index_(run_index),
       file_(run_file_path(cfg.output.directory, cfg.output.run_name, run_index)),
@@ -63,6 +65,11 @@ Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
   if (cfg_.output.clust) consumers_.add(std::make_unique<ClustFileConsumer>());
   if (cfg_.reconstruction.enabled)
     recon_ = &consumers_.add(std::make_unique<ReconstructionConsumer>(*run_file_, tuning_.tv));
+  // The live view before the products: each batch reaches it first, and it ends after them, so
+  // that its final update shows the products' final sums.
+  if (preview && cfg_.preview.enabled)
+    consumers_.add(std::make_unique<PreviewConsumer>(
+        std::move(preview), [this] { return products_->preview_images(); }));
   // Products go into the run file: registered after it, so they end (and hand over) first.
   products_ = &consumers_.add(std::make_unique<ProductsConsumer>(
       [rf = run_file_] { return rf->writer(); }));

@@ -747,6 +747,70 @@ TEST(Config, PedestalSource) {
   EXPECT_EQ(e.line(), 4);
 }
 
+// ---- preview: the live view's socket and rate ----
+
+TEST(Config, PreviewDefaultsAreTheDocumentedOnes) {
+  const gc::Config def = gc::parse("", "empty");
+  EXPECT_TRUE(def.preview.enabled);
+  EXPECT_EQ(def.preview.endpoint, "tcp://127.0.0.1:5556");
+  EXPECT_EQ(def.preview.rate_hz, 2.0);
+  EXPECT_EQ(def.preview.hwm, 2);
+  EXPECT_TRUE(def.preview.images.empty());
+  EXPECT_TRUE(def.preview.sends("hitmap"));
+  const gc::Config ex = gc::load(kExample);
+  EXPECT_EQ(ex.preview.enabled, def.preview.enabled);
+  EXPECT_EQ(ex.preview.endpoint, def.preview.endpoint);
+  EXPECT_EQ(ex.preview.rate_hz, def.preview.rate_hz);
+  EXPECT_EQ(ex.preview.hwm, def.preview.hwm);
+  EXPECT_EQ(ex.preview.images, def.preview.images);
+}
+
+TEST(Config, PreviewReadsAndRoundTripsValues) {
+  const auto c = gc::parse("preview:\n  enabled: false\n  endpoint: tcp://127.0.0.1:*\n"
+                           "  rate_hz: 0.5\n  hwm: 7\n  images: [hitmap, noise]\n");
+  EXPECT_FALSE(c.preview.enabled);
+  EXPECT_EQ(c.preview.endpoint, "tcp://127.0.0.1:*");
+  EXPECT_EQ(c.preview.rate_hz, 0.5);
+  EXPECT_EQ(c.preview.hwm, 7);
+  EXPECT_EQ(c.preview.images, (std::vector<std::string>{"hitmap", "noise"}));
+  EXPECT_TRUE(c.preview.sends("noise"));
+  EXPECT_FALSE(c.preview.sends("pedestal"));
+  const auto b = gc::parse(gc::to_yaml(c));
+  EXPECT_EQ(b.preview.enabled, false);
+  EXPECT_EQ(b.preview.endpoint, "tcp://127.0.0.1:*");
+  EXPECT_EQ(b.preview.rate_hz, 0.5);
+  EXPECT_EQ(b.preview.hwm, 7);
+  EXPECT_EQ(b.preview.images, c.preview.images);
+  EXPECT_EQ(gc::parse("preview: {endpoint: \"ipc:///tmp/glint-preview\"}").preview.endpoint,
+            "ipc:///tmp/glint-preview");
+}
+
+TEST(Config, PreviewBadValuesNameKeyLineAndAllowed) {
+  struct Case {
+    std::string text, key;
+    int line;
+    std::string allowed;
+  };
+  const std::vector<Case> cases = {
+      {"preview:\n  endpoint: udp://1.2.3.4:5\n", "preview.endpoint", 2, "tcp://HOST:*"},
+      {"preview:\n  endpoint: tcp://127.0.0.1:70000\n", "preview.endpoint", 2, "1..65535"},
+      {"preview:\n  endpoint: \"\"\n", "preview.endpoint", 2, "must not be empty"},
+      {"preview:\n  rate_hz: 0\n", "preview.rate_hz", 2, "(0, 100]"},
+      {"preview:\n  rate_hz: 101\n", "preview.rate_hz", 2, "(0, 100]"},
+      {"preview:\n  hwm: 0\n", "preview.hwm", 2, "1 to 1000"},
+      {"preview:\n  images: [hitmap, \"Hit Map\"]\n", "preview.images", 2, "a-z 0-9 _"},
+      {"preview:\n  images: hitmap\n", "preview.images", 2, "expected a list"},
+      {"preview:\n  enabled: maybe\n", "preview.enabled", 2, "true, false"},
+      {"preview:\n  rate: 2\n", "preview.rate", 2, "rate_hz"},
+  };
+  for (const auto& k : cases) {
+    auto e = expect_error(k.text);
+    EXPECT_EQ(e.key(), k.key) << k.text;
+    EXPECT_EQ(e.line(), k.line) << k.text;
+    EXPECT_NE(std::string(e.what()).find(k.allowed), std::string::npos) << e.what();
+  }
+}
+
 TEST(Config, ProductsDefaultsValuesAndErrors) {
   const gc::Config ex = gc::load(kExample);
   const gc::Config def = gc::parse("", "empty");

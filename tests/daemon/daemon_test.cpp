@@ -44,6 +44,7 @@ Rigging setup(const std::string& name) {
   s.cfg.output.run_name = name;
   s.cfg.output.allowed_roots = {fs::temp_directory_path()};  // where the tests' directories are
   s.cfg.control.endpoint = "tcp://127.0.0.1:*";
+  s.cfg.preview.endpoint = "tcp://127.0.0.1:*";
   s.sim.endpoints = {ep};
   s.sim.image.rows = 32;
   s.sim.image.cols = 48;

@@ -43,9 +43,11 @@ TEST(GlintdFatal, StickyDeviceErrorClosesTheFileReportsAndExitsNonZero) {
 
   const json stats = control(c.control_ep, "stats");
   ASSERT_TRUE(stats.value("ok", false)) << stats.dump();
-  ASSERT_EQ(stats["consumers"].size(), 2u) << stats.dump();
+  // The run's consumers in their order: the run file first, the live view, the products.
+  ASSERT_EQ(stats["consumers"].size(), 3u) << stats.dump();
   EXPECT_EQ(stats["consumers"][0]["name"], "run file");
-  EXPECT_EQ(stats["consumers"][1]["name"], "products");
+  EXPECT_EQ(stats["consumers"][1]["name"], "live view");
+  EXPECT_EQ(stats["consumers"][2]["name"], "products");
   const uint64_t rows_reported = stats["consumers"][0]["frames"].get<uint64_t>();
 
   EXPECT_EQ(d.wait_exit(20s), daemon::kExitFatal) << d.log();

@@ -28,6 +28,9 @@ struct GlintdConfig {
   bool auto_start = false;
   std::string control_extra;  ///< more keys inside control: {...}, starting with ", "
   std::string extra;         ///< more sections, appended as they are
+  /// The keys inside preview: {...}: a free port, so that glintds of tests running at once
+  /// never share the live view's default endpoint.
+  std::string preview = "endpoint: \"tcp://127.0.0.1:*\"";
 };
 
 inline void write_glintd_config(const std::filesystem::path& file, const GlintdConfig& c) {
@@ -40,6 +43,7 @@ inline void write_glintd_config(const std::filesystem::path& file, const GlintdC
                       << "run: {auto_start: " << (c.auto_start ? "true" : "false") << "}\n"
                       << "control: {endpoint: \"" << c.control_ep << "\"" << c.control_extra
                       << "}\n"
+                      << "preview: {" << c.preview << "}\n"
                       << c.extra;
 }
 

@@ -91,6 +91,7 @@ TEST(SystemdNotify, ReadyStatusWatchdogAndStopping) {
                                      << "ingest: {endpoints: [\""
                                      << glint::testing::loopback(glint::testing::free_tcp_port()) << "\"]}\n"
                                      << "control: {endpoint: \"" << control << "\"}\n"
+                                     << "preview: {endpoint: \"tcp://127.0.0.1:*\"}\n"
                                      << "finder: {backend: cpu}\n";
   glint::testing::Process d({glint::testing::bin("glintd").string(), "--config", (dir / "glintd.yaml").string()},
                             dir / "glintd.log", {"NOTIFY_SOCKET=" + sock_path.string(), "WATCHDOG_USEC=300000"});

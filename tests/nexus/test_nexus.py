@@ -104,6 +104,7 @@ run: {{auto_start: true}}
 reconstruction: {{enabled: true, frames_per_slice: 50, slices: 4, backend: cpu, outer: 2,
                  tv_inner: 2}}
 control: {{endpoint: tcp://127.0.0.1:{free_port()}}}
+preview: {{endpoint: "tcp://127.0.0.1:*"}}
 """)
     log = open(work / "glintd.log", "w")
     daemon = subprocess.Popen([f"{BIN}/glintd", "--config", str(config)], stdout=log,

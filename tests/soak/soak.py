@@ -128,6 +128,7 @@ finder: {{backend: {a.backend}, threads: {a.threads}, n_sigma: {n_sigma}}}
 output: {{directory: {directory or self.runs_dir}, flush_interval_ms: 200}}
 run: {{auto_start: true}}
 control: {{endpoint: {self.control_ep}}}
+preview: {{endpoint: "tcp://127.0.0.1:*"}}
 logging: {{level: info}}
 """
         if broken:

@@ -151,6 +151,20 @@ struct LoggingConfig {
   std::string level = "info";
 };
 
+/// The live view (docs/live-view.md): glintd publishes each run's images (hit map, energy image,
+/// spectrum, pedestal and noise maps, ...) on a ZeroMQ PUB socket, bound once when glintd starts,
+/// at most rate_hz updates a second, in slsReceiver's stream format; `glint view` shows them.
+/// Sending never delays a run: what the socket cannot take at once is dropped and counted.
+struct PreviewConfig {
+  bool enabled = true;
+  std::string endpoint = "tcp://127.0.0.1:5556";  ///< bound; tcp://HOST:* picks a free port
+  double rate_hz = 2.0;  ///< updates a second at most (plus one at the end of each run)
+  int hwm = 2;           ///< updates queued per subscriber; past it ZeroMQ drops messages
+  std::vector<std::string> images;  ///< the images sent, by name; empty: every one offered
+  /// Whether an image called `what` is sent.
+  bool sends(std::string_view what) const;
+};
+
 /// The reconstruction stage beside cluster finding (docs/tv-solver.md): hit images of every
 /// `frames_per_slice` data frames are stacked into volumes of `slices` slices; each full volume
 /// (and, with solve_partial, the partial one at the end of the run) is reconstructed and
@@ -209,6 +223,7 @@ struct Config {
   RunConfig run;
   ControlConfig control;
   LoggingConfig logging;
+  PreviewConfig preview;
   ReconstructionConfig reconstruction;
   MetricsConfig metrics;
   ProductsConfig products;

@@ -26,6 +26,7 @@
 #include "glint/pedestal.hpp"
 #include "glint/pipeline/acquisition.hpp"
 #include "glint/pipeline/finder_factory.hpp"
+#include "glint/pipeline/preview_publisher.hpp"
 
 namespace glint::daemon {
 
@@ -40,8 +41,9 @@ class MetricsServer;
 
 class Daemon {
  public:
-  /// Binds the control socket (a "*" port picks a free one, see control_endpoint()) and starts
-  /// the service thread. Throws std::runtime_error when the endpoint cannot be bound. Runs build
+  /// Binds the control socket (a "*" port picks a free one, see control_endpoint()) and, with
+  /// preview.enabled, the live view's socket, and starts the service thread. Throws
+  /// std::runtime_error naming the endpoint when one cannot be bound. Runs build
   /// their finder with `make_finder` (default pipeline::make_finder).
   explicit Daemon(config::Config cfg, pipeline::FinderFactory make_finder = {},
                   pipeline::RunTuning tuning = {});
@@ -51,6 +53,9 @@ class Daemon {
 
   /// The bound control endpoint, e.g. tcp://127.0.0.1:5555.
   std::string control_endpoint() const { return endpoint_; }
+  /// The bound live view endpoint (preview.endpoint with the port a * picked); empty when
+  /// preview.enabled was false at start.
+  std::string preview_endpoint() const { return preview_ ? preview_->endpoint() : ""; }
 
   /// Finishes the current run (drain, write, close) and ends the service; with `abort`, the
   /// run is aborted instead (its file is still closed). Thread-safe, returns at once.
@@ -103,6 +108,8 @@ class Daemon {
   /// is held for an automatic run or counted); created at the first run, rebuilt when a run's
   /// detector or ingest configuration differs from the one it was made for.
   std::shared_ptr<pipeline::Ingest> ingest_;
+  /// The live view's PUB socket (preview.*), bound once at start and handed to every run.
+  std::shared_ptr<pipeline::PreviewPublisher> preview_;
   std::unique_ptr<pipeline::Acquisition> run_;
   std::optional<pipeline::RunStats> last_run_;  ///< stats of the last finished run
   std::optional<PedestalState> last_pedestal_;

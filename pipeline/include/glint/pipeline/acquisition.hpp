@@ -39,6 +39,7 @@ namespace glint::pipeline {
 
 class FinderStage;
 class FrameSequencer;
+class PreviewPublisher;
 class RunFileConsumer;
 class ReconstructionConsumer;
 class ProductsConsumer;
@@ -100,10 +101,13 @@ class Acquisition {
   /// run-time failures: they put the run in the error state (see stats().error).
   /// `previous_pedestal` is used when pedestal.keep_previous is set. The engines take `tuning`
   /// (the run reads no environment). With `ingest`, the run takes its input from that ingest,
-  /// which outlives it (glintd's: subscribed between runs); otherwise it opens its own.
+  /// which outlives it (glintd's: subscribed between runs); otherwise it opens its own. With
+  /// `preview` (glintd's live view socket, bound across runs) the run publishes its images
+  /// there (PreviewConsumer, preview.* of `cfg`).
   Acquisition(const config::Config& cfg, uint64_t run_index,
               std::optional<PedestalState> previous_pedestal, FinderFactory make_finder = {},
-              RunTuning tuning = {}, std::shared_ptr<Ingest> ingest = {});
+              RunTuning tuning = {}, std::shared_ptr<Ingest> ingest = {},
+              std::shared_ptr<PreviewPublisher> preview = {});
   ~Acquisition();  ///< aborts if still running; the file is closed
   Acquisition(const Acquisition&) = delete;
   Acquisition& operator=(const Acquisition&) = delete;
