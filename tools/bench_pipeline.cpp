@@ -217,6 +217,7 @@ void add_bench_pipeline(CLI::App& bench) {
     uint32_t repeat = 1;                // rounds of the legs, medians reported
     uint32_t recon_slices = 0;          // 0: no reconstruction leg
     uint32_t recon_frames_per_slice = 100;
+    std::string products;               // empty: glintd's defaults
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--size", a->size, "frame rows = columns")->capture_default_str();
@@ -247,6 +248,10 @@ void add_bench_pipeline(CLI::App& bench) {
                   "also run the pipeline with reconstruction on (volumes of this many slices, "
                   ">= 2), to compare with the leg without it; 0 = off")
       ->capture_default_str();
+  cmd->add_option("--products", a->products,
+                  "the products the pipeline leg computes, as glint find --products (all, or "
+                  "hitmap,spectrum,eta,pixel_spectra,slices:N) [glintd's defaults: hit map, energy "
+                  "image, spectrum, per-cluster energies]");
   cmd->add_option("--recon-frames-per-slice", a->recon_frames_per_slice,
                   "frames summed into one slice of the reconstruction leg")
       ->capture_default_str();
@@ -294,6 +299,13 @@ void add_bench_pipeline(CLI::App& bench) {
     cfg.output.directory = a->output;
     cfg.output.run_name = "bench";
     cfg.output.overwrite = true;
+    if (!a->products.empty()) {
+      try {
+        cfg.products = products_option(a->products, "", "sum");
+      } catch (const std::invalid_argument& e) {
+        fail("glint bench pipeline", e.what(), kExitUsage);
+      }
+    }
     if (a->recon_slices == 1 || a->recon_frames_per_slice == 0)
       fail("glint bench pipeline", "--recon-slices must be 0 or >= 2, --recon-frames-per-slice >= 1",
            kExitUsage);
