@@ -40,5 +40,7 @@ void add_bench_tv(CLI::App& bench);
 void add_bench_pipeline(CLI::App& bench);
 /// `glint recon` (tools/recon_command.cpp).
 void add_recon_command(CLI::App& app);
+/// `glint plot`: runs python3 -m glint.plot with the glint package (tools/plot_command.cpp).
+void add_plot_command(CLI::App& app);
 
 }  // namespace glint::tools

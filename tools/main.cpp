@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   glint::tools::add_pedestal_command(app);
   glint::tools::add_bench_command(app);
   glint::tools::add_recon_command(app);
+  glint::tools::add_plot_command(app);
   app.parse_complete_callback([&] { glint::log::set_level(glint::log::parse_level(log_level)); });
 
   try {
