@@ -1,11 +1,12 @@
 """Fixtures of the Python package's tests (tests/python).
 
-The package is imported from PYTHONPATH (scripts/test.sh: build/python); the glint executable
-from GLINT_BIN (default build/bin). Tests that need the C++ extension, the executable or a GPU
+The package is imported from PYTHONPATH (scripts/test.sh: build/python), else from build/python
+of this checkout; the glint executable from GLINT_BIN (default build/bin). Tests that need the C++ extension, the executable or a GPU
 skip cleanly without them.
 """
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +15,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _import_glint():
+    try:
+        import glint
+    except ImportError:
+        sys.path.insert(0, os.path.join(REPO, "build", "python"))
     try:
         import glint
     except ImportError as e:
