@@ -1,8 +1,8 @@
 """Fixtures of the Python package's tests (tests/python).
 
 The package is imported from PYTHONPATH (scripts/test.sh: build/python), else from build/python
-of this checkout; the glint executable from GLINT_BIN (default build/bin). Tests that need the C++ extension, the executable or a GPU
-skip cleanly without them.
+of this checkout; the glint executable from GLINT_BIN (default build/bin). Tests that need the
+C++ extension, the executable or a GPU skip cleanly without them.
 """
 import os
 import subprocess
