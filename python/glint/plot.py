@@ -134,11 +134,14 @@ def plot_spectrum(fig, run, log=False, **_):
 
 
 def _pedestal_units(run):
-    ds = run.file.get("/entry/pedestal/end_mean")
-    units = ds.attrs.get("units") if ds is not None else None
-    if units is None:
-        return "ADU"
-    return units.decode() if isinstance(units, bytes) else str(units)
+    """The finder's values are the pixels' (ADU), or keV for calibrated JUNGFRAU runs: the units
+    of the clusters' data."""
+    for path in ("/entry/pedestal/end_mean", "/entry/clusters/data"):
+        ds = run.file.get(path)
+        units = ds.attrs.get("units") if ds is not None else None
+        if units is not None:
+            return units.decode() if isinstance(units, bytes) else str(units)
+    return "ADU"
 
 
 def _plot_pedestal(fig, run, what, which):
