@@ -47,13 +47,16 @@ def cluster_dtype(cluster_size=3, values=np.int32):
                      ("data", np.dtype(values).newbyteorder("<"), (s, s))])
 
 
-def frame_dtype(gain_counts=False):
+def frame_dtype(gain_counts=False, masked=False):
     """The per-frame records of find(): the fields of a run file's /entry/frames that the finder
-    decides (JUNGFRAU frames: also gain_switched and gain_invalid)."""
+    decides (JUNGFRAU frames: also gain_switched and gain_invalid; with a pixel mask:
+    masked_clusters)."""
     fields = [("frame_number", "<u8"), ("cluster_offset", "<u8"), ("n_clusters", "<u4"),
               ("flags", "u1")]
     if gain_counts:
         fields += [("gain_switched", "<u4"), ("gain_invalid", "<u4")]
+    if masked:
+        fields += [("masked_clusters", "<u4")]
     return np.dtype(fields)
 
 
@@ -85,6 +88,9 @@ class FindResult:
                     (as end_sum, end_sum2, end_count)
     calibration_pedestal: calibrated JUNGFRAU frames: the ADC pedestal of G0, G1, G2 (3, rows,
                     cols); else None
+    pixel_mask      with a mask: the mask applied, uint32 (rows, cols) NXdetector bits (as
+                    /entry/instrument/detector/pixel_mask); else None
+    masked_clusters the clusters the mask removed (as /entry@masked_clusters)
     backend         the finder that ran, e.g. "cpu (16 threads)"
     units           "ADU", or "keV" for calibrated frames
     """
@@ -96,6 +102,8 @@ class FindResult:
     start_noise: np.ndarray
     pedestal_state: dict = field(default_factory=dict)
     calibration_pedestal: Optional[np.ndarray] = None
+    pixel_mask: Optional[np.ndarray] = None
+    masked_clusters: int = 0
     backend: str = ""
     units: str = "ADU"
 
@@ -107,7 +115,8 @@ class FindResult:
 
 
 def find(frames, n_dark, n_sigma=5.0, cluster_size=3, pedestal_window=1000, backend="auto",
-         threads=0, batch=256, detector="generic", gain_file="", pedestal_file="", hg0=False):
+         threads=0, batch=256, detector="generic", gain_file="", pedestal_file="", hg0=False,
+         mask=None, mask_from_dark=False, noisy_factor=None):
     """Finds photon clusters in `frames`, as `glint find` does.
 
     frames           numpy uint16 array (N, rows, cols): raw detector frames; the first n_dark
@@ -125,18 +134,39 @@ def find(frames, n_dark, n_sigma=5.0, cluster_size=3, pedestal_window=1000, back
                      ADC); with gain_file (PSI module gain file) the frames are calibrated to keV
                      and the clusters' data is float32; pedestal_file (G1/G2 pedestals) and hg0
                      as `glint find --pedestal-file/--hg0`
+    mask             a pixel mask (rows, cols) of NXdetector pixel_mask bits (non-negative
+                     integers; any bit set masks the pixel): clusters centred on a masked pixel
+                     are removed and counted, as `glint find --mask`
+    mask_from_dark   also mask dead and noisy pixels found in the dark frames (JUNGFRAU: pixels
+                     out of G0 in a dark frame), as `glint find --mask-from-dark`;
+                     noisy_factor (5): noisy is noise > noisy_factor x the median noise
     Every backend gives the same bits. The GIL is released while the finder runs.
     Returns a FindResult. Raises ValueError for bad arguments, naming the argument.
     """
     ext = _extension()
     arr = np.asarray(frames)
+    if noisy_factor is not None and not mask_from_dark:
+        raise ValueError("noisy_factor needs mask_from_dark=True (noisy pixels are found in the "
+                         "dark frames)")
+    noisy_factor = 5.0 if noisy_factor is None else float(noisy_factor)
+    if not 1.0 <= noisy_factor <= 1e6:
+        raise ValueError(f"noisy_factor {noisy_factor}: allowed are 1 to 1e6")
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype.kind not in "iub" or (mask.dtype.kind == "i" and mask.size and
+                                             mask.min() < 0):
+            raise ValueError("mask: non-negative integers (NXdetector pixel_mask bits) expected, "
+                             f"got {mask.dtype}" + (" with negative values"
+                                                    if mask.dtype.kind == "i" else ""))
+        mask = mask.astype(np.uint32)
     out = ext.find(arr, int(n_dark), float(n_sigma), int(cluster_size), int(pedestal_window),
                    str(backend), int(threads), int(batch), str(detector), str(gain_file),
-                   str(pedestal_file), bool(hg0))
+                   str(pedestal_file), bool(hg0), mask, bool(mask_from_dark), noisy_factor)
     frame_columns = out["frames"]
     return FindResult(
         clusters=_clusters(out["clusters"]),
-        frames=_structured(frame_columns, frame_dtype("gain_switched" in frame_columns)),
+        frames=_structured(frame_columns, frame_dtype("gain_switched" in frame_columns,
+                                                      "masked_clusters" in frame_columns)),
         pedestal=out["pedestal"],
         noise=out["noise"],
         start_pedestal=out["start_pedestal"],
@@ -144,6 +174,8 @@ def find(frames, n_dark, n_sigma=5.0, cluster_size=3, pedestal_window=1000, back
         pedestal_state={"sum": out["pedestal_sum"], "sum2": out["pedestal_sum2"],
                         "count": out["pedestal_count"]},
         calibration_pedestal=out.get("calibration_pedestal"),
+        pixel_mask=out.get("pixel_mask"),
+        masked_clusters=int(out.get("masked_clusters", 0)),
         backend=out["backend"],
         units=out["units"],
     )

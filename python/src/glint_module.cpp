@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,7 @@
 #include "glint/gpu/device.hpp"
 #include "glint/jungfrau.hpp"
 #include "glint/pipeline/finder_factory.hpp"
+#include "glint/pipeline/pixel_mask.hpp"
 
 namespace py = pybind11;
 
@@ -88,7 +90,8 @@ std::unique_ptr<glint::ClusterFinder> make_finder(const glint::FinderParams& par
 py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int cluster_size,
               uint32_t pedestal_window, const std::string& backend, unsigned threads, int batch,
               const std::string& detector, const std::string& gain_file,
-              const std::string& pedestal_file, bool hg0) {
+              const std::string& pedestal_file, bool hg0, const std::optional<py::array>& mask,
+              bool mask_from_dark, double noisy_factor) {
   if (!py::dtype::of<uint16_t>().is(frames_in.dtype()))
     throw std::invalid_argument(fmt::format(
         "frames: must be uint16 (raw detector frames, N x rows x cols), got {}",
@@ -128,6 +131,25 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
     throw std::invalid_argument(
         fmt::format("n_dark {}: the array holds only {} frames", n_dark, n_frames));
 
+  // The pixel mask, as glint find --mask / --mask-from-dark builds it.
+  std::vector<uint32_t> mask_bits;
+  const bool masked = mask.has_value() || mask_from_dark;
+  if (mask) {
+    const auto m = py::array_t<uint32_t, py::array::c_style>::ensure(*mask);
+    if (!m || m.ndim() != 2 || static_cast<uint32_t>(m.shape(0)) != params.shape.rows ||
+        static_cast<uint32_t>(m.shape(1)) != params.shape.cols)
+      throw std::invalid_argument(fmt::format("mask: must be uint32 (rows, cols) = ({}, {}), "
+                                              "NXdetector pixel_mask bits",
+                                              params.shape.rows, params.shape.cols));
+    mask_bits.assign(m.data(), m.data() + m.size());
+  } else if (mask_from_dark) {
+    mask_bits.assign(params.shape.pixels(), 0);
+  }
+  if (mask_from_dark && n_dark == 0)
+    throw std::invalid_argument("mask_from_dark needs dark frames (n_dark > 0)");
+  std::optional<glint::pipeline::DarkGainSwitches> dark_gains;
+  if (mask_from_dark && detector == "jungfrau") dark_gains.emplace(params.shape);
+
   const bool float_values = params.pixels == glint::PixelMode::jungfrau_calibrated;
   const std::size_t np = params.shape.pixels();
   const uint16_t* pixels = frames.data();
@@ -135,6 +157,8 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
   glint::PedestalState start, end;
   std::vector<double> calibration_pedestal;
   std::string description;
+  std::vector<uint32_t> removed_per_frame;
+  uint64_t masked_clusters = 0;
   {
     py::gil_scoped_release release;
     auto finder = make_finder(params, backend, threads, batch);
@@ -143,11 +167,23 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
     const uint64_t chunk = std::max<uint64_t>(16 * static_cast<uint64_t>(batch), 1);
     for (uint64_t f = 0; f < n_dark; f += chunk) {
       const uint64_t n = std::min(chunk, n_dark - f);
-      finder->push_dark(std::span<const uint16_t>(pixels + f * np, n * np));
+      const std::span<const uint16_t> dark(pixels + f * np, n * np);
+      finder->push_dark(dark);
+      if (dark_gains) dark_gains->add(dark);
+    }
+    // The mask is final once the dark frames are in (pipeline::MaskFilter, as glint find).
+    glint::pipeline::MaskFilter mask_filter;
+    if (masked) {
+      if (mask_from_dark)
+        glint::pipeline::flag_from_dark(mask_bits, finder->pedestal(), noisy_factor,
+                                        dark_gains ? &*dark_gains : nullptr);
+      mask_filter = glint::pipeline::MaskFilter(mask_bits, params.shape);
     }
     start = finder->pedestal();
     calibration_pedestal = finder->calibration_pedestal();
     glint::ClusterTable table = glint::make_result_table(params);
+    glint::ClusterTable kept = glint::make_result_table(params);
+    std::vector<uint32_t> removed;
     std::vector<uint64_t> numbers;
     for (uint64_t f = n_dark; f < n_frames; f += chunk) {
       const uint64_t n = std::min(chunk, n_frames - f);
@@ -155,6 +191,13 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
       for (uint64_t k = 0; k < n; ++k) numbers[k] = f + k;
       table.clear();
       finder->find(std::span<const uint16_t>(pixels + f * np, n * np), numbers, table);
+      if (mask_filter.active()) {
+        masked_clusters += mask_filter.apply(table, kept, removed);
+        std::swap(table, kept);
+      } else {
+        removed.assign(table.n_frames(), 0);
+      }
+      removed_per_frame.insert(removed_per_frame.end(), removed.begin(), removed.end());
       all.append(table);
     }
     end = finder->pedestal();
@@ -165,7 +208,7 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
   std::vector<uint64_t> frame_number(rows), cluster_offset(rows, 0);
   std::vector<uint32_t> n_clusters(rows, 0);
   std::vector<uint8_t> flags(rows, 0);
-  std::vector<uint32_t> gain_switched(rows, 0), gain_invalid(rows, 0);
+  std::vector<uint32_t> gain_switched(rows, 0), gain_invalid(rows, 0), masked_rows(rows, 0);
   for (uint64_t f = 0; f < n_dark; ++f) {
     frame_number[f] = f;
     flags[f] = kFlagDark;
@@ -177,6 +220,7 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
     frame_number[row] = records[k].frame_number;
     cluster_offset[row] = records[k].first_cluster;
     n_clusters[row] = records[k].n_clusters;
+    masked_rows[row] = removed_per_frame[k];
     if (!gains.empty()) {
       gain_switched[row] = gains[k].g1 + gains[k].g2;
       gain_invalid[row] = gains[k].invalid;
@@ -192,6 +236,7 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
     frame_columns["gain_switched"] = to_array(gain_switched, {r});
     frame_columns["gain_invalid"] = to_array(gain_invalid, {r});
   }
+  if (masked) frame_columns["masked_clusters"] = to_array(masked_rows, {r});
 
   const std::vector<py::ssize_t> image = {static_cast<py::ssize_t>(params.shape.rows),
                                           static_cast<py::ssize_t>(params.shape.cols)};
@@ -209,6 +254,10 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
     out["calibration_pedestal"] = to_array(
         calibration_pedestal,
         {static_cast<py::ssize_t>(glint::jungfrau::kStages), image[0], image[1]});
+  if (masked) {
+    out["pixel_mask"] = to_array(mask_bits, image);
+    out["masked_clusters"] = masked_clusters;
+  }
   out["backend"] = description;
   out["units"] = float_values ? "keV" : "ADU";
   return out;
@@ -243,7 +292,8 @@ PYBIND11_MODULE(_glint, m) {
   m.def("find", &find, py::arg("frames"), py::arg("n_dark"), py::arg("n_sigma"),
         py::arg("cluster_size"), py::arg("pedestal_window"), py::arg("backend"),
         py::arg("threads"), py::arg("batch"), py::arg("detector"), py::arg("gain_file"),
-        py::arg("pedestal_file"), py::arg("hg0"));
+        py::arg("pedestal_file"), py::arg("hg0"), py::arg("mask"), py::arg("mask_from_dark"),
+        py::arg("noisy_factor"));
   m.def("read_clust", &read_clust, py::arg("path"), py::arg("cluster_size"));
   m.def("gpu_unavailable_reason", [] { return glint::gpu::unavailable_reason(); },
         "Why the GPU backend cannot run here; empty when it can.");

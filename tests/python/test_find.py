@@ -97,6 +97,45 @@ def test_find_calibrated_jungfrau(ext, glint_bin, tmp_path):
     assert np.array_equal(result.calibration_pedestal.view(np.uint8), expected.view(np.uint8))
 
 
+def test_find_with_a_pixel_mask(ext, glint_bin, tmp_path):
+    # A mask file and the dark frames' dead and noisy pixels, as glint find --mask
+    # --mask-from-dark: the same clusters, per-frame removals and mask.
+    frames_path = tmp_path / "defects.h5"
+    stuck, noisy = [5 * 40 + 7, 30 * 40 + 20], [12 * 40 + 33, 40 * 40 + 3]
+    run_glint(glint_bin, "synth", "-q", "-o", frames_path, "--dark", 1000, "--frames", 200,
+              "--rows", 48, "--cols", 40, "--photons", 40, "--seed", 5, "--stuck-pixels",
+              ",".join(map(str, stuck)), "--noisy-pixels", ",".join(map(str, noisy)))
+    mask = np.zeros((48, 40), dtype=np.uint32)
+    mask[20:24, 10:16] = 256  # user-defined (e.g. a beam stop)
+    mask[0, :] = 1  # gap
+    with h5py.File(tmp_path / "mask.h5", "w") as f:
+        f["/mask"] = mask
+    run = tmp_path / "masked.h5"
+    run_glint(glint_bin, "find", "-q", "-i", frames_path, "--dark", 1000, "--backend", "cpu",
+              "--mask", f"{tmp_path / 'mask.h5'}:/mask", "--mask-from-dark", "-o", run)
+    frames = read_frames(frames_path)
+    result = ext.find(frames, n_dark=1000, backend="cpu", mask=mask, mask_from_dark=True)
+    assert "masked_clusters" in result.frames.dtype.names
+    assert result.masked_clusters == result.frames["masked_clusters"].sum() > 0
+    assert_same_as_run_file(ext, result, run)
+    with h5py.File(run, "r", libver="latest", swmr=True) as f:
+        expected = f["/entry/instrument/detector/pixel_mask"][()]
+        assert result.masked_clusters == f["/entry"].attrs["masked_clusters"]
+    assert np.array_equal(result.pixel_mask, expected)
+    flat = result.pixel_mask.ravel()
+    assert all(flat[p] & 2 for p in stuck) and all(flat[p] & 16 for p in noisy)
+    # No cluster is centred on a masked pixel; without the mask there are such clusters.
+    assert (result.pixel_mask[result.clusters["y"], result.clusters["x"]] == 0).all()
+    plain = ext.find(frames, n_dark=1000, backend="cpu")
+    assert len(plain.clusters) == len(result.clusters) + result.masked_clusters
+    with pytest.raises(ValueError, match="non-negative"):
+        ext.find(frames, n_dark=1000, mask=-np.ones((48, 40), dtype=np.int32))
+    with pytest.raises(ValueError, match=r"\(48, 40\)"):
+        ext.find(frames, n_dark=1000, mask=np.zeros((40, 48), dtype=np.uint32))
+    with pytest.raises(ValueError, match="needs mask_from_dark"):
+        ext.find(frames, n_dark=1000, noisy_factor=3)
+
+
 def test_find_releases_the_gil(ext, raw_frames):
     frames = np.concatenate([raw_frames] + [raw_frames[1000:]] * 6)
     done = threading.Event()
