@@ -3,7 +3,7 @@
     glint plot RUN.h5 --what hitmap|energy|spectrum|pedestal|noise|eta|subpixel|recon
                [--output X.png]
 
-Images are drawn pixel for pixel (no interpolation), row 0 at the bottom, with the viridis colour
+Images are drawn cell for cell (no interpolation), row 0 at the bottom, with the viridis colour
 map from 0 (counts) or the data's minimum to its maximum, and a labelled colour bar; the spectrum
 is drawn as steps over its bin edges. The title names the run file. Without --output the PNG is
 written next to the run file, RUN_<what>.png. A missing file or product ends with one line on
@@ -13,13 +13,12 @@ import argparse
 import os
 import sys
 
-import matplotlib
+import numpy as np
+# Figures are made without pyplot (no global state, no GUI backend chosen for the caller) and
+# written by matplotlib's Agg renderer.
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from .run_file import ProductMissing, RunFile  # noqa: E402
+from .run_file import ProductMissing, RunFile
 
 WHAT = ("hitmap", "energy", "spectrum", "pedestal", "noise", "eta", "subpixel", "recon")
 COLOUR_MAP = "viridis"
