@@ -4,6 +4,7 @@ The package is imported from PYTHONPATH (scripts/test.sh: build/python), else fr
 of this checkout; the glint executable from GLINT_BIN (default build/bin). Tests that need the
 C++ extension, the executable or a GPU skip cleanly without them.
 """
+import importlib
 import os
 import subprocess
 import sys
@@ -16,14 +17,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _import_glint():
     try:
-        import glint
+        return importlib.import_module("glint")
     except ImportError:
         sys.path.insert(0, os.path.join(REPO, "build", "python"))
     try:
-        import glint
+        return importlib.import_module("glint")
     except ImportError as e:
         pytest.skip(f"the glint package is not importable ({e}); PYTHONPATH=build/python")
-    return glint
 
 
 @pytest.fixture(scope="session")
