@@ -106,7 +106,8 @@ def plot_energy(fig, run, **_):
     p = run.product("energy_image")
     units = p.units or _energy_units(run)
     ax = fig.add_subplot()
-    _image(fig, ax, p.signal, f"summed cluster energy ({units})", vmin=0)
+    _image(fig, ax, p.signal, f"summed cluster energy ({units})",
+           vmin=min(0.0, float(np.nanmin(p.signal))) if p.signal.size else 0.0)
     _pixel_axes(ax)
     _title(ax, run, f"energy image ({_summary(p.attrs)}{_window_text(p.attrs, units)})")
 
