@@ -6,7 +6,12 @@
 #include <vector>
 
 #include "glint/cluster_finder.hpp"
+#include "glint/config/config.hpp"
 #include "glint/synthetic.hpp"
+
+namespace glint::pipeline {
+class ProductsConsumer;
+}
 
 namespace glint::tools {
 
@@ -28,7 +33,17 @@ struct BenchFindOptions {
   std::string gain_file;      ///< JUNGFRAU gain maps (PSI module file)
   std::string pedestal_file;  ///< with gain_file: G1/G2 pedestals (else from the dark frames)
   bool calibrated = false;    ///< calibrated with glint::synth's gain maps and G1/G2 pedestals
+  std::string products;       ///< --products LIST: also time the run with these products on
+  unsigned products_threads = 0;  ///< their worker threads, 0: as glintd (min(4, cores / 4))
 };
+
+/// `--products`: the products' configuration and a consumer for the timed run with them on.
+config::ProductsConfig bench_products_config(const BenchFindOptions& options);
+
+/// What one products worker costs: ProductSums::add over `batches` on this thread, in ns per
+/// cluster (at least ~0.2 s of work, repeated over the batches as needed).
+double products_ns_per_cluster(const config::ProductsConfig& products, const FinderParams& params,
+                               const std::vector<ClusterTable>& batches);
 
 /// The frame shape of a run: rows x cols, SIZE where either is 0.
 FrameShape bench_shape(const BenchFindOptions& options);
@@ -43,6 +58,12 @@ synth::Config bench_frames_config(const BenchFindOptions& options);
 
 /// Frames [first, first + count) of `gen`, back to back.
 std::vector<uint16_t> synthesize(const synth::Generator& gen, uint64_t first, uint64_t count);
+
+/// Prints the run with the products against the run without them (frames/s each, the run
+/// thread's waits and copies) and one worker's cost per cluster.
+void print_products_timing(const BenchFindOptions& o, double fps_off, double fps_on,
+                           const pipeline::ProductsConsumer& products, uint64_t clusters,
+                           double ns_per_cluster);
 
 /// The GPU benchmark; prints its figures and returns the exit status.
 int run_bench_find_gpu(const BenchFindOptions& options);

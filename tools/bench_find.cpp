@@ -1,6 +1,7 @@
 // glint bench find: cluster-finder throughput on synthetic frames held in memory.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <span>
@@ -11,6 +12,8 @@
 #include "bench.hpp"
 #include "commands.hpp"
 #include "glint/cluster_finder.hpp"
+#include "glint/pipeline/products_consumer.hpp"
+#include "glint/products/run_products.hpp"
 #include "glint/synthetic.hpp"
 
 namespace glint::tools {
@@ -21,9 +24,12 @@ struct Measurement {
   uint64_t clusters = 0;
 };
 
-/// Pushes the dark frames, then times find() over all data frames in chunks of `chunk`.
+/// Pushes the dark frames, then times find() over all data frames in chunks of `chunk`, each
+/// chunk's clusters handed to `consume` (when given) inside the timing.
 Measurement measure(ClusterFinder& finder, std::span<const uint16_t> dark,
-                    std::span<const uint16_t> data, uint64_t first_number, uint64_t chunk) {
+                    std::span<const uint16_t> data, uint64_t first_number, uint64_t chunk,
+                    const std::function<void(const ClusterTable&)>& consume = {},
+                    const std::function<void()>& finish = {}) {
   finder.push_dark(dark);
   const std::size_t np = finder.params().shape.pixels();
   const uint64_t frames = data.size() / np;
@@ -38,10 +44,57 @@ Measurement measure(ClusterFinder& finder, std::span<const uint16_t> dark,
     out.clear();
     finder.find(data.subspan(k * np, n * np), std::span(numbers).subspan(k, n), out);
     m.clusters += out.n_clusters();
+    if (consume) consume(out);
   }
+  if (finish) finish();
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }
+
+}  // namespace
+
+void print_products_timing(const BenchFindOptions& o, double fps_off, double fps_on,
+                           const pipeline::ProductsConsumer& products, uint64_t clusters,
+                           double ns_per_cluster) {
+  const products::ProductSums sums = products.snapshot();
+  std::cout << fmt::format(
+      "glint bench find: products {} ({} worker threads): {:.1f} frames/s, {:.1f} us/frame "
+      "with them, {:.1f} frames/s without ({:+.1f} % with); the run's thread waited {:.3f} s "
+      "for room in their queue and spent {:.3f} s copying batches into it; {} of {} clusters "
+      "in the products, {} frames\n"
+      "glint bench find: one products worker: {:.1f} ns per cluster (ProductSums::add on this "
+      "thread, {:.1f} M clusters/s)\n",
+      o.products, products.threads(), fps_on, 1e6 / fps_on, fps_off,
+      100.0 * (fps_on - fps_off) / fps_off, products.wait_seconds(), products.copy_seconds(),
+      sums.clusters, clusters, sums.frames, ns_per_cluster, 1e3 / ns_per_cluster);
+}
+
+config::ProductsConfig bench_products_config(const BenchFindOptions& o) {
+  return products_option(o.products, "", "sum");
+}
+
+double products_ns_per_cluster(const config::ProductsConfig& pc, const FinderParams& params,
+                               const std::vector<ClusterTable>& batches) {
+  uint64_t clusters = 0;
+  for (const ClusterTable& t : batches) clusters += t.n_clusters();
+  if (clusters == 0) return 0.0;
+  const products::ProductSettings s = pipeline::product_settings(pc, params);
+  products::ProductSums sums(s, false);  // per-pixel spectra shared, as the workers have them
+  products::CountTable shared(s.pixel_spectra ? s.pixels() * s.spectrum.bins : 0);
+  const uint64_t origin =
+      batches.front().frames().empty() ? 0 : batches.front().frames().front().frame_number;
+  uint64_t done = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double secs = 0;
+  do {
+    for (const ClusterTable& t : batches) sums.add(t, origin, shared.span());
+    done += clusters;
+    secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (secs < 0.2);
+  return secs * 1e9 / static_cast<double>(done);
+}
+
+namespace {
 
 int run_bench_find_cpu(const BenchFindOptions& o, bool with_reference, uint64_t chunk) {
   const synth::Config c = bench_frames_config(o);
@@ -59,6 +112,27 @@ int run_bench_find_cpu(const BenchFindOptions& o, bool with_reference, uint64_t 
       finder->description(), p.shape.rows, p.shape.cols, o.cluster_size, o.cluster_size,
       o.n_sigma, o.frames,
       static_cast<double>(m.clusters) / o.frames, fps, 1e6 / fps);
+  if (!o.products.empty()) {
+    // The same frames again with the products on (a fresh finder): the consumer copies each
+    // chunk into its queue and its workers accumulate beside the finder's threads.
+    const config::ProductsConfig pc = bench_products_config(o);
+    config::Config cfg;
+    cfg.products = pc;
+    std::vector<ClusterTable> kept;
+    pipeline::ProductsConsumer products({}, o.products_threads);
+    products.on_start(pipeline::RunContext{cfg, 0, "", p, finder->description()});
+    auto again = make_cpu_finder(p, o.threads);
+    const Measurement on = measure(
+        *again, dark, data, c.dark_frames, chunk,
+        [&](const ClusterTable& t) {
+          products.on_batch(pipeline::FoundBatch{t, {}});
+          if (kept.size() < 64) kept.push_back(t);
+        },
+        [&] { products.on_end(pipeline::RunEnd{}); });
+    print_products_timing(o, fps, o.frames / on.seconds, products, on.clusters,
+                          products_ns_per_cluster(pc, p, kept));
+    if (on.clusters != m.clusters) return kExitFailure;
+  }
   if (with_reference) {
     auto ref = make_reference_finder(p);
     const Measurement r = measure(*ref, dark, data, c.dark_frames, chunk);
@@ -155,6 +229,13 @@ void add_bench_find(CLI::App& bench) {
                   "JUNGFRAU with --gain-file: G0, G1, G2 pedestals (G1 and G2 are used)");
   cmd->add_flag("--calibrated", a->o.calibrated,
                 "JUNGFRAU: calibrated frames with glint synth's gain maps and G1/G2 pedestals");
+  cmd->add_option("--products", a->o.products,
+                  "also time the same frames with these products on (as glint find --products: "
+                  "all, or hitmap,spectrum,eta,pixel_spectra,slices:N) and one products "
+                  "worker's cost per cluster");
+  cmd->add_option("--products-threads", a->o.products_threads,
+                  "products worker threads, 0 = as glintd (min(4, cores / 4))")
+      ->capture_default_str();
   cmd->add_flag("--reference", a->reference,
                 "CPU: also time the single-threaded reference finder on the same frames");
   cmd->callback([a] {
@@ -179,6 +260,13 @@ void add_bench_find(CLI::App& bench) {
       fail("glint bench find", "--gain-file and --calibrated exclude each other", kExitUsage);
     if (!o.pedestal_file.empty() && o.gain_file.empty())
       fail("glint bench find", "--pedestal-file needs --gain-file", kExitUsage);
+    if (!o.products.empty()) {
+      try {
+        bench_products_config(o);
+      } catch (const std::invalid_argument& e) {
+        fail("glint bench find", e.what(), kExitUsage);
+      }
+    }
     int rc = 0;
     try {
       if (a->backend == "cpu") {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "glint/daemon/tuning_env.hpp"
 #include "glint/synthetic.hpp"
 #include "glint/log.hpp"
+#include "glint/pipeline/products_consumer.hpp"
 
 namespace glint::tools {
 
@@ -129,7 +131,47 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       st.overflow_reruns - before.overflow_reruns,
       st.result_recopies - before.result_recopies, floor_bps * 1e-9, floor_us, o.gpus[0],
       100.0 * floor_us / us_frame, n_gpus > 1 ? "  (against one GPU's floor)" : "");
-  return 0;
+  if (o.products.empty()) return 0;
+
+  // With the products: the batches as the run gets them (ClusterTables through set_sink), timed
+  // without and then with the products' consumer, whose workers accumulate while the GPU finds
+  // the next batches.
+  const config::ProductsConfig pc = bench_products_config(o);
+  config::Config cfg;
+  cfg.products = pc;
+  std::vector<ClusterTable> kept;
+  const auto timed = [&](const std::function<void(const ClusterTable&)>& consume,
+                         const std::function<void()>& finish) {
+    uint64_t found = 0;
+    finder->set_sink([&](const ClusterTable& t) {
+      found += t.n_clusters();
+      if (consume) consume(t);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t done = 0; done < o.frames;) {
+      const std::size_t n = std::min<std::size_t>(o.batch, o.frames - done);
+      submit(n, false);
+      done += n;
+    }
+    finder->flush();
+    if (finish) finish();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                         .count();
+    return std::pair{o.frames / s, found};
+  };
+  const auto [fps_off, found_off] = timed(
+      [&](const ClusterTable& t) {
+        if (kept.size() < 16) kept.push_back(t);
+      },
+      {});
+  pipeline::ProductsConsumer products({}, o.products_threads);
+  products.on_start(pipeline::RunContext{cfg, 0, "", params, finder->description()});
+  const auto [fps_on, found_on] =
+      timed([&](const ClusterTable& t) { products.on_batch(pipeline::FoundBatch{t, {}}); },
+            [&] { products.on_end(pipeline::RunEnd{}); });
+  print_products_timing(o, fps_off, fps_on, products, found_on,
+                        products_ns_per_cluster(pc, params, kept));
+  return found_on == found_off ? 0 : kExitFailure;
 }
 
 }  // namespace glint::tools

@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "glint/config/config.hpp"
+
 namespace glint::tools {
 
 /// Exit status of a subcommand that failed on bad input (missing file, wrong dataset, ...).
@@ -26,6 +28,11 @@ const std::atomic<bool>& stop_on_signals();
 
 /// `glint find`: cluster finding over an HDF5 frame file.
 void add_find_command(CLI::App& app);
+/// The products: section that `--products LIST [--energy-window EMIN,EMAX] [--energy KIND]`
+/// stand for (glint find, glint bench find); glintd's defaults otherwise. Throws
+/// std::invalid_argument naming the option and what is allowed.
+config::ProductsConfig products_option(const std::string& list, const std::string& window,
+                                       const std::string& energy);
 /// `glint synth`: writes synthetic frames to an HDF5 file.
 void add_synth_command(CLI::App& app);
 /// `glint pedestal`: a pedestal file from dark frames in an HDF5 file.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -19,6 +20,7 @@
 #include "glint/log.hpp"
 #include "glint/pipeline/finder_factory.hpp"
 #include "glint/pipeline/pixel_mask.hpp"
+#include "glint/pipeline/products_consumer.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/daemon/tuning_env.hpp"
 
@@ -47,7 +49,76 @@ struct FindArgs {
   std::string mask;                  ///< FILE.h5:/dataset, NXdetector pixel_mask bits
   bool mask_from_dark = false;       ///< dead, noisy (and JUNGFRAU gain-switching) pixels
   double noisy_factor = 5.0;
+  std::string products;              ///< all | hitmap,spectrum,eta,pixel_spectra,slices:N
+  std::string energy_window;         ///< EMIN,EMAX
+  std::string energy = "sum";        ///< sum | 2x2
+  unsigned products_threads = 0;     ///< 0: as glintd's products.threads auto
 };
+
+}  // namespace
+
+config::ProductsConfig products_option(const std::string& list, const std::string& window,
+                                       const std::string& energy) {
+  config::ProductsConfig p;
+  p.hitmap = false;
+  if (energy != "sum" && energy != "2x2")
+    throw std::invalid_argument("--energy " + energy +
+                                ": allowed are sum (the S x S sum) and 2x2 (the largest 2 x 2 "
+                                "quadrant)");
+  p.energy = energy;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string item = list.substr(start, comma - start);
+    start = comma + 1;
+    if (item == "all") {
+      p.hitmap = p.eta = p.pixel_spectra = true;
+    } else if (item == "hitmap") {
+      p.hitmap = true;
+    } else if (item == "spectrum") {
+      // Always made.
+    } else if (item == "eta") {
+      p.eta = true;
+    } else if (item == "pixel_spectra") {
+      p.pixel_spectra = true;
+    } else if (item.starts_with("slices:") && item.size() > 7 &&
+               item.find_first_not_of("0123456789", 7) == std::string::npos &&
+               item.size() <= 16 && std::stoull(item.substr(7)) > 0 &&
+               std::stoull(item.substr(7)) <= 1000000000) {
+      p.slice_frames = static_cast<uint32_t>(std::stoull(item.substr(7)));
+    } else {
+      throw std::invalid_argument("--products " + list + ": '" + item +
+                                  "' is not allowed (allowed: all, or a comma-separated list of "
+                                  "hitmap, spectrum, eta, pixel_spectra, slices:N with N > 0)");
+    }
+  }
+  if (!window.empty()) {
+    const auto comma = window.find(',');
+    double lo = 0, hi = 0;
+    bool ok = comma != std::string::npos;
+    try {
+      std::size_t u1 = 0, u2 = 0;
+      if (ok) {
+        const std::string l = window.substr(0, comma), h = window.substr(comma + 1);
+        lo = std::stod(l, &u1);
+        hi = std::stod(h, &u2);
+        ok = u1 == l.size() && u2 == h.size() && std::isfinite(lo) && std::isfinite(hi);
+      }
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    if (!ok || !(lo < hi))
+      throw std::invalid_argument("--energy-window " + window +
+                                  ": expected EMIN,EMAX with EMIN < EMAX (ADU, or keV for "
+                                  "calibrated frames)");
+    p.energy_window = {lo, hi};
+  }
+  return p;
+}
+
+namespace {
+
 
 /// Progress on stderr, only when it is a terminal; redrawn at most 5 times a second.
 class Progress {
@@ -80,10 +151,11 @@ std::string settings_yaml(const FindArgs& a, const std::string& backend) {
       "finder:\n  n_sigma: {}\n"
       "  cluster_size: {}\n  backend: {}\n  threads: {}\ndetector:\n  type: {}\n"
       "calibration:\n  gain_file: '{}'\n  pedestal_file: '{}'\n  hg0: {}\n"
-      "mask:\n  file: '{}'\n  from_dark: {}\n  noisy_factor: {}\n",
+      "mask:\n  file: '{}'\n  from_dark: {}\n  noisy_factor: {}\n"
+      "products:\n  list: '{}'\n  energy_window: '{}'\n  energy: {}\n",
       a.input, a.dataset, a.dark, a.pedestal_source, a.n_sigma, a.cluster_size, backend,
       a.threads, a.detector, a.gain_file, a.pedestal_file, a.hg0, a.mask, a.mask_from_dark,
-      a.noisy_factor);
+      a.noisy_factor, a.products, a.energy_window, a.energy);
 }
 
 /// The pedestal of --pedestal-source file:PATH (a pedestal file, or a closed run file), checked
@@ -180,6 +252,21 @@ int run_find(FindArgs a) {
   fo.threads = a.threads;
   fo.batch_frames = a.batch;
   fo.tuning = daemon::find_tuning_from_environment();
+  const bool want_products = !a.products.empty();
+  if (!want_products && (!a.energy_window.empty() || a.energy != "sum"))
+    throw InputError("--energy-window and --energy need --products");
+  if (want_products && a.output.empty())
+    throw InputError("--products needs -o/--output (the products are written into the run file)");
+  config::Config products_cfg;
+  if (want_products) {
+    try {
+      products_cfg.products = products_option(a.products, a.energy_window, a.energy);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(e.what());
+    }
+    products_cfg.detector.rows = params.shape.rows;
+    products_cfg.detector.cols = params.shape.cols;
+  }
   for (const auto& out : {a.output, a.clust})
     if (!out.empty() && !a.overwrite && std::filesystem::exists(out))
       throw InputError(fmt::format("{} exists already (use --overwrite to replace it)", out));
@@ -203,7 +290,15 @@ int run_find(FindArgs a) {
     meta.source = fmt::format("{}:{}", a.input, a.dataset);
     meta.backend = backend;
     meta.pixel_mask = masked;
+    meta.cluster_energy = want_products && products_cfg.products.cluster_energy;
+    meta.slice_frames = want_products ? products_cfg.products.slice_frames : 0;
     h5.emplace(a.output, meta, a.overwrite);
+  }
+  // The products, as a glintd run makes them (the same consumer, on its worker threads).
+  std::optional<pipeline::ProductsConsumer> products;
+  if (want_products) {
+    products.emplace([&h5] { return &*h5; }, a.products_threads);
+    products->on_start(pipeline::RunContext{products_cfg, 0, a.output, params, backend});
   }
 
   const std::size_t np = params.shape.pixels();
@@ -273,7 +368,13 @@ int run_find(FindArgs a) {
     }
     if (clust) clust->write(table);
     if (h5) h5->append(table, {}, {}, removed);
+    if (products) products->on_batch(pipeline::FoundBatch{table, {}});
     progress.update(f + n, clusters);
+  }
+  if (products) {
+    pipeline::RunEnd end;
+    end.end_reason = "end of input";
+    products->on_end(end);
   }
   if (clust) clust->close();
   if (h5) {
@@ -355,6 +456,20 @@ void add_find_command(CLI::App& app) {
                       "with --mask-from-dark: noisy is noise > FACTOR x the median noise")
           ->check(CLI::Range(1.0, 1e6))
           ->capture_default_str();
+  cmd->add_option("--products", a->products,
+                  "compute the run's products into the output file (docs/products.md): all, or "
+                  "a comma-separated list of hitmap (with the energy image), spectrum (always "
+                  "made), eta, pixel_spectra, slices:N (a hit map per N frames)");
+  cmd->add_option("--energy-window", a->energy_window,
+                  "EMIN,EMAX: only clusters with an energy in [EMIN, EMAX] count in the "
+                  "products (ADU, or keV for calibrated frames)");
+  cmd->add_option("--energy", a->energy,
+                  "which cluster energy the products use: sum (S x S) or 2x2 (the largest 2 x 2 "
+                  "quadrant)")
+      ->capture_default_str();
+  cmd->add_option("--products-threads", a->products_threads,
+                  "worker threads for the products, 0 = as glintd (min(4, cores / 4))")
+      ->capture_default_str();
   cmd->add_flag("--overwrite", a->overwrite, "replace existing output files");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress, no summary line");
   cmd->callback([a, dark, noisy] {

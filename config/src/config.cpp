@@ -539,6 +539,80 @@ void read_mask(Section s, MaskConfig& c) {
   }
 }
 
+/// Largest per-pixel spectra table a run may hold (rows x cols x bins uint32), in values.
+constexpr uint64_t kMaxPixelSpectraValues = uint64_t{1} << 28;
+
+void read_products(Section s, ProductsConfig& c, const DetectorConfig& d, bool calibrated) {
+  s.read_string("energy", c.energy, {"sum", "2x2"});
+  if (auto n = s.sequence("energy_window"); n.IsDefined()) {
+    c.energy_window.clear();
+    for (const auto& e : n) {
+      double v = 0;
+      bool ok = e.IsScalar();
+      if (ok) {
+        try {
+          std::size_t used = 0;
+          v = std::stod(e.Scalar(), &used);
+          ok = used == e.Scalar().size() && std::isfinite(v);
+        } catch (const std::exception&) {
+          ok = false;
+        }
+      }
+      if (!ok)
+        s.fail(s.key_path("energy_window"), line_of(e),
+               "expected [emin, emax]: two finite numbers (ADU, or keV for calibrated frames)");
+      c.energy_window.push_back(v);
+    }
+    if (!c.energy_window.empty() && c.energy_window.size() != 2)
+      s.fail_key("energy_window", fmt::format("has {} values (allowed: [] for no window, or "
+                                              "[emin, emax])", c.energy_window.size()));
+    if (c.energy_window.size() == 2 && !(c.energy_window[0] < c.energy_window[1]))
+      s.fail_key("energy_window", fmt::format("[{}, {}]: emin must be below emax",
+                                              c.energy_window[0], c.energy_window[1]));
+  }
+  s.read_bool("hitmap", c.hitmap);
+  s.read_integer("slice_frames", c.slice_frames, 0, 1000000000);
+  {
+    Section sp = s.section("spectrum");
+    sp.read_integer("bins", c.spectrum_bins, 1, 100000);
+    sp.read_double("min", c.spectrum_min, -1e9, 1e9, false);
+    sp.read_double("max", c.spectrum_max, -1e9, 1e9, false);
+    sp.reject_unknown();
+    if (c.spectrum_max != 0 && !(c.spectrum_min < c.spectrum_max))
+      sp.fail_key("max", fmt::format("{} is not above products.spectrum.min = {} (allowed: a "
+                                     "larger value, or 0 for 2000 ADU / 50 keV)",
+                                     c.spectrum_max, c.spectrum_min));
+    if (c.spectrum_max == 0 && !(c.spectrum_min < c.spectrum_upper(calibrated)))
+      sp.fail_key("min", fmt::format("{} is not below the default max ({} {}); set "
+                                     "products.spectrum.max", c.spectrum_min,
+                                     c.spectrum_upper(calibrated), calibrated ? "keV" : "ADU"));
+  }
+  s.read_bool("pixel_spectra", c.pixel_spectra);
+  if (c.pixel_spectra &&
+      uint64_t{d.rows} * d.cols * c.spectrum_bins > kMaxPixelSpectraValues)
+    s.fail_key("pixel_spectra",
+               fmt::format("{} x {} pixels x {} bins is more than {} counts (allowed: fewer "
+                           "products.spectrum.bins)", d.rows, d.cols, c.spectrum_bins,
+                           kMaxPixelSpectraValues));
+  s.read_bool("eta", c.eta);
+  s.read_integer("eta_bins", c.eta_bins, 1, 10000);
+  {
+    Section sub = s.section("subpixel");
+    sub.read_string("calibration", c.subpixel_calibration);
+    sub.read_integer("factor", c.subpixel_factor, 1, 100);
+    sub.reject_unknown();
+    if (has_control_characters(c.subpixel_calibration))
+      sub.fail_key("calibration", fmt::format("'{}' contains control characters",
+                                              printable(c.subpixel_calibration)));
+  }
+  s.read_bool("cluster_energy", c.cluster_energy);
+  if (auto n = s.child("threads"); n.IsDefined() && n.IsScalar() && n.Scalar() == "auto")
+    c.threads = -1;
+  else
+    s.read_integer("threads", c.threads, 1, 64);
+  s.reject_unknown();
+}
+
 Config from_node(const YAML::Node& root, const std::string& source, std::string text) {
   Config c;
   c.source = source;
@@ -555,6 +629,7 @@ Config from_node(const YAML::Node& root, const std::string& source, std::string 
   read_metrics(top.section("metrics"), c.metrics);
   read_calibration(top.section("calibration"), c.calibration, c.detector);
   read_mask(top.section("mask"), c.mask);
+  read_products(top.section("products"), c.products, c.detector, c.calibration.calibrated());
   top.reject_unknown();
   if (c.calibration.calibrated() && c.pedestal.source != "dark") {
     Section ped = top.section("pedestal");
@@ -845,6 +920,28 @@ std::string to_yaml(const Config& c) {
   kv("enabled", c.metrics.enabled);
   kv("listen", c.metrics.listen);
   e << YAML::EndMap;
+  begin("products");
+  const auto& p = c.products;
+  kv("energy", p.energy);
+  flow("energy_window", p.energy_window);
+  kv("hitmap", p.hitmap);
+  kv("slice_frames", p.slice_frames);
+  begin("spectrum");
+  kv("bins", p.spectrum_bins);
+  kv("min", p.spectrum_min);
+  kv("max", p.spectrum_max);
+  e << YAML::EndMap;
+  kv("pixel_spectra", p.pixel_spectra);
+  kv("eta", p.eta);
+  kv("eta_bins", p.eta_bins);
+  begin("subpixel");
+  kv("calibration", p.subpixel_calibration);
+  kv("factor", p.subpixel_factor);
+  e << YAML::EndMap;
+  kv("cluster_energy", p.cluster_energy);
+  if (p.threads < 0) kv("threads", "auto");
+  else kv("threads", p.threads);
+  e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
@@ -855,12 +952,16 @@ namespace {
 // arithmetic, the pixel mask (a filter on the results), the reconstruction (its volume is within
 // the memory budget). Not the detector, the ingest endpoints and sizes, the finder's threads and
 // GPU batch sizes, the control socket or logging.
-constexpr std::array<std::string_view, 14> kOverrideKeys = {
+// The products are what a run computes from its clusters (not their worker threads).
+constexpr std::array<std::string_view, 24> kOverrideKeys = {
     "output.run_name",      "output.directory",       "output.overwrite",
     "output.flush_interval_ms", "run.max_frames",     "run.max_seconds",
     "pedestal.dark_frames", "pedestal.keep_previous", "pedestal.window",
     "finder.n_sigma",       "finder.cluster_size",    "finder.backend",
-    "mask.*",               "reconstruction.*"};
+    "mask.*",               "reconstruction.*",       "products.energy",
+    "products.energy_window", "products.hitmap",      "products.slice_frames",
+    "products.spectrum",    "products.pixel_spectra", "products.eta",
+    "products.eta_bins",    "products.subpixel",      "products.cluster_energy"};
 
 bool override_allowed(const std::string& section, const std::string& key) {
   for (auto k : kOverrideKeys)

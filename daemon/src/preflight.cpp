@@ -109,6 +109,12 @@ Preflight preflight(const config::Config& c, bool mask_is_fatal) {
     }
   }
 
+  if (!c.products.subpixel_calibration.empty())
+    add(p.problems, "products.subpixel.calibration",
+        fmt::format("'{}': the sub-pixel image is not available in this version of glint "
+                    "(allowed: \"\")",
+                    log::one_line(c.products.subpixel_calibration)));
+
   if (c.reconstruction.enabled) {
     tv::ForwardSpec spec;
     try {

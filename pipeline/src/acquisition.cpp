@@ -13,6 +13,7 @@
 #include "glint/pipeline/pedestal_source.hpp"
 #include "glint/pipeline/finder_stage.hpp"
 #include "glint/pipeline/frame_sequencer.hpp"
+#include "glint/pipeline/products_consumer.hpp"
 #include "glint/pipeline/reconstruction_consumer.hpp"
 #include "glint/pipeline/run_file_consumer.hpp"
 
@@ -62,6 +63,9 @@ Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
   if (cfg_.output.clust) consumers_.add(std::make_unique<ClustFileConsumer>());
   if (cfg_.reconstruction.enabled)
     recon_ = &consumers_.add(std::make_unique<ReconstructionConsumer>(*run_file_, tuning_.tv));
+  // Products go into the run file: registered after it, so they end (and hand over) first.
+  products_ = &consumers_.add(std::make_unique<ProductsConsumer>(
+      [rf = run_file_] { return rf->writer(); }));
   thread_ = std::jthread([this] { run(); });
 }
 

@@ -128,6 +128,36 @@ Hid write_string_dataset(const Context& c, hid_t parent, const char* name,
   return ds;
 }
 
+/// A 1-D attribute of texts (variable-length UTF-8), e.g. NXdata's axes.
+void write_strings_attr(const Context& c, hid_t obj, const char* name,
+                        const std::vector<std::string>& values) {
+  Hid type = hdf5::string_type();
+  const hsize_t n = values.size();
+  Hid space(c.id(H5Screate_simple(1, &n, nullptr), "dataspace"), H5Sclose);
+  Hid attr(c.id(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                std::string("attribute ") + name),
+           H5Aclose);
+  std::vector<const char*> p;
+  for (const auto& v : values) p.push_back(v.c_str());
+  c.check(H5Awrite(attr.get(), type.get(), p.data()), std::string("attribute ") + name);
+}
+
+/// A fixed-size dataset of `dims`, written whole from `data` (stored as T).
+template <class T>
+Hid write_array(const Context& c, hid_t parent, const char* name, std::vector<hsize_t> dims,
+                const T* data) {
+  Hid space(c.id(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                 "dataspace"),
+            H5Sclose);
+  Hid ds(c.id(H5Dcreate2(parent, name, native_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                         H5P_DEFAULT),
+              std::string("dataset ") + name),
+         H5Dclose);
+  c.check(H5Dwrite(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
+          std::string("writing ") + name + " (disk full?)");
+  return ds;
+}
+
 Hid make_group(const Context& c, hid_t parent, const char* name, const char* nx_class) {
   Hid g(c.id(H5Gcreate2(parent, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                 std::string("group ") + name),
@@ -325,6 +355,16 @@ struct RunFileWriter::Impl {
   uint64_t masked_clusters = 0;
   std::vector<uint32_t> col_gain_switched, col_gain_invalid;
   Hid c_frame_number, c_x, c_y, c_data;
+  // Each cluster's energies (RunMetadata::cluster_energy).
+  bool cluster_energy = false;
+  Hid c_energy, c_energy_2x2;
+  std::vector<int32_t> col_energy, col_energy_2x2;
+  // Hit maps per slice (RunMetadata::slice_frames), appended as they complete.
+  uint32_t slice_frames = 0;
+  Hid s_counts, s_frame_start;
+  uint64_t slice_rows = 0;
+  // The products, written at close (set_products).
+  std::shared_ptr<const products::ProductSums> products;
   // NXevent_data's fields in /entry/clusters: per cluster (event_id; event_time_offset, only
   // extended: its fill value 0 is every value) and per frame row (event_index, event_time_zero).
   Hid c_event_id, c_event_time_offset, c_event_index, c_event_time_zero;
@@ -505,6 +545,7 @@ struct RunFileWriter::Impl {
     for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
                    &f_gain_switched, &f_gain_invalid, &d_pixel_mask, &f_masked,
                    &c_frame_number, &c_x, &c_y, &c_data, &c_event_id, &c_event_time_offset,
+                   &c_energy, &c_energy_2x2, &s_counts, &s_frame_start,
                    &c_event_index, &c_event_time_zero, &p_calibration, &p_start_mean,
                    &p_start_noise,
                    &p_end_mean, &p_end_noise, &p_end_sum, &p_end_sum2, &p_end_count,
@@ -656,6 +697,40 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
                           m.float_clusters ? H5T_IEEE_F32LE : H5T_STD_I32LE, cd,
                           kClusterChunk / 4);
     write_string_attr(c, m.c_data.get(), "units", m.float_clusters ? "keV" : "ADU");
+    if (meta.cluster_energy) {
+      m.cluster_energy = true;
+      const hid_t et = m.float_clusters ? H5T_IEEE_F32LE : H5T_STD_I32LE;
+      const char* units = m.float_clusters ? "keV" : "ADU";
+      m.c_energy = make_table(c, clusters.get(), "energy", et, {}, kClusterChunk);
+      write_string_attr(c, m.c_energy.get(), "units", units);
+      write_string_attr(c, m.c_energy.get(), "description", "the S x S sum of the cluster");
+      m.c_energy_2x2 = make_table(c, clusters.get(), "energy_2x2", et, {}, kClusterChunk);
+      write_string_attr(c, m.c_energy_2x2.get(), "units", units);
+      write_string_attr(c, m.c_energy_2x2.get(), "description",
+                        "the largest 2 x 2 quadrant sum around the cluster's centre");
+    }
+    if (meta.slice_frames > 0) {
+      m.slice_frames = meta.slice_frames;
+      Hid g = make_group(c, entry.get(), "hitmap_slices", "NXdata");
+      write_string_attr(c, g.get(), "signal", "counts");
+      write_strings_attr(c, g.get(), "axes", {"frame_start", "y", "x"});
+      write_numeric_attr<uint32_t>(c, g.get(), "frame_start_indices", 0u);
+      write_numeric_attr<uint32_t>(c, g.get(), "y_indices", 1u);
+      write_numeric_attr<uint32_t>(c, g.get(), "x_indices", 2u);
+      write_numeric_attr<uint32_t>(c, g.get(), "slice_frames", meta.slice_frames);
+      const std::array<hsize_t, 2> image{meta.finder.shape.rows, meta.finder.shape.cols};
+      m.s_counts = make_table(c, g.get(), "counts", H5T_STD_U32LE, image, 1);
+      m.s_frame_start = make_table(c, g.get(), "frame_start", H5T_STD_U64LE, {}, 64);
+      write_string_attr(c, m.s_frame_start.get(), "description",
+                        "the first frame number of each slice");
+      std::vector<double> ys(meta.finder.shape.rows), xs(meta.finder.shape.cols);
+      for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<double>(i);
+      for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<double>(i);
+      Hid yd = write_array<double>(c, g.get(), "y", {ys.size()}, ys.data());
+      write_string_attr(c, yd.get(), "units", "pixel");
+      Hid xd = write_array<double>(c, g.get(), "x", {xs.size()}, xs.data());
+      write_string_attr(c, xd.get(), "units", "pixel");
+    }
     // NXevent_data's fields, mapped from the columns above (docs/file-layout.md): a cluster is
     // an event at its centre pixel, a frame a pulse.
     m.c_event_id = make_table(c, clusters.get(), "event_id", H5T_STD_U32LE, {}, kClusterChunk);
@@ -729,6 +804,8 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
                    uint64_t{kClusterChunk / 4} * m.cluster_bytes();
   if (meta.reconstruction)
     slack += 2 * uint64_t{meta.reconstruction->nx} * meta.reconstruction->ny * 4;
+  if (meta.cluster_energy) slack += 2 * uint64_t{kClusterChunk} * 4;
+  if (meta.slice_frames > 0) slack += meta.finder.shape.pixels() * 4 + 64 * 8;
   m.guard.emplace(m.path, fd, slack);
 }
 
@@ -823,6 +900,13 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
                 m.clusters, n, cd, table.data().data());
     append_rows(m.ctx, m.c_event_id.get(), H5T_NATIVE_UINT32, m.clusters, n, {},
                 m.col_event_id.data());
+    if (m.cluster_energy) {
+      // A float table's energies are floats' bits: written as they are, as float32.
+      products::cluster_energies(table, m.col_energy, m.col_energy_2x2);
+      const hid_t et = m.float_clusters ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32;
+      append_rows(m.ctx, m.c_energy.get(), et, m.clusters, n, {}, m.col_energy.data());
+      append_rows(m.ctx, m.c_energy_2x2.get(), et, m.clusters, n, {}, m.col_energy_2x2.data());
+    }
     if (n > 0) {
       // All zeros: the extent alone, read back as the fill value (no chunk is ever written).
       const hsize_t size = m.clusters + n;
@@ -833,6 +917,37 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
     m.appended_bytes += n * m.cluster_bytes();
     m.append_frame_columns();
   });
+}
+
+void RunFileWriter::append_hitmap_slice(uint64_t frame_start, std::span<const uint32_t> counts) {
+  silence_hdf5();
+  Impl& m = *impl_;
+  std::lock_guard io(m.io_mu);
+  if (m.closed) throw OutputError(m.path.string() + ": hit map slice after close");
+  if (m.slice_frames == 0)
+    throw OutputError(m.path.string() + ": the file was created without /entry/hitmap_slices");
+  if (counts.size() != m.finder.shape.pixels())
+    throw std::invalid_argument(fmt::format("RunFileWriter::append_hitmap_slice: {} counts, the "
+                                            "frames have {} pixels", counts.size(),
+                                            m.finder.shape.pixels()));
+  const std::array<hsize_t, 2> image{m.finder.shape.rows, m.finder.shape.cols};
+  m.write([&] {
+    append_rows(m.ctx, m.s_counts.get(), H5T_NATIVE_UINT32, m.slice_rows, 1, image,
+                counts.data());
+    append_rows(m.ctx, m.s_frame_start.get(), H5T_NATIVE_UINT64, m.slice_rows, 1, {},
+                &frame_start);
+    ++m.slice_rows;
+    m.appended_bytes += counts.size() * sizeof(uint32_t) + sizeof(uint64_t);
+  });
+}
+
+void RunFileWriter::set_products(std::shared_ptr<const products::ProductSums> sums) {
+  std::lock_guard io(impl_->io_mu);
+  if (!sums) return;
+  const products::ProductSettings& s = sums->settings();
+  if (s.rows != impl_->finder.shape.rows || s.cols != impl_->finder.shape.cols)
+    throw std::invalid_argument("RunFileWriter::set_products: products of another frame shape");
+  impl_->products = std::move(sums);
 }
 
 void RunFileWriter::write_pixel_mask(std::span<const uint32_t> mask) {
@@ -955,6 +1070,105 @@ void write_recon_summary(const Context& c, hid_t entry, const ReconstructionSumm
   write_numeric_attr<uint64_t>(c, g.get(), "volumes_written", written);
 }
 
+/// The attributes every product group carries (docs/products.md).
+void write_product_attrs(const Context& c, hid_t g, const products::ProductSums& p) {
+  const products::ProductSettings& s = p.settings();
+  write_string_attr(c, g, "energy_kind", std::string(products::energy_kind_name(s.energy)));
+  const std::array<double, 2> window{s.emin, s.emax};
+  write_numeric_attr<double>(c, g, "energy_window", window);
+  write_numeric_attr<uint64_t>(c, g, "clusters", p.clusters);
+  write_numeric_attr<uint64_t>(c, g, "frames", p.frames);
+}
+
+/// An NXdata group with its signal and axes (attributes; the axis datasets are the caller's).
+Hid make_nxdata(const Context& c, hid_t entry, const char* name, const char* signal,
+                const std::vector<std::string>& axes, const products::ProductSums& p) {
+  Hid g = make_group(c, entry, name, "NXdata");
+  write_string_attr(c, g.get(), "signal", signal);
+  if (axes.size() == 1) write_string_attr(c, g.get(), "axes", axes[0]);
+  else write_strings_attr(c, g.get(), "axes", axes);
+  for (std::size_t i = 0; i < axes.size(); ++i)
+    write_numeric_attr<uint32_t>(c, g.get(), (axes[i] + "_indices").c_str(),
+                                 static_cast<uint32_t>(i));
+  write_product_attrs(c, g.get(), p);
+  return g;
+}
+
+/// Pixel indices 0..n-1 as float64 (the y and x axes of the images).
+std::vector<double> pixel_axis(uint32_t n) {
+  std::vector<double> v(n);
+  for (uint32_t i = 0; i < n; ++i) v[i] = static_cast<double>(i);
+  return v;
+}
+
+/// The products as NXdata groups under /entry (file reopened in normal mode at close).
+void write_products(const Context& c, hid_t file, hid_t entry, const products::ProductSums& p,
+                    bool slices) {
+  const products::ProductSettings& s = p.settings();
+  const std::string units = s.calibrated ? "keV" : "ADU";
+  const std::vector<double> ys = pixel_axis(s.rows), xs = pixel_axis(s.cols);
+  auto pixel_axes = [&](hid_t g) {
+    Hid y = write_array<double>(c, g, "y", {ys.size()}, ys.data());
+    write_string_attr(c, y.get(), "units", "pixel");
+    Hid x = write_array<double>(c, g, "x", {xs.size()}, xs.data());
+    write_string_attr(c, x.get(), "units", "pixel");
+  };
+  const std::vector<hsize_t> image{s.rows, s.cols};
+  if (s.hitmap) {
+    Hid g = make_nxdata(c, entry, "hitmap", "counts", {"y", "x"}, p);
+    write_array<uint64_t>(c, g.get(), "counts", image, p.hitmap.data());
+    pixel_axes(g.get());
+    Hid e = make_nxdata(c, entry, "energy_image", "energy", {"y", "x"}, p);
+    std::vector<double> energy(p.energy.size());
+    const double scale = s.energy_scale();
+    for (std::size_t i = 0; i < energy.size(); ++i)
+      energy[i] = static_cast<double>(p.energy[i]) / scale;
+    Hid ds = write_array<double>(c, e.get(), "energy", image, energy.data());
+    write_string_attr(c, ds.get(), "units", units);
+    pixel_axes(e.get());
+  }
+  if (slices) {
+    Hid g(c.id(H5Gopen2(entry, "hitmap_slices", H5P_DEFAULT), "group hitmap_slices"), H5Gclose);
+    write_product_attrs(c, g.get(), p);
+  }
+  const std::vector<double> edges = s.spectrum.edges(), centres = s.spectrum.centres();
+  auto energy_axis = [&](hid_t g) {
+    Hid a = write_array<double>(c, g, "energy", {centres.size()}, centres.data());
+    write_string_attr(c, a.get(), "units", units);
+    Hid b = write_array<double>(c, g, "energy_edges", {edges.size()}, edges.data());
+    write_string_attr(c, b.get(), "units", units);
+  };
+  {
+    Hid g = make_nxdata(c, entry, "spectrum", "counts", {"energy"}, p);
+    write_array<uint64_t>(c, g.get(), "counts", {p.spectrum.size()}, p.spectrum.data());
+    energy_axis(g.get());
+    write_numeric_attr<uint64_t>(c, g.get(), "underflow", p.underflow);
+    write_numeric_attr<uint64_t>(c, g.get(), "overflow", p.overflow);
+  }
+  if (s.pixel_spectra) {
+    Hid g = make_nxdata(c, entry, "pixel_spectra", "counts", {"y", "x", "energy"}, p);
+    write_array<uint32_t>(c, g.get(), "counts", {s.rows, s.cols, s.spectrum.bins},
+                          p.pixel_spectra.data());
+    pixel_axes(g.get());
+    energy_axis(g.get());
+  }
+  if (s.eta) {
+    for (const bool three : {false, true}) {
+      const products::Binning b = three ? s.eta3_binning() : s.eta2_binning();
+      Hid g = make_nxdata(c, entry, three ? "eta3" : "eta2", "counts", {"eta_y", "eta_x"}, p);
+      const auto& counts = three ? p.eta3 : p.eta2;
+      write_array<uint64_t>(c, g.get(), "counts", {b.bins, b.bins}, counts.data());
+      const std::vector<double> centre = b.centres();
+      write_array<double>(c, g.get(), "eta_y", {centre.size()}, centre.data());
+      write_array<double>(c, g.get(), "eta_x", {centre.size()}, centre.data());
+      write_numeric_attr<uint64_t>(c, g.get(), "outside",
+                                   three ? p.eta3_outside : p.eta2_outside);
+    }
+  }
+  if (s.hitmap) write_string_attr(c, entry, "default", "hitmap");
+  write_string_attr(c, file, "default", "entry");
+}
+
 }  // namespace
 
 StorageCheck RunFileWriter::flush() {
@@ -1058,6 +1272,8 @@ void RunFileWriter::close(const PedestalState* end) {
       if (!m.recon_summary) sum.volumes_done = m.recon_rows;
       write_recon_summary(m.ctx, entry.get(), sum, m.recon_rows);
     }
+    if (m.products) write_products(m.ctx, file.get(), entry.get(), *m.products,
+                                   m.slice_frames > 0);
     const std::string end_time = iso8601_now();
     write_string_attr(m.ctx, entry.get(), "end_time", end_time);
     write_string_dataset(m.ctx, entry.get(), "end_time", end_time);
@@ -1298,6 +1514,71 @@ void write_pedestal_file(const std::filesystem::path& path, const PedestalState&
   w.close(&state);
 }
 
+/// The products' groups (docs/products.md), when the file has them.
+void read_products(const Context& c, hid_t f, RunFileContents& out) {
+  if (H5Lexists(f, "entry/clusters/energy", H5P_DEFAULT) > 0) {
+    const bool float_data = out.clusters.value_type() == ClusterValues::float32;
+    for (auto [name, to] : {std::pair{"entry/clusters/energy", &out.cluster_energy},
+                            std::pair{"entry/clusters/energy_2x2", &out.cluster_energy_2x2}}) {
+      if (float_data) {
+        const auto v = read_all<float>(c, f, name);
+        to->resize(v.size());
+        std::transform(v.begin(), v.end(), to->begin(),
+                       [](float e) { return std::bit_cast<int32_t>(e); });
+      } else {
+        *to = read_all<int32_t>(c, f, name);
+      }
+      if (to->size() > out.clusters.n_clusters()) to->resize(out.clusters.n_clusters());
+    }
+  }
+  ProductsContents& p = out.products;
+  // One number, or a clear error naming the attribute (never an exception of another kind).
+  auto scalar = [&](hid_t g, const char* name) {
+    const auto v = read_numeric_attr<uint64_t>(c, g, name);
+    if (v.size() != 1)
+      c.fail(fmt::format("attribute {} of a product group must be one number", name));
+    return v[0];
+  };
+  if (H5Lexists(f, "entry/hitmap_slices", H5P_DEFAULT) > 0) {
+    p.slice_frame_start = read_all<uint64_t>(c, f, "entry/hitmap_slices/frame_start");
+    p.slices = read_all<uint32_t>(c, f, "entry/hitmap_slices/counts");
+    p.slices.resize(std::min(p.slices.size(), p.slice_frame_start.size() * out.shape.pixels()));
+  }
+  if (H5Lexists(f, "entry/spectrum", H5P_DEFAULT) <= 0) return;
+  p.present = true;
+  {
+    Hid g(c.id(H5Gopen2(f, "entry/spectrum", H5P_DEFAULT), "group /entry/spectrum"), H5Gclose);
+    p.energy_kind = read_string_attr(c, g.get(), "energy_kind");
+    p.energy_window = read_numeric_attr<double>(c, g.get(), "energy_window");
+    p.clusters = scalar(g.get(), "clusters");
+    p.frames = scalar(g.get(), "frames");
+    p.underflow = scalar(g.get(), "underflow");
+    p.overflow = scalar(g.get(), "overflow");
+    Hid ds(c.id(H5Dopen2(g.get(), "energy", H5P_DEFAULT), "spectrum energy"), H5Dclose);
+    p.units = read_string_attr(c, ds.get(), "units");
+  }
+  p.spectrum = read_all<uint64_t>(c, f, "entry/spectrum/counts");
+  p.spectrum_energy = read_all<double>(c, f, "entry/spectrum/energy");
+  p.spectrum_edges = read_all<double>(c, f, "entry/spectrum/energy_edges");
+  if (H5Lexists(f, "entry/hitmap", H5P_DEFAULT) > 0) {
+    p.hitmap = read_all<uint64_t>(c, f, "entry/hitmap/counts");
+    p.energy_image = read_all<double>(c, f, "entry/energy_image/energy");
+  }
+  if (H5Lexists(f, "entry/pixel_spectra", H5P_DEFAULT) > 0)
+    p.pixel_spectra = read_all<uint32_t>(c, f, "entry/pixel_spectra/counts");
+  if (H5Lexists(f, "entry/eta2", H5P_DEFAULT) > 0) {
+    p.eta2 = read_all<uint64_t>(c, f, "entry/eta2/counts");
+    p.eta3 = read_all<uint64_t>(c, f, "entry/eta3/counts");
+    p.eta2_x = read_all<double>(c, f, "entry/eta2/eta_x");
+    p.eta3_x = read_all<double>(c, f, "entry/eta3/eta_x");
+    for (auto [name, to] : {std::pair{"entry/eta2", &p.eta2_outside},
+                            std::pair{"entry/eta3", &p.eta3_outside}}) {
+      Hid g(c.id(H5Gopen2(f, name, H5P_DEFAULT), name), H5Gclose);
+      *to = scalar(g.get(), "outside");
+    }
+  }
+}
+
 RunFileContents read_run_file(const std::filesystem::path& path) {
   const Context c{&path};
   Hid file = open_for_reading(c);
@@ -1405,6 +1686,7 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
                          out.shape.cols, jungfrau::kStages * out.shape.pixels()));
   }
   if (H5Lexists(f, "entry/reconstruction", H5P_DEFAULT) > 0) read_reconstruction(c, f, out);
+  read_products(c, f, out);
   if (!end_sum.empty() && !std::isnan(end_sum[0])) {
     PedestalState s;  // not sized from frame_shape: the datasets give the pixels
     s.shape = out.shape;

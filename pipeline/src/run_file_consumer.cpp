@@ -54,6 +54,8 @@ void RunFileConsumer::on_start(const RunContext& run) {
   meta.backend = run.backend;
   if (cfg.reconstruction.enabled) meta.reconstruction = reconstruction_layout(cfg);
   meta.pixel_mask = cfg.mask.enabled();
+  meta.cluster_energy = cfg.products.cluster_energy;
+  meta.slice_frames = cfg.products.slice_frames;
   writer_.emplace(run.file, meta, cfg.output.overwrite);
   log::info("run {}: writing {} ({} backend)", run.run_index, run.file.string(), meta.backend);
 }

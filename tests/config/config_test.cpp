@@ -437,7 +437,7 @@ TEST(Config, OverridesAreAnAllowList) {
   EXPECT_EQ(c.mask.noisy_factor, 4.0);
   EXPECT_EQ(c.reconstruction.slices, 8u);
   EXPECT_EQ(c.pedestal.window, 10u);
-  EXPECT_EQ(gc::override_keys().size(), 14u);
+  EXPECT_EQ(gc::override_keys().size(), 24u);
 }
 
 TEST(Config, ARunOverTheMemoryBudgetIsRefusedWithTheFigure) {
@@ -745,4 +745,102 @@ TEST(Config, PedestalSource) {
                    "pedestal:\n  source: previous\n");
   EXPECT_EQ(e.key(), "pedestal.source");
   EXPECT_EQ(e.line(), 4);
+}
+
+TEST(Config, ProductsDefaultsValuesAndErrors) {
+  const gc::Config ex = gc::load(kExample);
+  const gc::Config def = gc::parse("", "empty");
+  for (const gc::Config* c : {&ex, &def}) {
+    EXPECT_EQ(c->products.energy, "sum");
+    EXPECT_TRUE(c->products.energy_window.empty());
+    EXPECT_TRUE(c->products.hitmap);
+    EXPECT_EQ(c->products.slice_frames, 0u);
+    EXPECT_EQ(c->products.spectrum_bins, 500u);
+    EXPECT_EQ(c->products.spectrum_min, 0.0);
+    EXPECT_EQ(c->products.spectrum_max, 0.0);
+    EXPECT_FALSE(c->products.pixel_spectra);
+    EXPECT_FALSE(c->products.eta);
+    EXPECT_EQ(c->products.eta_bins, 100u);
+    EXPECT_EQ(c->products.subpixel_calibration, "");
+    EXPECT_EQ(c->products.subpixel_factor, 5u);
+    EXPECT_TRUE(c->products.cluster_energy);
+    EXPECT_EQ(c->products.threads, -1);
+  }
+  EXPECT_EQ(def.products.spectrum_upper(false), 2000.0);
+  EXPECT_EQ(def.products.spectrum_upper(true), 50.0);
+
+  const auto c = gc::parse(
+      "products:\n  energy: 2x2\n  energy_window: [2.5, 40]\n  hitmap: false\n"
+      "  slice_frames: 100\n  spectrum: {bins: 64, min: 1, max: 60}\n  pixel_spectra: true\n"
+      "  eta: true\n  eta_bins: 20\n  subpixel: {calibration: /data/eta.h5, factor: 8}\n"
+      "  cluster_energy: false\n  threads: 3\n");
+  EXPECT_EQ(c.products.energy, "2x2");
+  EXPECT_EQ(c.products.energy_window, (std::vector<double>{2.5, 40}));
+  EXPECT_FALSE(c.products.hitmap);
+  EXPECT_EQ(c.products.slice_frames, 100u);
+  EXPECT_EQ(c.products.spectrum_bins, 64u);
+  EXPECT_EQ(c.products.spectrum_min, 1.0);
+  EXPECT_EQ(c.products.spectrum_upper(true), 60.0);
+  EXPECT_TRUE(c.products.pixel_spectra);
+  EXPECT_TRUE(c.products.eta);
+  EXPECT_EQ(c.products.eta_bins, 20u);
+  EXPECT_EQ(c.products.subpixel_calibration, "/data/eta.h5");
+  EXPECT_EQ(c.products.subpixel_factor, 8u);
+  EXPECT_FALSE(c.products.cluster_energy);
+  EXPECT_EQ(c.products.threads, 3);
+  // Round trip, and as a start override (not the worker threads).
+  const auto b = gc::parse(gc::to_yaml(c));
+  EXPECT_EQ(gc::to_yaml(b), gc::to_yaml(c));
+  EXPECT_EQ(b.products.energy_window, c.products.energy_window);
+  const auto o = gc::with_overrides(
+      def, R"({"products": {"energy_window": [10, 20], "eta": true, "spectrum": {"bins": 9}}})");
+  EXPECT_EQ(o.products.energy_window, (std::vector<double>{10, 20}));
+  EXPECT_TRUE(o.products.eta);
+  EXPECT_EQ(o.products.spectrum_bins, 9u);
+  EXPECT_EQ(o.products.spectrum_min, 0.0);
+  try {
+    gc::with_overrides(def, R"({"products": {"threads": 8}})");
+    ADD_FAILURE() << "products.threads accepted as an override";
+  } catch (const gc::ConfigError& e) {
+    EXPECT_EQ(e.key(), "products.threads");
+  }
+
+  struct Bad {
+    const char* yaml;
+    const char* key;
+    int line;
+    const char* what;
+  };
+  for (const Bad& b : std::initializer_list<Bad>{
+           {"products:\n  energy: 3x3\n", "products.energy", 2, "allowed: sum, 2x2"},
+           {"products:\n  energy_window: [5, 1]\n", "products.energy_window", 2,
+            "[5, 1]: emin must be below emax"},
+           {"products:\n  energy_window: [5, 5]\n", "products.energy_window", 2,
+            "emin must be below emax"},
+           {"products:\n  energy_window: [5]\n", "products.energy_window", 2,
+            "has 1 values (allowed: [] for no window, or [emin, emax])"},
+           {"products:\n  energy_window: [a, 2]\n", "products.energy_window", 2,
+            "expected [emin, emax]: two finite numbers"},
+           {"products:\n  spectrum: {bins: 0}\n", "products.spectrum.bins", 2,
+            "0 is out of range (allowed: 1 to 100000)"},
+           {"products:\n  spectrum: {bins: 100001}\n", "products.spectrum.bins", 2,
+            "out of range"},
+           {"products:\n  spectrum: {min: 10, max: 5}\n", "products.spectrum.max", 2,
+            "5 is not above products.spectrum.min = 10"},
+           {"products:\n  spectrum: {min: 2500}\n", "products.spectrum.min", 2,
+            "is not below the default max (2000 ADU)"},
+           {"products:\n  spectrum: {bns: 5}\n", "products.spectrum.bns", 2, "unknown key"},
+           {"products:\n  slice_frames: -1\n", "products.slice_frames", 2, "out of range"},
+           {"products:\n  eta_bins: 0\n", "products.eta_bins", 2, "out of range"},
+           {"products:\n  subpixel: {factor: 0}\n", "products.subpixel.factor", 2,
+            "out of range"},
+           {"products:\n  threads: 0\n", "products.threads", 2, "out of range (allowed: 1 to 64)"},
+           {"detector: {rows: 2000, cols: 2000}\nproducts:\n  pixel_spectra: true\n",
+            "products.pixel_spectra", 3, "2000 x 2000 pixels x 500 bins is more than"},
+           {"products:\n  colour: red\n", "products.colour", 2, "unknown key"}}) {
+    const gc::ConfigError e = expect_error(b.yaml);
+    EXPECT_EQ(e.key(), b.key) << b.yaml;
+    EXPECT_EQ(e.line(), b.line) << b.yaml;
+    EXPECT_NE(std::string(e.what()).find(b.what), std::string::npos) << e.what();
+  }
 }

@@ -43,8 +43,9 @@ TEST(GlintdFatal, StickyDeviceErrorClosesTheFileReportsAndExitsNonZero) {
 
   const json stats = control(c.control_ep, "stats");
   ASSERT_TRUE(stats.value("ok", false)) << stats.dump();
-  ASSERT_EQ(stats["consumers"].size(), 1u) << stats.dump();
+  ASSERT_EQ(stats["consumers"].size(), 2u) << stats.dump();
   EXPECT_EQ(stats["consumers"][0]["name"], "run file");
+  EXPECT_EQ(stats["consumers"][1]["name"], "products");
   const uint64_t rows_reported = stats["consumers"][0]["frames"].get<uint64_t>();
 
   EXPECT_EQ(d.wait_exit(20s), daemon::kExitFatal) << d.log();

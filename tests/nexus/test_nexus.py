@@ -140,7 +140,7 @@ control: {{endpoint: tcp://127.0.0.1:{free_port()}}}
 
 @pytest.fixture(scope="module")
 def calibrated_run(tmp_path_factory):
-    """A run file of calibrated JUNGFRAU frames written by glint find."""
+    """A run file of calibrated JUNGFRAU frames written by glint find, with every product."""
     work = tmp_path_factory.mktemp("nexus_jungfrau")
     frames, gain, ped, out = (str(work / n) for n in ("jf.h5", "gain.bin", "ped.bin", "cal.h5"))
     subprocess.run([f"{BIN}/glint", "synth", "-q", "-o", frames, "--rows", "32", "--cols", "64",
@@ -149,7 +149,8 @@ def calibrated_run(tmp_path_factory):
                     "--pedestal-file", ped], check=True, timeout=120)
     subprocess.run([f"{BIN}/glint", "find", "-q", "-i", frames, "--detector", "jungfrau",
                     "--backend", "cpu", "--gain-file", gain, "--pedestal-file", ped,
-                    "--output", out], check=True, timeout=120)
+                    "--output", out, "--products", "all,slices:40", "--energy-window", "1,40"],
+                   check=True, timeout=120)
     return out
 
 

@@ -281,11 +281,14 @@ TEST(RunChain, ClustConsumerWritesTheRunFilesClustersForEveryDataFrame) {
   EXPECT_EQ(clust.n_frames(), s.data_frames);
   EXPECT_GT(clust.n_clusters(), 100u);
   EXPECT_TRUE(clust == want) << "the .clust file differs from the run file's data frames";
-  ASSERT_EQ(s.consumers.size(), 2u);
+  ASSERT_EQ(s.consumers.size(), 3u);
   EXPECT_EQ(s.consumers[0].name, "run file");
   EXPECT_EQ(s.consumers[0].frames, f.frames.size());
   EXPECT_EQ(s.consumers[1].name, "clust file");
   EXPECT_EQ(s.consumers[1].frames, s.data_frames);
+  EXPECT_EQ(s.consumers[2].name, "products");  // every row, as the run file
+  EXPECT_EQ(s.consumers[2].frames, f.frames.size());
+  EXPECT_EQ(s.consumers[2].dropped, 0u);
 
   // A second run with the same name does not overwrite it.
   Case d = c;

@@ -174,6 +174,30 @@ struct ReconstructionConfig {
   bool solve_partial = false;
 };
 
+/// The science products of a run (docs/products.md), computed from its clusters and written into
+/// the run file: hit map and energy image, hit maps per slice of frames, spectra, eta
+/// distributions, the sub-pixel image, and each cluster's energy beside it.
+struct ProductsConfig {
+  std::string energy = "sum";           ///< sum (S x S) | 2x2 (largest quadrant): what is used
+  std::vector<double> energy_window;    ///< [emin, emax] inclusive (ADU or keV); empty: none
+  bool hitmap = true;                   ///< hit map and energy image
+  uint32_t slice_frames = 0;            ///< > 0: a hit map per slice of this many frames
+  uint32_t spectrum_bins = 500;         ///< spectrum bins (the spectrum is always made)
+  double spectrum_min = 0.0;
+  double spectrum_max = 0.0;            ///< 0: 2000 ADU (raw frames), 50 keV (calibrated)
+  bool pixel_spectra = false;           ///< rows x cols x bins counts
+  bool eta = false;                     ///< eta2 and eta3 distributions
+  uint32_t eta_bins = 100;
+  std::string subpixel_calibration;     ///< an eta calibration file: the sub-pixel image
+  uint32_t subpixel_factor = 5;         ///< sub-pixels per pixel and axis
+  bool cluster_energy = true;           ///< /entry/clusters/energy and energy_2x2
+  int threads = -1;                     ///< worker threads; -1 ("auto"): min(4, cores / 4)
+  /// The spectrum's upper edge: spectrum_max, or its default for the frames' units.
+  double spectrum_upper(bool calibrated) const {
+    return spectrum_max > 0 ? spectrum_max : (calibrated ? 50.0 : 2000.0);
+  }
+};
+
 struct Config {
   DetectorConfig detector;
   CalibrationConfig calibration;
@@ -187,6 +211,7 @@ struct Config {
   LoggingConfig logging;
   ReconstructionConfig reconstruction;
   MetricsConfig metrics;
+  ProductsConfig products;
 
   std::string source;  ///< where it came from (file path or "<string>")
   std::string yaml;    ///< the text it was parsed from (to_yaml() gives the effective values)

@@ -4,7 +4,8 @@
 //   -> FrameSequencer (frame-number order: gaps, incomplete images, dark or data)
 //   -> pre-processing (FramePreprocessing, on the copy threads)
 //   -> finder (FinderStage: batches in the finder's input slots, any backend)
-//   -> result consumers (ConsumerChain: the run file, the .clust file, the reconstruction).
+//   -> result consumers (ConsumerChain: the run file, the .clust file, the reconstruction, the
+//      products).
 // The Acquisition wires the chain, runs it on its thread and owns the run's state
 // (RunStateMachine). Everything is created at run start and released at its end; the file is
 // always closed, also after an error or an abort.
@@ -40,6 +41,7 @@ class FinderStage;
 class FrameSequencer;
 class RunFileConsumer;
 class ReconstructionConsumer;
+class ProductsConsumer;
 
 /// A consistent-enough snapshot of a run's counters (each counter is exact, the set is not
 /// taken atomically).
@@ -127,6 +129,8 @@ class Acquisition {
   /// The pedestal at the start of data taking / at the end of the run, once known.
   std::optional<PedestalState> start_pedestal() const;
   std::optional<PedestalState> end_pedestal() const;
+  /// The run's products (preview_images() for a live view); lives as long as the Acquisition.
+  const ProductsConsumer& products() const { return *products_; }
 
  private:
   void run();
@@ -160,6 +164,7 @@ class Acquisition {
   ConsumerChain consumers_;
   RunFileConsumer* run_file_ = nullptr;
   ReconstructionConsumer* recon_ = nullptr;
+  ProductsConsumer* products_ = nullptr;
   std::vector<uint32_t> mask_bits_;  ///< mask.file's pixels (then OR-ed with the dark frames')
   std::unique_ptr<DarkGainSwitches> dark_gains_;  ///< JUNGFRAU with mask.from_dark
   std::atomic<uint64_t> masked_pixels_{0};

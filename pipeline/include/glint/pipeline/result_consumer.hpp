@@ -5,9 +5,10 @@
 // (on_batch), every other frame as a row without clusters (on_rows: dark, incomplete, missing,
 // dropped). Calls come from the run's thread, one at a time.
 //
-// A consumer that may fall behind (a live view, a product that takes longer than a batch) must
-// not delay the run: it keeps a bounded queue of its own, drops what does not fit and counts it
-// (ConsumerStats::dropped). The run file never drops: a failure there fails the run.
+// A consumer that may fall behind (a live view, a slow stage) must not delay the run: it keeps a
+// bounded queue of its own, drops what does not fit and counts it (ConsumerStats::dropped). The
+// run file never drops: a failure there fails the run. The products never drop either (sums over
+// every frame): their workers keep up, and a full queue makes the run wait.
 #include <cstdint>
 #include <filesystem>
 #include <span>

@@ -43,6 +43,12 @@
 //     attributes at close: frames, volumes_done, volumes_dropped, volumes_failed, volumes_written
 //   A volume is complete in the file once it is in every per-volume table (they are extended
 //   after the volume data is written and flushed); readers take the shortest table's length.
+//   /entry/clusters/energy, energy_2x2  (RunMetadata::cluster_energy) per cluster: the S x S
+//                               sum and the largest 2 x 2 quadrant sum (int32, float32 keV)
+//   /entry/hitmap_slices        (RunMetadata::slice_frames > 0) NXdata: counts (n, H, W) u32 and
+//                               frame_start (n) u64, appended as slices complete (SWMR)
+//   /entry/hitmap, energy_image, spectrum, pixel_spectra, eta2, eta3  NXdata groups of the
+//                               products (set_products), written at close (docs/products.md)
 //   /entry/flushed_rows          (2) u64: frame rows and cluster rows durable at the last
 //                               successful flush (updated after each flush, and at close).
 //                               Rows beyond it may be in the file after a failed write, with
@@ -78,6 +84,7 @@
 #include "glint/cluster_table.hpp"
 #include "glint/pedestal.hpp"
 #include "glint/pipeline/storage_guard.hpp"
+#include "glint/products/run_products.hpp"
 
 namespace glint::pipeline {
 
@@ -129,6 +136,10 @@ struct RunMetadata {
   /// The run has a pixel mask: /entry/instrument/detector/pixel_mask and
   /// /entry/frames/masked_clusters are created with the file.
   bool pixel_mask = false;
+  /// Each cluster's energies (/entry/clusters/energy, energy_2x2) are written with it.
+  bool cluster_energy = false;
+  /// > 0: /entry/hitmap_slices is created with the file (append_hitmap_slice).
+  uint32_t slice_frames = 0;
 };
 
 /// One reconstructed volume of the run (row i of the /entry/reconstruction datasets).
@@ -209,6 +220,15 @@ class RunFileWriter {
   /// Records the stage's totals; close() writes them as attributes of /entry/reconstruction.
   void set_reconstruction_summary(const ReconstructionSummary& summary);
 
+  /// Appends one slice's hit map (H x W counts) and its first frame number to
+  /// /entry/hitmap_slices (the file must have been created with RunMetadata::slice_frames).
+  /// Throws OutputError (std::invalid_argument for a wrong size).
+  void append_hitmap_slice(uint64_t frame_start, std::span<const uint32_t> counts);
+  /// The run's products (hit map, energy image, spectrum, per-pixel spectra, eta), written as
+  /// NXdata groups at close (shared, not copied); the slices' group gets its attributes from them
+  /// too. std::invalid_argument for products of another frame shape.
+  void set_products(std::shared_ptr<const products::ProductSums> sums);
+
   /// Makes everything written so far visible to readers and durable against a crash, records
   /// it in /entry/flushed_rows, then checks the storage (StorageGuard::check): the caller ends
   /// the run on Result::disk_low (cleanly, end reason "disk_low") and Result::lost (an error).
@@ -245,6 +265,26 @@ class RunFileWriter {
 std::filesystem::path run_file_path(const std::filesystem::path& dir, std::string_view run_name,
                                     uint64_t run_index);
 
+/// The products' groups of a run file, read back (empty vectors for those it does not hold).
+struct ProductsContents {
+  bool present = false;             ///< /entry/spectrum exists (the products were written)
+  std::string energy_kind;          ///< the groups' energy_kind attribute
+  std::vector<double> energy_window;
+  uint64_t clusters = 0, frames = 0;
+  std::string units;                ///< of the energies: ADU | keV
+  std::vector<uint64_t> hitmap;     ///< H x W
+  std::vector<double> energy_image; ///< H x W
+  std::vector<uint32_t> slices;     ///< n x H x W
+  std::vector<uint64_t> slice_frame_start;
+  std::vector<uint64_t> spectrum;
+  std::vector<double> spectrum_energy, spectrum_edges;
+  uint64_t underflow = 0, overflow = 0;
+  std::vector<uint32_t> pixel_spectra;  ///< H x W x bins
+  std::vector<uint64_t> eta2, eta3;     ///< bins x bins, eta y rows
+  std::vector<double> eta2_x, eta3_x;   ///< bin centres (eta_y the same)
+  uint64_t eta2_outside = 0, eta3_outside = 0;
+};
+
 /// Everything a run file holds, read back (tests, tools, pedestal hand-over).
 struct RunFileContents {
   std::vector<FrameRow> frames;
@@ -275,6 +315,10 @@ struct RunFileContents {
   std::optional<ReconstructionSummary> reconstruction_summary;
   std::optional<ReconstructionLayout> reconstruction_layout;
   std::vector<ReconstructionVolume> reconstruction;             ///< in the order reconstructed
+  /// /entry/clusters/energy and energy_2x2 per cluster (int32, or float32 bits when the
+  /// clusters are float); empty when the file has none.
+  std::vector<int32_t> cluster_energy, cluster_energy_2x2;
+  ProductsContents products;
 };
 
 /// Reads a run file (also one still being written, through SWMR). Throws OutputError.

@@ -1,0 +1,167 @@
+// ProductsConsumer on its own: the same clusters in other batchings, with other numbers of
+// workers and queue lengths, give the same products to the byte, written into the run file
+// (slices as they complete) and read back.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <random>
+
+#include "../common/products_check.hpp"
+#include "glint/config/config.hpp"
+#include "glint/pipeline/products_consumer.hpp"
+#include "glint/pipeline/run_file.hpp"
+
+using namespace glint;
+using namespace glint::pipeline;
+
+namespace {
+
+constexpr uint32_t kRows = 30, kCols = 40;
+
+/// 400 frames numbered from 5000 (a gap of 37 missing numbers after frame 5200), up to 40
+/// clusters each.
+ClusterTable clusters() {
+  std::mt19937 rng(11);
+  ClusterTable t(3);
+  std::uniform_int_distribution<int> n_dist(0, 40), x_dist(0, kCols - 1), y_dist(0, kRows - 1);
+  std::uniform_int_distribution<int> v_dist(-30, 400);
+  for (uint64_t f = 0; f < 400; ++f) {
+    t.begin_frame(5000 + f + (f > 200 ? 37 : 0));
+    const int n = n_dist(rng);
+    for (int c = 0; c < n; ++c) {
+      int32_t v[9];
+      for (int k = 0; k < 9; ++k) v[k] = v_dist(rng);
+      v[4] += 300;
+      t.add_cluster(static_cast<uint16_t>(x_dist(rng)), static_cast<uint16_t>(y_dist(rng)),
+                    std::span<const int32_t>(v, 9));
+    }
+  }
+  return t;
+}
+
+ClusterTable frames_of(const ClusterTable& t, std::size_t a, std::size_t b) {
+  ClusterTable out(3);
+  for (std::size_t k = a; k < b; ++k) {
+    const FrameRecord& r = t.frames()[k];
+    out.begin_frame(r.frame_number);
+    for (uint64_t i = r.first_cluster; i < r.first_cluster + r.n_clusters; ++i)
+      out.add_cluster(t.x()[i], t.y()[i], t.cluster_data(i));
+  }
+  return out;
+}
+
+config::Config products_config() {
+  config::Config cfg;
+  cfg.detector.rows = kRows;
+  cfg.detector.cols = kCols;
+  cfg.products.slice_frames = 64;
+  cfg.products.pixel_spectra = true;
+  cfg.products.eta = true;
+  cfg.products.energy_window = {100, 1800};
+  cfg.products.cluster_energy = true;
+  return cfg;
+}
+
+/// Runs the clusters through a consumer (`threads` workers, `queue` batches, batches of
+/// `batch` frames) into a fresh run file and reads it back.
+RunFileContents run(const ClusterTable& all, unsigned threads, std::size_t queue,
+                    std::size_t batch, const std::string& name) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("products_consumer_" + std::to_string(::getpid()) + "_" + name + ".h5");
+  std::filesystem::remove(path);
+  const config::Config cfg = products_config();
+  FinderParams finder;
+  finder.shape = {kRows, kCols};
+  RunMetadata meta;
+  meta.finder = finder;
+  meta.cluster_energy = true;
+  meta.slice_frames = cfg.products.slice_frames;
+  {
+    RunFileWriter file(path, meta);
+    ProductsConsumer products([&file] { return &file; }, threads, queue);
+    products.on_start(RunContext{cfg, 1, path, finder, "cpu"});
+    for (std::size_t at = 0; at < all.n_frames(); at += batch) {
+      const ClusterTable part = frames_of(all, at, std::min(all.n_frames(), at + batch));
+      file.append(part);
+      products.on_batch(FoundBatch{part, {}});
+    }
+    products.on_end(RunEnd{});
+    EXPECT_EQ(products.stats().frames, all.n_frames());
+    EXPECT_EQ(products.stats().dropped, 0u);
+    EXPECT_EQ(products.stats().failed, 0u);
+    file.close(nullptr);
+  }
+  RunFileContents f = read_run_file(path);
+  std::filesystem::remove(path);
+  return f;
+}
+
+}  // namespace
+
+TEST(ProductsConsumer, ProductsDoNotDependOnBatchesWorkersOrQueueLength) {
+  const ClusterTable all = clusters();
+  const RunFileContents one = run(all, 1, 1, 400, "one");
+  glint::testing::PlainProductParams p;
+  p.emin = 100;
+  p.emax = 1800;
+  p.slice_frames = 64;
+  glint::testing::expect_file_products(one, p);
+  glint::testing::expect_cluster_energies(one);
+  // 400 frames over 437 frame numbers from 5000: 7 slices of 64, the last one partial.
+  EXPECT_EQ(one.products.slice_frame_start,
+            (std::vector<uint64_t>{5000, 5064, 5128, 5192, 5256, 5320, 5384}));
+  // Batches of 400 frames are copied into the queue in parts by the run's thread and the
+  // workers at once (about 2048 clusters a part); smaller ones whole.
+  for (auto [threads, queue, batch] : {std::tuple{4u, 1u, 7u}, std::tuple{3u, 8u, 64u},
+                                       std::tuple{2u, 2u, 1u}, std::tuple{4u, 3u, 400u},
+                                       std::tuple{2u, 1u, 200u}}) {
+    const RunFileContents other = run(all, threads, queue, batch, "other");
+    const ProductsContents& a = one.products;
+    const ProductsContents& b = other.products;
+    SCOPED_TRACE(::testing::Message() << threads << " workers, queue " << queue << ", batches of "
+                                      << batch);
+    EXPECT_EQ(a.clusters, b.clusters);
+    EXPECT_EQ(a.frames, b.frames);
+    EXPECT_EQ(a.hitmap, b.hitmap);
+    EXPECT_EQ(a.energy_image, b.energy_image);
+    EXPECT_EQ(a.slices, b.slices);
+    EXPECT_EQ(a.slice_frame_start, b.slice_frame_start);
+    EXPECT_EQ(a.spectrum, b.spectrum);
+    EXPECT_EQ(a.underflow, b.underflow);
+    EXPECT_EQ(a.overflow, b.overflow);
+    EXPECT_EQ(a.pixel_spectra, b.pixel_spectra);
+    EXPECT_EQ(a.eta2, b.eta2);
+    EXPECT_EQ(a.eta3, b.eta3);
+    EXPECT_EQ(other.cluster_energy, one.cluster_energy);
+  }
+}
+
+TEST(ProductsConsumer, PreviewImagesFollowTheRunAndNeedNoFile) {
+  const ClusterTable all = clusters();
+  config::Config cfg = products_config();
+  cfg.products.slice_frames = 0;
+  FinderParams finder;
+  finder.shape = {kRows, kCols};
+  ProductsConsumer products({}, 2, 2);
+  EXPECT_TRUE(products.preview_images().empty());  // before the start
+  products.on_start(RunContext{cfg, 1, "", finder, "cpu"});
+  products.on_batch(FoundBatch{frames_of(all, 0, 100), {}});
+  products.on_end(RunEnd{});
+  const auto images = products.preview_images();
+  ASSERT_EQ(images.size(), 3u);
+  glint::testing::PlainProductParams p;
+  p.rows = kRows;
+  p.cols = kCols;
+  p.emin = 100;
+  p.emax = 1800;
+  const auto want = glint::testing::plain_products(frames_of(all, 0, 100), p, 5000);
+  EXPECT_EQ(images[0].frames, 100u);
+  for (std::size_t i = 0; i < want.hitmap.size(); ++i) {
+    ASSERT_EQ(images[0].values[i], static_cast<double>(want.hitmap[i]));
+    ASSERT_EQ(images[1].values[i], want.energy_image[i]);
+  }
+  for (std::size_t i = 0; i < want.spectrum.size(); ++i)
+    ASSERT_EQ(images[2].values[i], static_cast<double>(want.spectrum[i]));
+  EXPECT_EQ(products.snapshot().clusters, want.clusters);
+}

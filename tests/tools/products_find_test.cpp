@@ -1,0 +1,175 @@
+// `glint find --products` against a glintd run on the same frames (the same products to the
+// byte), on calibrated JUNGFRAU frames (keV), with other worker counts and batches, and its
+// usage errors.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <vector>
+
+#include "../common/products_check.hpp"
+#include "../pipeline/simulated_run.hpp"
+#include "glint/pipeline/acquisition.hpp"
+#include "glint/pipeline/run_file.hpp"
+#include "glint/pipeline/stream_simulator.hpp"
+#include "tool_test.hpp"
+
+using glint::testing::run_glint;
+using glint::testing::ToolResult;
+using namespace glint;
+using namespace glint::pipeline;
+using namespace std::chrono_literals;
+
+namespace {
+
+class GlintFindProducts : public glint::testing::ScratchDirTest {
+ protected:
+  GlintFindProducts() : ScratchDirTest("glint_find_products_test") {}
+};
+
+constexpr uint32_t kRows = 48, kCols = 64, kDark = 1000;  // glint find's pedestal window
+
+/// Frames [0, n) of `source` as an N x rows x cols uint16 dataset /data.
+void write_frames(const std::string& path, const SimImageSource& source, uint64_t n) {
+  const hsize_t dims[3] = {n, kRows, kCols};
+  std::vector<uint16_t> frames(n * kRows * kCols);
+  for (uint64_t i = 0; i < n; ++i)
+    source.fill(i, std::span<uint16_t>(frames).subspan(i * kRows * kCols, kRows * kCols));
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t space = H5Screate_simple(3, dims, nullptr);
+  const hid_t ds =
+      H5Dcreate2(f, "data", H5T_STD_U16LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, frames.data()), 0);
+  H5Dclose(ds);
+  H5Sclose(space);
+  H5Fclose(f);
+}
+
+void expect_same_products(const ProductsContents& a, const ProductsContents& b) {
+  EXPECT_EQ(a.energy_kind, b.energy_kind);
+  EXPECT_EQ(a.energy_window, b.energy_window);
+  EXPECT_EQ(a.clusters, b.clusters);
+  EXPECT_EQ(a.frames, b.frames);
+  EXPECT_EQ(a.hitmap, b.hitmap);
+  EXPECT_EQ(a.energy_image, b.energy_image);
+  EXPECT_EQ(a.slices, b.slices);
+  EXPECT_EQ(a.spectrum, b.spectrum);
+  EXPECT_EQ(a.spectrum_edges, b.spectrum_edges);
+  EXPECT_EQ(a.underflow, b.underflow);
+  EXPECT_EQ(a.overflow, b.overflow);
+  EXPECT_EQ(a.pixel_spectra, b.pixel_spectra);
+  EXPECT_EQ(a.eta2, b.eta2);
+  EXPECT_EQ(a.eta3, b.eta3);
+  EXPECT_EQ(a.eta2_outside, b.eta2_outside);
+  EXPECT_EQ(a.eta3_outside, b.eta3_outside);
+}
+
+}  // namespace
+
+TEST_F(GlintFindProducts, SameProductsAsAGlintdRunOnTheSameFrames) {
+  glint::testing::SimulatedRun c =
+      glint::testing::simulated_run("find_products", kRows, kCols, kDark, /*batch_frames=*/32);
+  c.sim.image.photons = 20;
+  c.sim.frames = 100;
+  c.sim.rate_hz = 10000;  // the run keeps up: no frame is dropped
+  c.cfg.ingest.queue_frames = 1200;
+  auto& p = c.cfg.products;
+  p.energy = "2x2";
+  p.energy_window = {150, 1200};
+  p.slice_frames = 30;
+  p.pixel_spectra = true;
+  p.eta = true;
+  RunFileContents daemon_file;
+  {
+    Acquisition run(c.cfg, 1, std::nullopt);
+    run_stream_simulator(c.sim);
+    ASSERT_TRUE(run.wait(60s));
+    ASSERT_EQ(run.stats().error, "");
+    ASSERT_EQ(run.stats().dropped, 0u);
+    daemon_file = read_run_file(run.file());
+  }
+  const std::string frames = path("frames.h5"), out = path("out.h5");
+  write_frames(frames, SimImageSource(c.sim.image, kDark), kDark + c.sim.frames);
+  const ToolResult r = run_glint("find -q -i " + frames + " --dark 1000 --backend cpu -o " + out +
+                                 " --products all,slices:30 --energy-window 150,1200 "
+                                 "--energy 2x2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const RunFileContents f = read_run_file(out);
+  ASSERT_TRUE(std::ranges::equal(f.clusters.data(), daemon_file.clusters.data()));
+  EXPECT_EQ(f.cluster_energy, daemon_file.cluster_energy);
+  EXPECT_EQ(f.cluster_energy_2x2, daemon_file.cluster_energy_2x2);
+  expect_same_products(f.products, daemon_file.products);
+  EXPECT_GT(f.products.clusters, 300u);
+  EXPECT_EQ(f.products.frames, 100u);
+  // glintd's frames are numbered from 1, find's from 0 (the index in the dataset): the slices
+  // start at each run's first data frame.
+  ASSERT_EQ(f.products.slice_frame_start.size(), 4u);
+  for (std::size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(f.products.slice_frame_start[k], kDark + 30 * k);
+    EXPECT_EQ(daemon_file.products.slice_frame_start[k], kDark + 1 + 30 * k);
+  }
+  glint::testing::PlainProductParams want;
+  want.quadrant = true;
+  want.emin = 150;
+  want.emax = 1200;
+  want.slice_frames = 30;
+  glint::testing::expect_file_products(f, want);
+}
+
+TEST_F(GlintFindProducts, CalibratedFramesGiveProductsInKeV) {
+  ToolResult r = run_glint(
+      "synth -q -o " + path("jf.h5") + " --rows 64 --cols 128 --dark 1000 --frames 200 "
+      "--photons 60 --jungfrau --gain-switch-rate 2e-3 --seed 23 --gain-file " +
+      path("gain.bin") + " --pedestal-file " + path("ped.bin"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_glint("find -q -i " + path("jf.h5") + " --detector jungfrau --backend cpu --gain-file " +
+                path("gain.bin") + " --pedestal-file " + path("ped.bin") + " -o " +
+                path("cal.h5") + " --products all,slices:64 --energy-window 2.5,40");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const RunFileContents f = read_run_file(path("cal.h5"));
+  ASSERT_EQ(f.clusters.value_type(), ClusterValues::float32);
+  ASSERT_GT(f.clusters.n_clusters(), 5000u);
+  glint::testing::expect_cluster_energies(f);
+  glint::testing::PlainProductParams want;
+  want.calibrated = true;
+  want.emin = 2.5;
+  want.emax = 40;
+  want.spectrum_hi = 50;  // keV
+  want.slice_frames = 64;
+  glint::testing::expect_file_products(f, want);
+  EXPECT_EQ(f.products.units, "keV");
+  EXPECT_GT(f.products.clusters, 3000u);
+  EXPECT_LT(f.products.clusters, f.clusters.n_clusters());
+}
+
+TEST_F(GlintFindProducts, WorkerCountAndBatchSizeChangeNothing) {
+  ASSERT_EQ(run_glint("synth -q -o " + path("in.h5") + " --rows 40 --cols 50 --dark 1000 "
+                      "--frames 300 --photons 40 --seed 3").status, 0);
+  const std::string common = "find -q -i " + path("in.h5") + " --backend cpu " +
+                             " --products all,slices:17 -o ";
+  ToolResult r = run_glint(common + path("a.h5") + " --products-threads 1 --batch 256");
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_glint(common + path("b.h5") + " --products-threads 4 --batch 7");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const RunFileContents a = read_run_file(path("a.h5")), b = read_run_file(path("b.h5"));
+  EXPECT_GT(a.products.clusters, 5000u);
+  expect_same_products(a.products, b.products);
+  EXPECT_EQ(a.products.slice_frame_start, b.products.slice_frame_start);
+  EXPECT_EQ(a.products.slice_frame_start.size(), 18u);  // 300 frames: 17 x 17 + 11
+}
+
+TEST_F(GlintFindProducts, BadProductOptionsAreOneLineUsageErrors) {
+  ASSERT_EQ(run_glint("synth -q -o " + path("in.h5") + " --rows 20 --cols 30 --dark 1000 "
+                      "--frames 2 --seed 3").status, 0);
+  const std::string in = "find -q -i " + path("in.h5") + " -o " + path("o.h5");
+  glint::testing::expect_failure(in + " --products hitmap,colour", 2,
+                                 "--products hitmap,colour: 'colour' is not allowed");
+  glint::testing::expect_failure(in + " --products slices:0", 2, "slices:N with N > 0");
+  glint::testing::expect_failure(in + " --products all --energy-window 5,1", 2,
+                                 "--energy-window 5,1: expected EMIN,EMAX with EMIN < EMAX");
+  glint::testing::expect_failure(in + " --products all --energy 3x3", 2,
+                                 "--energy 3x3: allowed are sum");
+  glint::testing::expect_failure(in + " --energy-window 1,2", 2,
+                                 "--energy-window and --energy need --products");
+  glint::testing::expect_failure("find -q -i " + path("in.h5") + " --products all", 2,
+                                 "--products needs -o/--output");
+}
