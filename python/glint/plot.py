@@ -39,7 +39,7 @@ def _window_text(attrs, units):
     lo, hi = (float(v) for v in window)
     if np.isinf(lo) and np.isinf(hi):
         return ""
-    return f", {lo:g} to {hi:g} {units}"
+    return f", energy window {lo:g} to {hi:g} {units}"
 
 
 def _summary(attrs):
@@ -79,8 +79,9 @@ def _pixel_axes(ax):
     ax.set_ylabel("y (pixel row)")
 
 
-def _title(ax, run, text):
-    ax.set_title(f"{os.path.basename(run.path)}: {text}")
+def _title(ax, run, text, detail=""):
+    """"RUN.h5: what", and the details (counts, window, ...) on a second line."""
+    ax.set_title(f"{os.path.basename(run.path)}: {text}" + (f"\n{detail}" if detail else ""))
 
 
 def plot_hitmap(fig, run, **_):
@@ -89,7 +90,7 @@ def plot_hitmap(fig, run, **_):
     _image(fig, ax, p.signal, "clusters per pixel", vmin=0)
     _pixel_axes(ax)
     units = _energy_units(run)
-    _title(ax, run, f"hit map ({_summary(p.attrs)}{_window_text(p.attrs, units)})")
+    _title(ax, run, "hit map", f"{_summary(p.attrs)}{_window_text(p.attrs, units)}")
 
 
 def _energy_units(run):
@@ -109,7 +110,7 @@ def plot_energy(fig, run, **_):
     _image(fig, ax, p.signal, f"summed cluster energy ({units})",
            vmin=min(0.0, float(np.nanmin(p.signal))) if p.signal.size else 0.0)
     _pixel_axes(ax)
-    _title(ax, run, f"energy image ({_summary(p.attrs)}{_window_text(p.attrs, units)})")
+    _title(ax, run, "energy image", f"{_summary(p.attrs)}{_window_text(p.attrs, units)}")
 
 
 def plot_spectrum(fig, run, log=False, **_):
@@ -130,7 +131,7 @@ def plot_spectrum(fig, run, log=False, **_):
     for name in ("underflow", "overflow"):
         if name in p.attrs:
             extra.append(f"{name} {int(p.attrs[name])}")
-    _title(ax, run, "spectrum (" + ", ".join([_summary(p.attrs)] + extra) + ")")
+    _title(ax, run, "spectrum", ", ".join([_summary(p.attrs)] + extra))
 
 
 def _pedestal_units(run):
@@ -212,7 +213,7 @@ def plot_subpixel(fig, run, **_):
     ax.set_ylabel("y (pixels)")
     outside = f", {int(p.attrs['outside'])} outside the calibration" if "outside" in p.attrs \
         else ""
-    _title(ax, run, f"sub-pixel image, factor {f} ({_summary(p.attrs)}{outside})")
+    _title(ax, run, f"sub-pixel image, factor {f}", f"{_summary(p.attrs)}{outside}")
 
 
 def plot_recon(fig, run, slice=None, **_):  # noqa: A002 (the command's option name)
@@ -230,8 +231,8 @@ def plot_recon(fig, run, slice=None, **_):  # noqa: A002 (the command's option n
     ax = fig.add_subplot()
     _image(fig, ax, volume[k], label)
     _pixel_axes(ax)
-    _title(ax, run, f"reconstruction, volume {info['index']} (frames {info['first_frame']} to "
-                    f"{info['last_frame']}), slice {k} of {volume.shape[0]}")
+    _title(ax, run, f"reconstruction, volume {info['index']}",
+           f"frames {info['first_frame']} to {info['last_frame']}, slice {k} of {volume.shape[0]}")
 
 
 PLOTS = {"hitmap": plot_hitmap, "energy": plot_energy, "spectrum": plot_spectrum,

@@ -157,7 +157,8 @@ def test_labels_colour_bars_and_titles(glint, products_run, raw_run):
         assert fig.axes[0].get_xlabel() == "x (pixels)"
         assert "factor 3" in fig.axes[0].get_title()
         fig = gplot.figure(r, "recon")
-        assert "volume 1 (frames 1100 to 1299), slice 1 of 2" in fig.axes[0].get_title()
+        assert fig.axes[0].get_title() == ("prod_run.h5: reconstruction, volume 1\n"
+                                           "frames 1100 to 1299, slice 1 of 2")
     with glint.RunFile(raw_run["run"]) as r:
         fig = gplot.figure(r, "noise")
         assert fig.axes[1].get_ylabel() == "noise rms (ADU)"

@@ -38,7 +38,7 @@ def test_products_agree_with_the_clusters(glint, products_run):
         spectrum = run.product("spectrum")
         pixel_spectra = run.pixel_spectra
         starts, slices = run.hitmap_slices
-        eta2 = run.eta2
+        eta = {name: run.product(name) for name in ("eta2", "eta3")}
     assert len(clusters) > 1000
     data = clusters["data"].astype(np.int64)
     assert np.array_equal(energy, data.sum(axis=(1, 2)))
@@ -65,7 +65,11 @@ def test_products_agree_with_the_clusters(glint, products_run):
         expected_slice = np.zeros((rows, cols), np.uint32)
         np.add.at(expected_slice, (y[sel], x[sel]), 1)
         assert np.array_equal(slices[k], expected_slice)
-    assert 0.9 * len(clusters) <= eta2.sum() <= len(clusters)
+    # Every cluster is in the eta distributions or counted outside their range.
+    for name, p in eta.items():
+        assert int(p.attrs["clusters"]) == len(clusters), name
+        assert int(p.signal.sum()) + int(p.attrs["outside"]) == len(clusters), name
+    assert int(eta["eta3"].attrs["outside"]) < int(eta["eta2"].attrs["outside"])
 
 
 def test_plot_of_a_real_hitmap_reads_back(glint_bin, glint, products_run, tmp_path):
