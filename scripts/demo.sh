@@ -3,7 +3,8 @@
 # `glint sim` (an slsReceiver stand-in: 1000 dark + 1000 photon frames of 400 x 400 at 250
 # frames/s) streams over loopback into `glintd` (config/glintd.example.yaml), which finds the
 # photon clusters (GPU when usable, else the exact CPU backend) and writes the run's HDF5 file;
-# the script ends with the run's summary and the file's path (under build/demo/runs/).
+# the script ends with the run's summary, the file's path (under build/demo/runs/) and PNGs of
+# the run's hit map and spectrum next to it (`glint plot`).
 #   bash scripts/demo.sh            (as root on a fresh Debian 12 machine for the set-up step)
 # GLINT_DEMO_BUILD_DIR=DIR skips the set-up and build steps and uses that build (the tests do);
 # GLINT_DEMO_FRAMES and GLINT_DEMO_RATE change the photon frames (1000) and their rate (250/s).
@@ -61,3 +62,8 @@ trap - EXIT
 echo
 echo "demo: run file $file"
 command -v h5ls > /dev/null && h5ls -r "$file" | head -20 || true
+echo
+for what in hitmap spectrum; do
+  png=$("$bin/glint" plot "$file" --what "$what")
+  echo "demo: $what plot $png"
+done

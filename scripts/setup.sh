@@ -18,6 +18,7 @@ packages=(
   libpng-dev
   clang libclang-rt-dev
   python3 python3-h5py python3-numpy python3-zmq python3-pytest python3-venv
+  pybind11-dev python3-dev python3-matplotlib python3-pil
 )
 missing=()
 for p in "${packages[@]}"; do

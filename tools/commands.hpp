@@ -51,5 +51,7 @@ void add_recon_command(CLI::App& app);
 void add_eta_calibrate_command(CLI::App& app);
 /// `glint view`: glintd's live view as PNG files (tools/view_command.cpp).
 void add_view_command(CLI::App& app);
+/// `glint plot`: runs python3 -m glint.plot with the glint package (tools/plot_command.cpp).
+void add_plot_command(CLI::App& app);
 
 }  // namespace glint::tools

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   glint::tools::add_recon_command(app);
   glint::tools::add_eta_calibrate_command(app);
   glint::tools::add_view_command(app);
+  glint::tools::add_plot_command(app);
   app.parse_complete_callback([&] { glint::log::set_level(glint::log::parse_level(log_level)); });
 
   try {

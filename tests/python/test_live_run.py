@@ -1,0 +1,91 @@
+"""RunFile on a run that glintd is still writing (SWMR): every read during the run sees whole,
+flushed rows only, each snapshot is a prefix of the closed file, and the rows grow."""
+import json
+import os
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import run_glint
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_reading_a_run_while_glintd_writes_it(glint, glint_bin, tmp_path):
+    glintd = os.path.join(os.path.dirname(glint_bin), "glintd")
+    if not os.access(glintd, os.X_OK):
+        pytest.skip(f"no glintd at {glintd}")
+    control = f"tcp://127.0.0.1:{free_port()}"
+    runs = tmp_path / "runs"
+    config = tmp_path / "glintd.yaml"
+    config.write_text(f"""
+detector: {{rows: 64, cols: 64, ports: [1, 1]}}
+ingest:
+  endpoints: [tcp://127.0.0.1:{free_port()}]
+pedestal: {{dark_frames: 200, window: 200}}
+finder: {{backend: cpu, threads: 1}}
+output: {{directory: {runs}, flush_interval_ms: 100}}
+control: {{endpoint: {control}}}
+""")
+    log = open(tmp_path / "glintd.log", "w")
+    daemon = subprocess.Popen([glintd, "--config", str(config)], stdout=log,
+                              stderr=subprocess.STDOUT)
+    ctl = ["ctl", "--endpoint", control]
+    try:
+        for _ in range(100):
+            if run_glint(glint_bin, *ctl, "status", check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+        reply = json.loads(run_glint(glint_bin, *ctl, "start", "--json").stdout)
+        path = reply["file"]
+        sim = subprocess.Popen([glint_bin, "--log-level", "warn", "sim", "--config", str(config),
+                                "--frames", "4000", "--rate", "1000", "--wait-ms", "10000",
+                                "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        snapshots = []
+        while sim.poll() is None:
+            with glint.RunFile(path) as run:
+                assert run.swmr
+                # Each read takes the rows flushed when it starts; the file grows meanwhile.
+                frames = np.concatenate([np.empty(0, run.frame_dtype())] +
+                                        list(run.frames(chunk=700)))
+                clusters = np.concatenate([np.empty(0, run.cluster_dtype())] +
+                                          list(run.clusters(chunk=700)))
+            n, m = len(frames), len(clusters)
+            if n:
+                # A frame's clusters are written before its row: every row's clusters are there.
+                last = frames[-1]
+                assert last["cluster_offset"] + last["n_clusters"] <= m
+            snapshots.append((n, m, frames, clusters))
+            time.sleep(0.05)
+        assert sim.wait() == 0, sim.stdout.read()
+        for _ in range(100):
+            status = json.loads(run_glint(glint_bin, *ctl, "status", "--json").stdout)
+            if status.get("last_run"):
+                break
+            time.sleep(0.1)
+        run_glint(glint_bin, *ctl, "shutdown")
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        log.close()
+    with glint.RunFile(path) as run:
+        assert run.n_frames == 4200
+        final_frames = np.concatenate(list(run.frames()))
+        final_clusters = np.concatenate(list(run.clusters()))
+    assert len(final_clusters) > 1000
+    growing = [s for s in snapshots if 0 < s[0] < 4200]
+    assert len(growing) >= 3, f"{len(snapshots)} reads, {len(growing)} during the data frames"
+    previous = (0, 0)
+    for n, m, frames, clusters in snapshots:
+        assert n >= previous[0] and m >= previous[1]
+        previous = (n, m)
+        assert np.array_equal(frames, final_frames[:n])
+        assert np.array_equal(clusters, final_clusters[:m])
