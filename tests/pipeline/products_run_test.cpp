@@ -140,7 +140,7 @@ TEST(ProductsRun, AnUnusableSubpixelCalibrationFailsTheStartNamingTheKeyAndFile)
       true);
   c.cfg.products.subpixel_calibration = path.string();
   {
-    Acquisition run(c.cfg, 1, std::nullopt);
+    Acquisition run(c.cfg, 2, std::nullopt);
     ASSERT_TRUE(run.wait(20s));
     EXPECT_EQ(run.stats().error,
               "products.subpixel.calibration: '" + path.string() +
