@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <numeric>
 #include <random>
 
@@ -68,6 +69,9 @@ const std::filesystem::path& calibration_path() {
     products::write_eta_calibration(p, f, true);
     return p;
   }();
+  // Registered once the path exists, so it runs before the path is destroyed.
+  [[maybe_unused]] static const bool cleanup =
+      std::atexit([] { std::filesystem::remove(calibration_path()); }) == 0;
   return path;
 }
 
