@@ -70,7 +70,10 @@ void print_products_timing(const BenchFindOptions& o, double fps_off, double fps
 }
 
 config::ProductsConfig bench_products_config(const BenchFindOptions& o) {
-  return products_option(o.products, "", "sum");
+  config::ProductsConfig pc =
+      products_option(o.products, "", "sum", o.eta_calibration, o.subpixel);
+  pipeline::load_subpixel_calibration(pc, o.cluster_size);  // checked before any timing
+  return pc;
 }
 
 double products_ns_per_cluster(const config::ProductsConfig& pc, const FinderParams& params,
@@ -78,7 +81,8 @@ double products_ns_per_cluster(const config::ProductsConfig& pc, const FinderPar
   uint64_t clusters = 0;
   for (const ClusterTable& t : batches) clusters += t.n_clusters();
   if (clusters == 0) return 0.0;
-  const products::ProductSettings s = pipeline::product_settings(pc, params);
+  products::ProductSettings s = pipeline::product_settings(pc, params);
+  s.subpixel = pipeline::load_subpixel_calibration(pc, params.cluster_size);
   products::ProductSums sums(s, false);  // per-pixel spectra shared, as the workers have them
   products::CountTable shared(s.pixel_spectra ? s.pixels() * s.spectrum.bins : 0);
   const uint64_t origin =
@@ -231,8 +235,13 @@ void add_bench_find(CLI::App& bench) {
                 "JUNGFRAU: calibrated frames with glint synth's gain maps and G1/G2 pedestals");
   cmd->add_option("--products", a->o.products,
                   "also time the same frames with these products on (as glint find --products: "
-                  "all, or hitmap,spectrum,eta,pixel_spectra,slices:N) and one products "
-                  "worker's cost per cluster");
+                  "all, or hitmap,spectrum,eta,pixel_spectra,subpixel,slices:N) and one "
+                  "products worker's cost per cluster");
+  cmd->add_option("--eta-calibration", a->o.eta_calibration,
+                  "with --products: time the sub-pixel image with this eta calibration file");
+  cmd->add_option("--subpixel", a->o.subpixel, "sub-pixels per pixel and axis (1 to 100)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   cmd->add_option("--products-threads", a->o.products_threads,
                   "products worker threads, 0 = as glintd (min(4, cores / 4))")
       ->capture_default_str();

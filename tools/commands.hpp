@@ -28,11 +28,15 @@ const std::atomic<bool>& stop_on_signals();
 
 /// `glint find`: cluster finding over an HDF5 frame file.
 void add_find_command(CLI::App& app);
-/// The products: section that `--products LIST [--energy-window EMIN,EMAX] [--energy KIND]`
-/// stand for (glint find, glint bench find); glintd's defaults otherwise. Throws
+/// The products: section that `--products LIST [--energy-window EMIN,EMAX] [--energy KIND]
+/// [--eta-calibration FILE] [--subpixel F]` stand for (glint find, glint bench find); glintd's
+/// defaults otherwise. An eta calibration turns the sub-pixel image on (as
+/// products.subpixel.calibration); the list item `subpixel` asks for it and needs one. Throws
 /// std::invalid_argument naming the option and what is allowed.
 config::ProductsConfig products_option(const std::string& list, const std::string& window,
-                                       const std::string& energy);
+                                       const std::string& energy,
+                                       const std::string& eta_calibration = "",
+                                       uint32_t subpixel_factor = 5);
 /// `glint synth`: writes synthetic frames to an HDF5 file.
 void add_synth_command(CLI::App& app);
 /// `glint pedestal`: a pedestal file from dark frames in an HDF5 file.

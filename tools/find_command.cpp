@@ -52,14 +52,19 @@ struct FindArgs {
   std::string products;              ///< all | hitmap,spectrum,eta,pixel_spectra,slices:N
   std::string energy_window;         ///< EMIN,EMAX
   std::string energy = "sum";        ///< sum | 2x2
+  std::string eta_calibration;       ///< the sub-pixel image's calibration file
+  uint32_t subpixel = 5;             ///< sub-pixels per pixel and axis
   unsigned products_threads = 0;     ///< 0: as glintd's products.threads auto
 };
 
 }  // namespace
 
 config::ProductsConfig products_option(const std::string& list, const std::string& window,
-                                       const std::string& energy) {
+                                       const std::string& energy,
+                                       const std::string& eta_calibration,
+                                       uint32_t subpixel_factor) {
   config::ProductsConfig p;
+  bool subpixel = false;
   p.hitmap = false;
   if (energy != "sum" && energy != "2x2")
     throw std::invalid_argument("--energy " + energy +
@@ -82,6 +87,8 @@ config::ProductsConfig products_option(const std::string& list, const std::strin
       p.eta = true;
     } else if (item == "pixel_spectra") {
       p.pixel_spectra = true;
+    } else if (item == "subpixel") {
+      subpixel = true;
     } else if (item.starts_with("slices:") && item.size() > 7 &&
                item.find_first_not_of("0123456789", 7) == std::string::npos &&
                item.size() <= 16 && std::stoull(item.substr(7)) > 0 &&
@@ -90,9 +97,20 @@ config::ProductsConfig products_option(const std::string& list, const std::strin
     } else {
       throw std::invalid_argument("--products " + list + ": '" + item +
                                   "' is not allowed (allowed: all, or a comma-separated list of "
-                                  "hitmap, spectrum, eta, pixel_spectra, slices:N with N > 0)");
+                                  "hitmap, spectrum, eta, pixel_spectra, subpixel, slices:N "
+                                  "with N > 0)");
     }
   }
+  if (subpixel && eta_calibration.empty())
+    throw std::invalid_argument("--products " + list +
+                                ": subpixel needs --eta-calibration FILE (a file made by glint "
+                                "eta-calibrate)");
+  if (subpixel_factor < 1 || subpixel_factor > 100)
+    throw std::invalid_argument(fmt::format("--subpixel {}: allowed are 1 to 100 sub-pixels per "
+                                            "pixel and axis",
+                                            subpixel_factor));
+  p.subpixel_calibration = eta_calibration;
+  p.subpixel_factor = subpixel_factor;
   if (!window.empty()) {
     const auto comma = window.find(',');
     double lo = 0, hi = 0;
@@ -152,10 +170,11 @@ std::string settings_yaml(const FindArgs& a, const std::string& backend) {
       "  cluster_size: {}\n  backend: {}\n  threads: {}\ndetector:\n  type: {}\n"
       "calibration:\n  gain_file: '{}'\n  pedestal_file: '{}'\n  hg0: {}\n"
       "mask:\n  file: '{}'\n  from_dark: {}\n  noisy_factor: {}\n"
-      "products:\n  list: '{}'\n  energy_window: '{}'\n  energy: {}\n",
+      "products:\n  list: '{}'\n  energy_window: '{}'\n  energy: {}\n"
+      "  subpixel: {{calibration: '{}', factor: {}}}\n",
       a.input, a.dataset, a.dark, a.pedestal_source, a.n_sigma, a.cluster_size, backend,
       a.threads, a.detector, a.gain_file, a.pedestal_file, a.hg0, a.mask, a.mask_from_dark,
-      a.noisy_factor, a.products, a.energy_window, a.energy);
+      a.noisy_factor, a.products, a.energy_window, a.energy, a.eta_calibration, a.subpixel);
 }
 
 /// The pedestal of --pedestal-source file:PATH (a pedestal file, or a closed run file), checked
@@ -255,12 +274,17 @@ int run_find(FindArgs a) {
   const bool want_products = !a.products.empty();
   if (!want_products && (!a.energy_window.empty() || a.energy != "sum"))
     throw InputError("--energy-window and --energy need --products");
+  if (!want_products && !a.eta_calibration.empty())
+    throw InputError("--eta-calibration needs --products (the sub-pixel image is a product)");
   if (want_products && a.output.empty())
     throw InputError("--products needs -o/--output (the products are written into the run file)");
   config::Config products_cfg;
   if (want_products) {
     try {
-      products_cfg.products = products_option(a.products, a.energy_window, a.energy);
+      products_cfg.products = products_option(a.products, a.energy_window, a.energy,
+                                              a.eta_calibration, a.subpixel);
+      // The calibration checked before any output is made (the run reads it again).
+      pipeline::load_subpixel_calibration(products_cfg.products, a.cluster_size);
     } catch (const std::invalid_argument& e) {
       throw InputError(e.what());
     }
@@ -459,13 +483,21 @@ void add_find_command(CLI::App& app) {
   cmd->add_option("--products", a->products,
                   "compute the run's products into the output file (docs/products.md): all, or "
                   "a comma-separated list of hitmap (with the energy image), spectrum (always "
-                  "made), eta, pixel_spectra, slices:N (a hit map per N frames)");
+                  "made), eta, pixel_spectra, subpixel (needs --eta-calibration), slices:N (a "
+                  "hit map per N frames)");
   cmd->add_option("--energy-window", a->energy_window,
                   "EMIN,EMAX: only clusters with an energy in [EMIN, EMAX] count in the "
                   "products (ADU, or keV for calibrated frames)");
   cmd->add_option("--energy", a->energy,
                   "which cluster energy the products use: sum (S x S) or 2x2 (the largest 2 x 2 "
                   "quadrant)")
+      ->capture_default_str();
+  cmd->add_option("--eta-calibration", a->eta_calibration,
+                  "with --products: an eta calibration file (glint eta-calibrate) for the "
+                  "sub-pixel image /entry/subpixel_image");
+  cmd->add_option("--subpixel", a->subpixel,
+                  "sub-pixels per pixel and axis of the sub-pixel image (1 to 100)")
+      ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("--products-threads", a->products_threads,
                   "worker threads for the products, 0 = as glintd (min(4, cores / 4))")

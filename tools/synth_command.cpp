@@ -25,6 +25,7 @@ void add_synth_command(CLI::App& app) {
     bool overwrite = false;
     bool quiet = false;
     std::string gain_file, pedestal_file;
+    std::vector<double> photon_at;
   };
   auto a = std::make_shared<Args>();
   a->config.shape = {400, 400};
@@ -39,6 +40,16 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--crowded-every", a->config.crowded_every,
                   "every n-th photon frame carries 12x the photons (0: never)")
       ->capture_default_str();
+  cmd->add_option("--photon-grid", a->config.photon_grid,
+                  "N > 0: one photon in every N x N cell of each photon frame, isolated, in the "
+                  "cell's central pixel (in place of --photons): a flat field for glint "
+                  "eta-calibrate, or known positions with --photon-at")
+      ->check(CLI::Range(0u, 65535u))
+      ->capture_default_str();
+  cmd->add_option("--photon-at", a->photon_at,
+                  "X,Y in [0, 1): with --photon-grid, every photon at this position within its "
+                  "pixel (default: uniform over the pixel)")
+      ->delimiter(',');
   cmd->add_option("--seed", a->config.seed, "random seed (same seed, same bytes)")
       ->capture_default_str();
   cmd->add_flag("--jungfrau", a->config.jungfrau,
@@ -68,6 +79,15 @@ void add_synth_command(CLI::App& app) {
   cmd->add_flag("--overwrite", a->overwrite, "replace an existing file");
   cmd->add_flag("-q,--quiet", a->quiet, "no summary line");
   cmd->callback([a] {
+    if (!a->photon_at.empty()) {
+      const auto& v = a->photon_at;
+      if (v.size() != 2 || !(v[0] >= 0.0 && v[0] < 1.0 && v[1] >= 0.0 && v[1] < 1.0))
+        fail("glint synth", "--photon-at: expected X,Y with each in [0, 1)", kExitUsage);
+      if (a->config.photon_grid == 0)
+        fail("glint synth", "--photon-at needs --photon-grid N", kExitUsage);
+      a->config.photon_grid_x = v[0];
+      a->config.photon_grid_y = v[1];
+    }
     std::unique_ptr<synth::Generator> gen;
     try {
       gen = std::make_unique<synth::Generator>(a->config);

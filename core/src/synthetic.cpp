@@ -81,6 +81,8 @@ void validate(const Config& c) {
                    c.dark_switch_rate, c.invalid_gain_rate})
     if (!(f >= 0.0 && f <= 1.0)) fail("fractions and rates must be in [0, 1]");
   if (!(c.crowded_factor >= 0.0)) fail("crowded_factor must be >= 0");
+  for (double o : {c.photon_grid_x, c.photon_grid_y})
+    if (!(o < 1.0)) fail("photon_grid_x and photon_grid_y must be < 1 (negative: uniform)");
   for (const auto* list : {&c.stuck_pixels, &c.noisy_pixels, &c.dark_g1_pixels})
     for (uint32_t i : *list)
       if (i >= c.shape.pixels())
@@ -192,8 +194,12 @@ void Generator::place_photons(uint64_t index, OnPhoton&& photon, OnTie&& tie) co
     for (uint32_t y0 = 0; y0 + g <= rows; y0 += g)
       for (uint32_t x0 = 0; x0 + g <= cols; x0 += g) {
         const double energy = config_.photon_adu * (0.95 + 0.1 * rng.uniform());
-        const double x = static_cast<double>(x0 + g / 2) + rng.uniform();
-        const double y = static_cast<double>(y0 + g / 2) + rng.uniform();
+        const double ux = rng.uniform();
+        const double uy = rng.uniform();
+        const double x = static_cast<double>(x0 + g / 2) +
+                         (config_.photon_grid_x >= 0.0 ? config_.photon_grid_x : ux);
+        const double y = static_cast<double>(y0 + g / 2) +
+                         (config_.photon_grid_y >= 0.0 ? config_.photon_grid_y : uy);
         photon(x, y, energy);
       }
     return;

@@ -15,6 +15,7 @@
 #include "glint/gpu/device.hpp"
 #include "glint/log.hpp"
 #include "glint/pipeline/pixel_mask.hpp"
+#include "glint/pipeline/products_consumer.hpp"
 #include "glint/tv/forward_spec.hpp"
 
 namespace glint::daemon {
@@ -109,11 +110,17 @@ Preflight preflight(const config::Config& c, bool mask_is_fatal) {
     }
   }
 
-  if (!c.products.subpixel_calibration.empty())
-    add(p.problems, "products.subpixel.calibration",
-        fmt::format("'{}': the sub-pixel image is not available in this version of glint "
-                    "(allowed: \"\")",
-                    log::one_line(c.products.subpixel_calibration)));
+  if (!c.products.subpixel_calibration.empty()) {
+    try {
+      pipeline::load_subpixel_calibration(c.products, c.finder.cluster_size);
+    } catch (const std::exception& e) {
+      // The message starts with the key; the problem names it once.
+      std::string why = e.what();
+      const std::string key = "products.subpixel.calibration: ";
+      if (why.starts_with(key)) why.erase(0, key.size());
+      add(p.problems, "products.subpixel.calibration", log::one_line(why));
+    }
+  }
 
   if (c.reconstruction.enabled) {
     tv::ForwardSpec spec;

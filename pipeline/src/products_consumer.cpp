@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "glint/log.hpp"
+#include "glint/products/eta_calibration_file.hpp"
 
 namespace glint::pipeline {
 
@@ -34,7 +35,31 @@ products::ProductSettings product_settings(const config::ProductsConfig& c,
   s.pixel_spectra = c.pixel_spectra;
   s.eta = c.eta;
   s.eta_bins = c.eta_bins;
+  s.subpixel_calibration = c.subpixel_calibration;
+  s.subpixel_factor = c.subpixel_factor;
   return s;
+}
+
+std::shared_ptr<const products::EtaCalibration> load_subpixel_calibration(
+    const config::ProductsConfig& c, int cluster_size) {
+  if (c.subpixel_calibration.empty()) return nullptr;
+  const std::string key = "products.subpixel.calibration";
+  products::EtaCalibrationFile f = [&] {
+    try {
+      return products::read_eta_calibration(c.subpixel_calibration);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(fmt::format(
+          "{}: {} (allowed: an eta calibration file made by glint eta-calibrate, or \"\")", key,
+          log::one_line(e.what())));
+    }
+  }();
+  if (f.cluster_size != cluster_size)
+    throw std::invalid_argument(fmt::format(
+        "{}: '{}': made from {} x {} clusters, this run finds {} x {} clusters (allowed: a "
+        "calibration of the run's finder.cluster_size)",
+        key, log::one_line(c.subpixel_calibration), f.cluster_size, f.cluster_size,
+        cluster_size, cluster_size));
+  return std::make_shared<const products::EtaCalibration>(std::move(f.calibration));
 }
 
 unsigned products_threads(const config::ProductsConfig& c) {
@@ -58,11 +83,8 @@ void ProductsConsumer::stop_workers() {
 }
 
 void ProductsConsumer::on_start(const RunContext& run) {
-  if (!run.cfg.products.subpixel_calibration.empty())
-    throw std::invalid_argument(
-        "products.subpixel.calibration: '" + run.cfg.products.subpixel_calibration +
-        "': the sub-pixel image is not available in this version of glint (allowed: \"\")");
   settings_ = product_settings(run.cfg.products, run.finder);
+  settings_.subpixel = load_subpixel_calibration(run.cfg.products, run.finder.cluster_size);
   threads_ = requested_threads_ > 0 ? requested_threads_ : products_threads(run.cfg.products);
   capacity_ = requested_capacity_ > 0 ? requested_capacity_ : 2 * std::size_t{threads_};
   file_ = file_source_ ? file_source_() : nullptr;
@@ -323,6 +345,7 @@ std::vector<PreviewImage> ProductsConsumer::preview_images() const {
       out.hitmap = result_->hitmap;
       out.energy = result_->energy;
       out.spectrum = result_->spectrum;
+      out.subpixel = result_->subpixel;
       out.frames = result_->frames;
     }
   }
@@ -335,6 +358,7 @@ std::vector<PreviewImage> ProductsConsumer::preview_images() const {
         out.energy[i] += s.energy[i];
       }
       for (std::size_t i = 0; i < out.spectrum.size(); ++i) out.spectrum[i] += s.spectrum[i];
+      if (s.subpixel) out.subpixel->merge(*s.subpixel);
       out.frames += s.frames;
     }
   }
@@ -356,6 +380,14 @@ std::vector<PreviewImage> ProductsConsumer::preview_images() const {
                   fmt::format("energy ({})", units), out.frames};
   sp.values.assign(out.spectrum.begin(), out.spectrum.end());
   images.push_back(std::move(sp));
+  if (out.subpixel) {
+    const products::SubpixelImage& img = *out.subpixel;
+    PreviewImage sub{"subpixel", "counts", static_cast<uint32_t>(img.rows() * img.factor()),
+                     static_cast<uint32_t>(img.cols() * img.factor()), {}, 0, 0, {},
+                     out.frames};
+    sub.values.assign(img.counts().begin(), img.counts().end());
+    images.push_back(std::move(sub));
+  }
   return images;
 }
 

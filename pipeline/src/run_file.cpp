@@ -1165,6 +1165,25 @@ void write_products(const Context& c, hid_t file, hid_t entry, const products::P
                                    three ? p.eta3_outside : p.eta2_outside);
     }
   }
+  if (p.subpixel) {
+    const products::SubpixelImage& img = *p.subpixel;
+    const uint32_t f = img.factor();
+    Hid g = make_nxdata(c, entry, "subpixel_image", "counts", {"y", "x"}, p);
+    write_array<uint64_t>(c, g.get(), "counts", {img.rows() * f, img.cols() * f},
+                          img.counts().data());
+    // Bin centres in pixel units: sub-pixel i spans [i / f, (i + 1) / f).
+    for (const auto& [name, n] :
+         {std::pair{"y", img.rows() * f}, std::pair{"x", img.cols() * f}}) {
+      std::vector<double> axis(n);
+      for (std::size_t i = 0; i < n; ++i) axis[i] = (static_cast<double>(i) + 0.5) / f;
+      Hid a = write_array<double>(c, g.get(), name, {n}, axis.data());
+      write_string_attr(c, a.get(), "units", "pixel");
+    }
+    write_numeric_attr<uint32_t>(c, g.get(), "factor", f);
+    write_string_attr(c, g.get(), "calibration", s.subpixel_calibration);
+    write_numeric_attr<uint64_t>(c, g.get(), "outside", p.subpixel_outside);
+    write_numeric_attr<uint64_t>(c, g.get(), "off_detector", img.outside());
+  }
   if (s.hitmap) write_string_attr(c, entry, "default", "hitmap");
   write_string_attr(c, file, "default", "entry");
 }
@@ -1576,6 +1595,20 @@ void read_products(const Context& c, hid_t f, RunFileContents& out) {
       Hid g(c.id(H5Gopen2(f, name, H5P_DEFAULT), name), H5Gclose);
       *to = scalar(g.get(), "outside");
     }
+  }
+  if (H5Lexists(f, "entry/subpixel_image", H5P_DEFAULT) > 0) {
+    p.subpixel = read_all<uint64_t>(c, f, "entry/subpixel_image/counts");
+    p.subpixel_x = read_all<double>(c, f, "entry/subpixel_image/x");
+    p.subpixel_y = read_all<double>(c, f, "entry/subpixel_image/y");
+    Hid g(c.id(H5Gopen2(f, "entry/subpixel_image", H5P_DEFAULT), "group /entry/subpixel_image"),
+          H5Gclose);
+    const auto factor = read_numeric_attr<uint32_t>(c, g.get(), "factor");
+    if (factor.size() != 1)
+      c.fail("attribute factor of /entry/subpixel_image must be one number");
+    p.subpixel_factor = factor[0];
+    p.subpixel_calibration = read_string_attr(c, g.get(), "calibration");
+    p.subpixel_outside = scalar(g.get(), "outside");
+    p.subpixel_off_detector = scalar(g.get(), "off_detector");
   }
 }
 

@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "glint/cluster_table.hpp"
 #include "glint/products/cluster_quantities.hpp"
+#include "glint/products/eta_calibration.hpp"
 
 namespace glint::testing {
 
@@ -24,6 +26,9 @@ struct PlainProductParams {
   uint32_t spectrum_bins = 500;
   uint32_t eta_bins = 100;
   uint32_t slice_frames = 0;
+  /// The sub-pixel image's calibration (null: none) and sub-pixels per pixel and axis.
+  const products::EtaCalibration* calibration = nullptr;
+  uint32_t subpixel_factor = 5;
 };
 
 struct PlainProducts {
@@ -36,6 +41,9 @@ struct PlainProducts {
   std::vector<uint64_t> eta2, eta3;
   uint64_t eta2_outside = 0, eta3_outside = 0;
   std::map<uint64_t, std::vector<uint32_t>> slices;  ///< slice index -> rows x cols
+  std::vector<uint64_t> subpixel;  ///< (rows f) x (cols f), with a calibration
+  uint64_t subpixel_outside = 0;       ///< eta outside the calibration
+  uint64_t subpixel_off_detector = 0;  ///< positions off the detector
 };
 
 /// The bin of v over [lo, hi) (closed: [lo, hi]) by scanning: -1 below, bins above.
@@ -61,12 +69,15 @@ inline PlainProducts plain_products(const ClusterTable& t, const PlainProductPar
   out.eta2.assign(std::size_t{p.eta_bins} * p.eta_bins, 0);
   out.eta3.assign(std::size_t{p.eta_bins} * p.eta_bins, 0);
   out.frames = t.n_frames();
+  if (p.calibration) out.subpixel.assign(pixels * p.subpixel_factor * p.subpixel_factor, 0);
   for (const FrameRecord& r : t.frames()) {
     for (uint64_t i = r.first_cluster; i < r.first_cluster + r.n_clusters; ++i) {
       const auto d = t.cluster_data(i);
       double e = 0;
       int64_t fixed = 0;
       double e2x = 0, e2y = 0, e3x = 0, e3y = 0;
+      std::optional<products::Photon> photon;  // with a calibration: the eta2 position
+      bool have_photon = false;
       if (p.calibrated) {
         float v[9];
         for (int k = 0; k < 9; ++k) v[k] = std::bit_cast<float>(d[k]);
@@ -82,6 +93,7 @@ inline PlainProducts plain_products(const ClusterTable& t, const PlainProductPar
         const auto a = products::eta2(v, 3);
         const auto b = products::eta3(v, 3);
         e2x = a.x, e2y = a.y, e3x = b.x, e3y = b.y;
+        if (p.calibration) photon = p.calibration->position(t.x()[i], t.y()[i], a);
       } else {
         const int32_t* v = d.data();
         int32_t sum = 0;
@@ -96,7 +108,9 @@ inline PlainProducts plain_products(const ClusterTable& t, const PlainProductPar
         const auto a = products::eta2(v, 3);
         const auto b = products::eta3(v, 3);
         e2x = a.x, e2y = a.y, e3x = b.x, e3y = b.y;
+        if (p.calibration) photon = p.calibration->position(t.x()[i], t.y()[i], a);
       }
+      have_photon = photon.has_value();
       if (e < p.emin || e > p.emax) continue;
       ++out.clusters;
       const std::size_t px = std::size_t{t.y()[i]} * p.cols + t.x()[i];
@@ -124,6 +138,22 @@ inline PlainProducts plain_products(const ClusterTable& t, const PlainProductPar
       const int64_t y3 = plain_bin(e3y, -1, 1, p.eta_bins, true);
       if (x3 < 0 || y3 < 0 || x3 >= p.eta_bins || y3 >= p.eta_bins) ++out.eta3_outside;
       else ++out.eta3[y3 * p.eta_bins + x3];
+      if (p.calibration) {
+        if (!have_photon) {
+          ++out.subpixel_outside;
+          continue;
+        }
+        // Sub-pixel (r, c) spans [c / f, (c + 1) / f) x [r / f, (r + 1) / f) in pixel units.
+        const double f = p.subpixel_factor;
+        const double sc = std::floor(photon->x * f), sr = std::floor(photon->y * f);
+        const double w = static_cast<double>(p.cols) * f, h = static_cast<double>(p.rows) * f;
+        if (!(sc >= 0 && sc < w && sr >= 0 && sr < h)) {
+          ++out.subpixel_off_detector;
+          continue;
+        }
+        ++out.subpixel[static_cast<std::size_t>(sr) * static_cast<std::size_t>(w) +
+                       static_cast<std::size_t>(sc)];
+      }
     }
   }
   out.energy_image.resize(pixels);

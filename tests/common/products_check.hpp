@@ -95,6 +95,22 @@ inline void expect_file_products(const pipeline::RunFileContents& f, PlainProduc
     EXPECT_EQ(got.eta2_outside, want.eta2_outside);
     EXPECT_EQ(got.eta3_outside, want.eta3_outside);
   }
+  if (p.calibration) {
+    const uint32_t f = p.subpixel_factor;
+    EXPECT_EQ(got.subpixel_factor, f);
+    ASSERT_EQ(got.subpixel.size(), want.subpixel.size());
+    EXPECT_EQ(got.subpixel, want.subpixel);
+    EXPECT_EQ(got.subpixel_outside, want.subpixel_outside);
+    EXPECT_EQ(got.subpixel_off_detector, want.subpixel_off_detector);
+    ASSERT_EQ(got.subpixel_x.size(), std::size_t{p.cols} * f);
+    ASSERT_EQ(got.subpixel_y.size(), std::size_t{p.rows} * f);
+    for (std::size_t i = 0; i < got.subpixel_x.size(); ++i)
+      EXPECT_EQ(got.subpixel_x[i], (static_cast<double>(i) + 0.5) / f);
+    for (std::size_t i = 0; i < got.subpixel_y.size(); ++i)
+      EXPECT_EQ(got.subpixel_y[i], (static_cast<double>(i) + 0.5) / f);
+  } else {
+    EXPECT_TRUE(got.subpixel.empty());
+  }
   if (p.slice_frames > 0) {
     const uint64_t last = data.frames().back().frame_number;
     const uint64_t n = (last - origin) / p.slice_frames + 1;

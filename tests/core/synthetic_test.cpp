@@ -137,3 +137,28 @@ TEST(Synthetic, RejectsBadConfig) {
   std::vector<uint16_t> wrong(10);
   EXPECT_THROW(g.fill(0, wrong), std::invalid_argument);
 }
+
+// photon_grid_x/y put every grid photon at one place in its pixel (glint synth --photon-at);
+// the energies are those of the uniform grid (the same draws are made).
+TEST(Synthetic, GridPhotonsAtAFixedPlaceInTheirPixel) {
+  glint::synth::Config c;
+  c.shape = {20, 24};
+  c.dark_frames = 2;
+  c.photon_grid = 4;
+  const glint::synth::Generator uniform(c);
+  c.photon_grid_x = 0.15;
+  c.photon_grid_y = 0.85;
+  const glint::synth::Generator fixed(c);
+  const auto u = uniform.photons(3), f = fixed.photons(3);
+  ASSERT_EQ(f.size(), 5u * 6u);  // one per 4 x 4 cell
+  ASSERT_EQ(u.size(), f.size());
+  for (std::size_t k = 0; k < f.size(); ++k) {
+    const double x0 = static_cast<double>(k % 6 * 4 + 2), y0 = static_cast<double>(k / 6 * 4 + 2);
+    EXPECT_EQ(f[k].x, x0 + 0.15) << k;
+    EXPECT_EQ(f[k].y, y0 + 0.85) << k;
+    EXPECT_EQ(f[k].energy, u[k].energy) << k;
+    EXPECT_NE(u[k].x, f[k].x) << k;
+  }
+  c.photon_grid_x = 1.0;
+  EXPECT_THROW(glint::synth::validate(c), std::invalid_argument);
+}

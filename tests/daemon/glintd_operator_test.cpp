@@ -75,6 +75,17 @@ TEST(GlintdCheck, RefusesWhatWouldFailAtRunStartWithKeyAndLine) {
                             ":/m\"\n"),
        "pixel_mask.yaml:7: mask.file: mask file " + (dir / "none.h5").string() +
            ": no such file (allowed: FILE.h5:/dataset"},
+      {"subpixel",
+       base_config(dir, "products:\n  subpixel: {calibration: \"" +
+                            (dir / "none.h5").string() + "\"}\n"),
+       "subpixel.yaml:6: products.subpixel.calibration: eta calibration file " +
+           (dir / "none.h5").string() + ": does not exist (allowed: an eta calibration file "
+           "made by glint eta-calibrate, or \"\")"},
+      {"subpixel_not_hdf5",
+       base_config(dir, "products:\n  subpixel: {calibration: \"" +
+                            (dir / "a_file").string() + "\"}\n"),
+       "subpixel_not_hdf5.yaml:6: products.subpixel.calibration: eta calibration file " +
+           (dir / "a_file").string()},
       {"dark", base_config(dir, "").replace(base_config(dir, "").find("dark_frames: 20"), 15,
                                             "dark_frames: 5"),
        "dark.yaml:2: pedestal.dark_frames: 5 is fewer than pedestal.window = 20"},

@@ -1,17 +1,20 @@
 // The products of a GPU run against those of the CPU backend on the same frames: the clusters are
-// byte-identical, so every product (hit map, energy image, slices, spectra, eta) must be too.
+// byte-identical, so every product (hit map, energy image, slices, spectra, eta, sub-pixel
+// image) must be too.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <filesystem>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include "glint/config/config.hpp"
 #include "glint/pipeline/finder_factory.hpp"
 #include "glint/pipeline/products_consumer.hpp"
 #include "glint/pipeline/run_file.hpp"
+#include "glint/products/eta_calibration_file.hpp"
 #include "glint/synthetic.hpp"
 #include "gpu_test.hpp"
 
@@ -23,7 +26,8 @@ using namespace glint;
 /// consumer with 3 workers into a run file, read back.
 pipeline::RunFileContents products_of(Backend backend, const FinderParams& params,
                                   const std::vector<uint16_t>& dark,
-                                  const std::vector<uint16_t>& frames, std::size_t n) {
+                                  const std::vector<uint16_t>& frames, std::size_t n,
+                                  const std::string& calibration) {
   pipeline::FinderOptions options;
   options.backend = backend;
   options.batch_frames = 64;
@@ -36,6 +40,8 @@ pipeline::RunFileContents products_of(Backend backend, const FinderParams& param
   cfg.products.pixel_spectra = true;
   cfg.products.eta = true;
   cfg.products.energy_window = {40, 5000};
+  cfg.products.subpixel_calibration = calibration;
+  cfg.products.subpixel_factor = 4;
   const auto path = std::filesystem::temp_directory_path() /
                     ("gpu_products_" + std::to_string(::getpid()) + ".h5");
   std::filesystem::remove(path);
@@ -81,8 +87,20 @@ TEST(GpuProducts, EveryProductOfTheGpuFinderEqualsTheCpuBackendsByteForByte) {
   std::vector<uint16_t> dark(200 * params.shape.pixels()), frames(n * params.shape.pixels());
   gen.fill_many(0, 200, dark);
   gen.fill_many(200, n, frames);
-  const pipeline::RunFileContents cpu_file = products_of(Backend::cpu, params, dark, frames, n);
-  const pipeline::RunFileContents gpu_file = products_of(Backend::gpu, params, dark, frames, n);
+  // An eta calibration of a flat cube (every eta bin alike, one energy bin up to 5000 ADU).
+  const auto eta = std::filesystem::temp_directory_path() /
+                   ("gpu_products_" + std::to_string(::getpid()) + "_eta.h5");
+  auto cube = products::EtaCube::regular(20, -0.1, 1.1, 1, 0.0, 5000.0);
+  for (int i = 0; i < 20; ++i)
+    for (int j = 0; j < 20; ++j) cube.add(-0.1 + (i + 0.5) * 0.06, -0.1 + (j + 0.5) * 0.06, 300);
+  products::write_eta_calibration(
+      eta, {cube, products::EtaCalibration(cube, products::EtaMethod::cdf), 3, 400, {"flat"}},
+      true);
+  const pipeline::RunFileContents cpu_file =
+      products_of(Backend::cpu, params, dark, frames, n, eta.string());
+  const pipeline::RunFileContents gpu_file =
+      products_of(Backend::gpu, params, dark, frames, n, eta.string());
+  std::filesystem::remove(eta);
   ASSERT_EQ(gpu_file.clusters, cpu_file.clusters);
   EXPECT_EQ(gpu_file.cluster_energy, cpu_file.cluster_energy);
   EXPECT_EQ(gpu_file.cluster_energy_2x2, cpu_file.cluster_energy_2x2);
@@ -104,4 +122,9 @@ TEST(GpuProducts, EveryProductOfTheGpuFinderEqualsTheCpuBackendsByteForByte) {
   EXPECT_EQ(gpu.eta3, cpu.eta3);
   EXPECT_EQ(gpu.eta2_outside, cpu.eta2_outside);
   EXPECT_EQ(gpu.eta3_outside, cpu.eta3_outside);
+  EXPECT_GT(std::accumulate(cpu.subpixel.begin(), cpu.subpixel.end(), uint64_t{0}),
+            cpu.clusters / 2);
+  EXPECT_EQ(gpu.subpixel, cpu.subpixel);
+  EXPECT_EQ(gpu.subpixel_outside, cpu.subpixel_outside);
+  EXPECT_EQ(gpu.subpixel_off_detector, cpu.subpixel_off_detector);
 }

@@ -155,6 +155,26 @@ def calibrated_run(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def subpixel_run(tmp_path_factory):
+    """A run file of raw frames written by glint find with every product and the sub-pixel
+    image, through an eta calibration of a flat field (glint synth --photon-grid)."""
+    work = tmp_path_factory.mktemp("nexus_subpixel")
+    flat, flat_run, eta, frames, out = (str(work / n) for n in
+                                        ("flat.h5", "flat_run.h5", "eta.h5", "in.h5", "sp.h5"))
+    glint = f"{BIN}/glint"
+    for args in (["synth", "-q", "-o", flat, "--rows", "32", "--cols", "40", "--dark", "1000",
+                  "--frames", "100", "--photon-grid", "4", "--seed", "5"],
+                 ["find", "-q", "-i", flat, "--backend", "cpu", "--output", flat_run],
+                 ["eta-calibrate", "-q", flat_run, "-o", eta, "--bins", "20"],
+                 ["synth", "-q", "-o", frames, "--rows", "32", "--cols", "40", "--dark", "1000",
+                  "--frames", "50", "--photons", "15", "--seed", "6"],
+                 ["find", "-q", "-i", frames, "--backend", "cpu", "--output", out,
+                  "--products", "all,subpixel", "--eta-calibration", eta, "--subpixel", "4"]):
+        subprocess.run([glint] + args, check=True, timeout=120)
+    return out
+
+
 def check_event_fields(path):
     """The NXevent_data fields are the frame and cluster tables, mapped (exact values)."""
     with h5py.File(path, "r") as f:
@@ -208,3 +228,20 @@ def test_a_class_out_of_place_is_an_error(daemon_run, tmp_path):
         f["entry/clusters"].attrs["NX_class"] = "NXevent_data"
     _, errors, out = nxcheck(bad)
     assert errors >= 1, out
+
+
+def test_subpixel_image_is_nexus(subpixel_run):
+    with h5py.File(subpixel_run, "r") as f:
+        g = f["entry/subpixel_image"]
+        assert g.attrs["NX_class"] == "NXdata"
+        assert g.attrs["signal"] == "counts"
+        assert list(g.attrs["axes"]) == ["y", "x"]
+        assert g["counts"].shape == (32 * 4, 40 * 4)
+        assert g["counts"].dtype == np.uint64
+        assert np.array_equal(g["x"][:], (np.arange(160) + 0.5) / 4)
+        assert np.array_equal(g["y"][:], (np.arange(128) + 0.5) / 4)
+        assert g.attrs["factor"] == 4
+        inside = int(g["counts"][:].sum())
+        assert inside > 0
+        assert inside + g.attrs["outside"] + g.attrs["off_detector"] == g.attrs["clusters"]
+    expect_conformant(subpixel_run)

@@ -5,12 +5,16 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+#include <numeric>
 #include <random>
 
 #include "../common/products_check.hpp"
 #include "glint/config/config.hpp"
 #include "glint/pipeline/products_consumer.hpp"
 #include "glint/pipeline/run_file.hpp"
+#include "glint/products/eta_calibration_file.hpp"
+#include "glint/products/table_eta.hpp"
 
 using namespace glint;
 using namespace glint::pipeline;
@@ -51,6 +55,32 @@ ClusterTable frames_of(const ClusterTable& t, std::size_t a, std::size_t b) {
   return out;
 }
 
+/// An eta calibration (cdf) of the clusters' own eta2 whose energy axis ends at 1500 ADU, so
+/// that clusters with a larger 2 x 2 sum fall outside it; written once per process.
+const std::filesystem::path& calibration_path() {
+  static const std::filesystem::path path = [] {
+    const auto p = std::filesystem::temp_directory_path() /
+                   ("products_consumer_" + std::to_string(::getpid()) + "_eta.h5");
+    const ClusterTable t = clusters();
+    auto cube = products::EtaCube::regular(10, 0.0, 1.0, 4, 0.0, 1500.0);
+    for (std::size_t i = 0; i < t.n_clusters(); ++i) cube.add(products::eta2_int(t, i));
+    products::EtaCalibrationFile f{cube, products::EtaCalibration(cube, products::EtaMethod::cdf),
+                                   3, cube.added(), {"clusters"}};
+    products::write_eta_calibration(p, f, true);
+    return p;
+  }();
+  // Registered once the path exists, so it runs before the path is destroyed.
+  [[maybe_unused]] static const bool cleanup =
+      std::atexit([] { std::filesystem::remove(calibration_path()); }) == 0;
+  return path;
+}
+
+/// The calibration as the run reads it.
+const products::EtaCalibration& calibration() {
+  static const products::EtaCalibrationFile f = products::read_eta_calibration(calibration_path());
+  return f.calibration;
+}
+
 config::Config products_config() {
   config::Config cfg;
   cfg.detector.rows = kRows;
@@ -60,6 +90,8 @@ config::Config products_config() {
   cfg.products.eta = true;
   cfg.products.energy_window = {100, 1800};
   cfg.products.cluster_energy = true;
+  cfg.products.subpixel_calibration = calibration_path().string();
+  cfg.products.subpixel_factor = 4;
   return cfg;
 }
 
@@ -106,7 +138,16 @@ TEST(ProductsConsumer, ProductsDoNotDependOnBatchesWorkersOrQueueLength) {
   p.emin = 100;
   p.emax = 1800;
   p.slice_frames = 64;
+  p.calibration = &calibration();
+  p.subpixel_factor = 4;
   glint::testing::expect_file_products(one, p);
+  // Real values: most positions land on the detector, some clusters fall outside the
+  // calibration's energy axis.
+  EXPECT_GT(std::accumulate(one.products.subpixel.begin(), one.products.subpixel.end(),
+                            uint64_t{0}),
+            one.products.clusters / 2);
+  EXPECT_GT(one.products.subpixel_outside, 0u);
+  EXPECT_EQ(one.products.subpixel_calibration, calibration_path().string());
   glint::testing::expect_cluster_energies(one);
   // 400 frames over 437 frame numbers from 5000: 7 slices of 64, the last one partial.
   EXPECT_EQ(one.products.slice_frame_start,
@@ -133,6 +174,9 @@ TEST(ProductsConsumer, ProductsDoNotDependOnBatchesWorkersOrQueueLength) {
     EXPECT_EQ(a.pixel_spectra, b.pixel_spectra);
     EXPECT_EQ(a.eta2, b.eta2);
     EXPECT_EQ(a.eta3, b.eta3);
+    EXPECT_EQ(a.subpixel, b.subpixel);
+    EXPECT_EQ(a.subpixel_outside, b.subpixel_outside);
+    EXPECT_EQ(a.subpixel_off_detector, b.subpixel_off_detector);
     EXPECT_EQ(other.cluster_energy, one.cluster_energy);
   }
 }
@@ -149,12 +193,14 @@ TEST(ProductsConsumer, PreviewImagesFollowTheRunAndNeedNoFile) {
   products.on_batch(FoundBatch{frames_of(all, 0, 100), {}});
   products.on_end(RunEnd{});
   const auto images = products.preview_images();
-  ASSERT_EQ(images.size(), 3u);
+  ASSERT_EQ(images.size(), 4u);
   glint::testing::PlainProductParams p;
   p.rows = kRows;
   p.cols = kCols;
   p.emin = 100;
   p.emax = 1800;
+  p.calibration = &calibration();
+  p.subpixel_factor = 4;
   const auto want = glint::testing::plain_products(frames_of(all, 0, 100), p, 5000);
   EXPECT_EQ(images[0].frames, 100u);
   for (std::size_t i = 0; i < want.hitmap.size(); ++i) {
@@ -163,5 +209,11 @@ TEST(ProductsConsumer, PreviewImagesFollowTheRunAndNeedNoFile) {
   }
   for (std::size_t i = 0; i < want.spectrum.size(); ++i)
     ASSERT_EQ(images[2].values[i], static_cast<double>(want.spectrum[i]));
+  EXPECT_EQ(images[3].what, "subpixel");
+  EXPECT_EQ(images[3].rows, kRows * 4);
+  EXPECT_EQ(images[3].cols, kCols * 4);
+  ASSERT_EQ(images[3].values.size(), want.subpixel.size());
+  for (std::size_t i = 0; i < want.subpixel.size(); ++i)
+    ASSERT_EQ(images[3].values[i], static_cast<double>(want.subpixel[i]));
   EXPECT_EQ(products.snapshot().clusters, want.clusters);
 }

@@ -3,12 +3,17 @@
 // checked against the plain computation from the clusters read back from the same file.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "../common/products_check.hpp"
 #include "glint/config/config.hpp"
 #include "glint/pipeline/acquisition.hpp"
 #include "glint/pipeline/products_consumer.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
+#include "glint/products/eta_calibration_file.hpp"
 #include "simulated_run.hpp"
 #include "stream_test_util.hpp"
 
@@ -112,14 +117,35 @@ TEST(ProductsRun, AllProductsInAWindowWithSlicesMatchThePlainComputation) {
   EXPECT_LT(r.file.products.clusters, r.stats.clusters);
 }
 
-// A sub-pixel image needs an eta calibration this version cannot use: the start fails, naming
-// the key, before any frame.
-TEST(ProductsRun, ASubpixelCalibrationFailsTheStartNamingTheKey) {
+// A sub-pixel calibration that cannot be used fails the start, naming the key and the file,
+// before any frame: one that is missing, and one made from clusters of another size.
+TEST(ProductsRun, AnUnusableSubpixelCalibrationFailsTheStartNamingTheKeyAndFile) {
   Case c = make_case("products_subpixel");
   c.cfg.products.subpixel_calibration = "/nonexistent/eta.h5";
-  Acquisition run(c.cfg, 1, std::nullopt);
-  ASSERT_TRUE(run.wait(20s));
-  EXPECT_EQ(run.stats().error,
-            "products.subpixel.calibration: '/nonexistent/eta.h5': the sub-pixel image is not "
-            "available in this version of glint (allowed: \"\")");
+  {
+    Acquisition run(c.cfg, 1, std::nullopt);
+    ASSERT_TRUE(run.wait(20s));
+    const std::string error = run.stats().error;
+    EXPECT_TRUE(error.starts_with("products.subpixel.calibration: ")) << error;
+    EXPECT_NE(error.find("/nonexistent/eta.h5"), std::string::npos) << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  }
+  // A 5 x 5 calibration for a run of 3 x 3 clusters.
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("products_subpixel_" + std::to_string(::getpid()) + "_eta5.h5");
+  auto cube = products::EtaCube::regular(4, 0.0, 1.0, 1, 0.0, 1000.0);
+  cube.add(0.5, 0.5, 300.0);
+  products::write_eta_calibration(
+      path, {cube, products::EtaCalibration(cube, products::EtaMethod::cdf), 5, 1, {"x.h5"}},
+      true);
+  c.cfg.products.subpixel_calibration = path.string();
+  {
+    Acquisition run(c.cfg, 2, std::nullopt);
+    ASSERT_TRUE(run.wait(20s));
+    EXPECT_EQ(run.stats().error,
+              "products.subpixel.calibration: '" + path.string() +
+                  "': made from 5 x 5 clusters, this run finds 3 x 3 clusters (allowed: a "
+                  "calibration of the run's finder.cluster_size)");
+  }
+  std::filesystem::remove(path);
 }

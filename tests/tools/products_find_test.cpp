@@ -4,13 +4,19 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
+#include <array>
+#include <numeric>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "../common/products_check.hpp"
 #include "../pipeline/simulated_run.hpp"
 #include "glint/pipeline/acquisition.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
+#include "glint/products/eta_calibration_file.hpp"
 #include "tool_test.hpp"
 
 using glint::testing::run_glint;
@@ -61,6 +67,30 @@ void expect_same_products(const ProductsContents& a, const ProductsContents& b) 
   EXPECT_EQ(a.eta3, b.eta3);
   EXPECT_EQ(a.eta2_outside, b.eta2_outside);
   EXPECT_EQ(a.eta3_outside, b.eta3_outside);
+  EXPECT_EQ(a.subpixel, b.subpixel);
+  EXPECT_EQ(a.subpixel_x, b.subpixel_x);
+  EXPECT_EQ(a.subpixel_y, b.subpixel_y);
+  EXPECT_EQ(a.subpixel_factor, b.subpixel_factor);
+  EXPECT_EQ(a.subpixel_calibration, b.subpixel_calibration);
+  EXPECT_EQ(a.subpixel_outside, b.subpixel_outside);
+  EXPECT_EQ(a.subpixel_off_detector, b.subpixel_off_detector);
+}
+
+/// An eta calibration made from the command line: a flat field of isolated photons (glint synth
+/// --photon-grid), its clusters (glint find) and glint eta-calibrate, in directory `dir` (ending
+/// in '/'). Returns its path.
+std::string flat_field_calibration(const std::string& dir, uint32_t rows, uint32_t cols) {
+  const std::string flat = dir + "flat.h5", run = dir + "flat_run.h5", eta = dir + "eta.h5";
+  EXPECT_EQ(run_glint(fmt::format("synth -q -o {} --rows {} --cols {} --dark 1000 --frames 400 "
+                                  "--photon-grid 5 --seed 7",
+                                  flat, rows, cols))
+                .status,
+            0);
+  ToolResult r = run_glint("find -q -i " + flat + " --backend cpu -o " + run);
+  EXPECT_EQ(r.status, 0) << r.output;
+  r = run_glint("eta-calibrate -q " + run + " -o " + eta + " --bins 20 --energy-bins 2");
+  EXPECT_EQ(r.status, 0) << r.output;
+  return eta;
 }
 
 }  // namespace
@@ -78,6 +108,9 @@ TEST_F(GlintFindProducts, SameProductsAsAGlintdRunOnTheSameFrames) {
   p.slice_frames = 30;
   p.pixel_spectra = true;
   p.eta = true;
+  const std::string eta = flat_field_calibration(path(""), kRows, kCols);
+  p.subpixel_calibration = eta;
+  p.subpixel_factor = 3;
   RunFileContents daemon_file;
   {
     Acquisition run(c.cfg, 1, std::nullopt);
@@ -90,8 +123,8 @@ TEST_F(GlintFindProducts, SameProductsAsAGlintdRunOnTheSameFrames) {
   const std::string frames = path("frames.h5"), out = path("out.h5");
   write_frames(frames, SimImageSource(c.sim.image, kDark), kDark + c.sim.frames);
   const ToolResult r = run_glint("find -q -i " + frames + " --dark 1000 --backend cpu -o " + out +
-                                 " --products all,slices:30 --energy-window 150,1200 "
-                                 "--energy 2x2");
+                                 " --products all,slices:30,subpixel --energy-window 150,1200 "
+                                 "--energy 2x2 --eta-calibration " + eta + " --subpixel 3");
   ASSERT_EQ(r.status, 0) << r.output;
   const RunFileContents f = read_run_file(out);
   ASSERT_TRUE(std::ranges::equal(f.clusters.data(), daemon_file.clusters.data()));
@@ -112,7 +145,59 @@ TEST_F(GlintFindProducts, SameProductsAsAGlintdRunOnTheSameFrames) {
   want.emin = 150;
   want.emax = 1200;
   want.slice_frames = 30;
+  const auto calibration = products::read_eta_calibration(eta).calibration;
+  want.calibration = &calibration;
+  want.subpixel_factor = 3;
   glint::testing::expect_file_products(f, want);
+  EXPECT_EQ(f.products.subpixel_calibration, eta);
+  EXPECT_GT(std::accumulate(f.products.subpixel.begin(), f.products.subpixel.end(), uint64_t{0}),
+            f.products.clusters / 2);
+}
+
+// Photons at a known place in their pixels (x = k + 0.15, y = r + 0.85: glint synth
+// --photon-grid --photon-at) through an eta calibration of a flat field: with 5 sub-pixels per
+// pixel, most counts are in sub-pixel column 0 ([0, 0.2)) and row 4 ([0.8, 1)) of their pixel.
+// (The generator's charge cloud reaches 0.3 px across an edge: only such positions share charge
+// and so have an eta that tells where they are; 13,511 of 15,966 land there.)
+TEST_F(GlintFindProducts, GridPhotonsPeakAtTheirKnownSubpixel) {
+  const std::string eta = flat_field_calibration(path(""), 40, 50);
+  ASSERT_EQ(run_glint("synth -q -o " + path("grid.h5") + " --rows 40 --cols 50 --dark 1000 "
+                      "--frames 200 --photon-grid 5 --photon-at 0.15,0.85 --seed 9")
+                .status,
+            0);
+  const ToolResult r = run_glint("find -q -i " + path("grid.h5") + " --backend cpu -o " +
+                                 path("grid_run.h5") + " --products hitmap,subpixel "
+                                 "--eta-calibration " + eta + " --subpixel 5");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const RunFileContents f = read_run_file(path("grid_run.h5"));
+  ASSERT_EQ(f.products.subpixel.size(), 40u * 5 * 50 * 5);
+  EXPECT_EQ(f.products.subpixel_factor, 5u);
+  // 8 x 10 grid cells, one photon each per frame: 16000 photons.
+  EXPECT_GT(f.products.clusters, 15000u);
+  glint::testing::PlainProductParams want;
+  const auto calibration = products::read_eta_calibration(eta).calibration;
+  want.calibration = &calibration;
+  want.subpixel_factor = 5;
+  glint::testing::expect_file_products(f, want);
+  // The counts folded onto one pixel's 5 x 5 sub-pixels.
+  std::array<uint64_t, 25> folded{};
+  uint64_t total = 0;
+  for (std::size_t r5 = 0; r5 < 200; ++r5)
+    for (std::size_t c5 = 0; c5 < 250; ++c5) {
+      const uint64_t n = f.products.subpixel[r5 * 250 + c5];
+      folded[(r5 % 5) * 5 + c5 % 5] += n;
+      total += n;
+    }
+  const auto peak = std::max_element(folded.begin(), folded.end()) - folded.begin();
+  EXPECT_EQ(peak, 4 * 5 + 0) << "sub-pixel row " << peak / 5 << ", column " << peak % 5;
+  EXPECT_GT(folded[4 * 5 + 0] * 4, total * 3) << "most counts in the known sub-pixel";
+  // Each photon's pixel: the grid cells' central pixels (2 + 5 i, 2 + 5 j) hold them all.
+  uint64_t at_centres = 0;
+  for (std::size_t y = 2; y < 40; y += 5)
+    for (std::size_t x = 2; x < 50; x += 5)
+      for (std::size_t k = 0; k < 25; ++k)
+        at_centres += f.products.subpixel[(y * 5 + k / 5) * 250 + x * 5 + k % 5];
+  EXPECT_GT(at_centres * 10, total * 9);
 }
 
 TEST_F(GlintFindProducts, CalibratedFramesGiveProductsInKeV) {
@@ -172,4 +257,12 @@ TEST_F(GlintFindProducts, BadProductOptionsAreOneLineUsageErrors) {
                                  "--energy-window and --energy need --products");
   glint::testing::expect_failure("find -q -i " + path("in.h5") + " --products all", 2,
                                  "--products needs -o/--output");
+  glint::testing::expect_failure(in + " --products subpixel", 2,
+                                 "subpixel needs --eta-calibration FILE");
+  glint::testing::expect_failure(in + " --eta-calibration " + path("in.h5"), 2,
+                                 "--eta-calibration needs --products");
+  // A frame file is not an eta calibration: the key and the file are named.
+  glint::testing::expect_failure(in + " --products hitmap --eta-calibration " + path("in.h5"), 2,
+                                 "products.subpixel.calibration: eta calibration file " +
+                                     path("in.h5") + ": not an eta calibration file");
 }

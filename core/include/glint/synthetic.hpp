@@ -74,6 +74,11 @@ struct Config {
   // (Generator::photons): a flat field for an eta calibration, and truths to check sub-pixel
   // positions against.
   uint32_t photon_grid = 0;
+  // With photon_grid: every grid photon at this offset within its pixel (x along columns, y
+  // along rows, each in [0, 1)) in place of the uniform one; negative: uniform. The random
+  // draws are made all the same, so the energies do not change with the offset.
+  double photon_grid_x = -1.0;
+  double photon_grid_y = -1.0;
 };
 
 /// A photon as placed in a data frame: x (column) and y (row) in pixel units (pixel (r, c)

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -86,6 +87,7 @@ ProductSums::ProductSums(const ProductSettings& settings, bool own_pixel_spectra
     eta2.assign(std::size_t{s_.eta_bins} * s_.eta_bins, 0);
     eta3.assign(std::size_t{s_.eta_bins} * s_.eta_bins, 0);
   }
+  if (s_.subpixel) subpixel.emplace(s_.rows, s_.cols, s_.subpixel_factor);
 }
 
 namespace {
@@ -142,7 +144,7 @@ void ProductSums::add_clusters(const ClusterTable& table, uint64_t slice_origin,
       const T* v = values_as<T>(data + i * n, buf, n);
       T e;
       Eta<T> eta2v{};
-      const bool need_eta2 = s_.eta;
+      const bool need_eta2 = s_.eta || s_.subpixel;
       if (need_eta2) eta2v = products::eta2(v, size);
       if (quad) e = need_eta2 ? eta2v.sum : max_quadrant(v, size).sum;
       else e = cluster_sum(v, size);
@@ -176,6 +178,11 @@ void ProductSums::add_clusters(const ClusterTable& table, uint64_t slice_origin,
         const int64_t cx = e3.bin(eta3v.x), cy = e3.bin(eta3v.y);
         if (cx < 0 || cy < 0 || cx >= eta_bins || cy >= eta_bins) ++eta3_outside;
         else ++eta3[static_cast<std::size_t>(cy * eta_bins + cx)];
+      }
+      if (s_.subpixel) {
+        const auto p = s_.subpixel->position(xs[i], ys[i], eta2v);
+        if (p) subpixel->add(p->x, p->y);
+        else ++subpixel_outside;
       }
     }
   }
@@ -222,6 +229,11 @@ void ProductSums::merge(const ProductSums& o) {
   add_into(eta3, o.eta3);
   eta2_outside += o.eta2_outside;
   eta3_outside += o.eta3_outside;
+  if (o.subpixel) {
+    if (!subpixel) subpixel.emplace(s_.rows, s_.cols, s_.subpixel_factor);
+    subpixel->merge(*o.subpixel);
+  }
+  subpixel_outside += o.subpixel_outside;
   for (const auto& [k, counts] : o.slices_) {
     auto& mine = slices_[k];
     if (mine.empty()) mine.assign(counts.size(), 0);
@@ -242,7 +254,11 @@ bool operator==(const ProductSums& a, const ProductSums& b) {
          a.energy == b.energy && a.spectrum == b.spectrum && a.underflow == b.underflow &&
          a.overflow == b.overflow && a.pixel_spectra == b.pixel_spectra && a.eta2 == b.eta2 &&
          a.eta3 == b.eta3 && a.eta2_outside == b.eta2_outside &&
-         a.eta3_outside == b.eta3_outside && a.slices_ == b.slices_;
+         a.eta3_outside == b.eta3_outside && a.slices_ == b.slices_ &&
+         a.subpixel.has_value() == b.subpixel.has_value() &&
+         (!a.subpixel || (std::ranges::equal(a.subpixel->counts(), b.subpixel->counts()) &&
+                          a.subpixel->outside() == b.subpixel->outside())) &&
+         a.subpixel_outside == b.subpixel_outside;
 }
 
 void cluster_energies(const ClusterTable& table, std::vector<int32_t>& sum,

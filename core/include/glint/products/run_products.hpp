@@ -10,11 +10,16 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "glint/cluster_table.hpp"
+#include "glint/products/eta_calibration.hpp"
+#include "glint/products/subpixel_image.hpp"
 
 namespace glint::products {
 
@@ -101,6 +106,11 @@ struct ProductSettings {
   bool pixel_spectra = false;
   bool eta = false;
   uint32_t eta_bins = 100;
+  /// The eta calibration of the sub-pixel image (null: no sub-pixel image), its file (written
+  /// as the image's `calibration` attribute) and the sub-pixels per pixel and axis.
+  std::shared_ptr<const EtaCalibration> subpixel;
+  std::string subpixel_calibration;
+  uint32_t subpixel_factor = 5;
 
   bool has_window() const;
   Binning eta2_binning() const { return {0.0, 1.0, eta_bins, true}; }
@@ -142,6 +152,11 @@ class ProductSums {
   std::vector<uint32_t> pixel_spectra; ///< rows * cols * bins (own_pixel_spectra only)
   std::vector<uint64_t> eta2, eta3;    ///< eta_bins * eta_bins, eta y rows, eta x columns
   uint64_t eta2_outside = 0, eta3_outside = 0;  ///< eta values outside the range
+  /// The sub-pixel image (with settings().subpixel): each cluster in the window at its eta2
+  /// position (EtaCalibration::position); photons whose position falls off the detector are
+  /// its outside().
+  std::optional<SubpixelImage> subpixel;
+  uint64_t subpixel_outside = 0;  ///< clusters whose eta fell outside the calibration
 
   friend bool operator==(const ProductSums&, const ProductSums&);
 

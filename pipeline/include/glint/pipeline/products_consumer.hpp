@@ -34,6 +34,12 @@ namespace glint::pipeline {
 /// cluster size, calibrated values).
 products::ProductSettings product_settings(const config::ProductsConfig& cfg,
                                            const FinderParams& finder);
+/// Reads products.subpixel.calibration (read_eta_calibration) for a run with clusters of
+/// `cluster_size`; null when none is configured. Throws std::invalid_argument naming the key and
+/// the file when it cannot be read, is not an eta calibration or was made from clusters of
+/// another size.
+std::shared_ptr<const products::EtaCalibration> load_subpixel_calibration(
+    const config::ProductsConfig& cfg, int cluster_size);
 /// Worker threads for `cfg.threads` (-1: min(4, cores / 4), at least 1).
 unsigned products_threads(const config::ProductsConfig& cfg);
 

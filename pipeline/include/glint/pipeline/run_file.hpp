@@ -47,8 +47,8 @@
 //                               sum and the largest 2 x 2 quadrant sum (int32, float32 keV)
 //   /entry/hitmap_slices        (RunMetadata::slice_frames > 0) NXdata: counts (n, H, W) u32 and
 //                               frame_start (n) u64, appended as slices complete (SWMR)
-//   /entry/hitmap, energy_image, spectrum, pixel_spectra, eta2, eta3  NXdata groups of the
-//                               products (set_products), written at close (docs/products.md)
+//   /entry/hitmap, energy_image, spectrum, pixel_spectra, eta2, eta3, subpixel_image  NXdata
+//                               of the products (set_products), written at close (docs/products.md)
 //   /entry/flushed_rows          (2) u64: frame rows and cluster rows durable at the last
 //                               successful flush (updated after each flush, and at close).
 //                               Rows beyond it may be in the file after a failed write, with
@@ -283,6 +283,12 @@ struct ProductsContents {
   std::vector<uint64_t> eta2, eta3;     ///< bins x bins, eta y rows
   std::vector<double> eta2_x, eta3_x;   ///< bin centres (eta_y the same)
   uint64_t eta2_outside = 0, eta3_outside = 0;
+  std::vector<uint64_t> subpixel;       ///< (H f) x (W f), /entry/subpixel_image
+  std::vector<double> subpixel_x, subpixel_y;  ///< bin centres, pixel units
+  uint32_t subpixel_factor = 0;
+  std::string subpixel_calibration;
+  uint64_t subpixel_outside = 0;        ///< eta outside the calibration
+  uint64_t subpixel_off_detector = 0;   ///< positions off the detector
 };
 
 /// Everything a run file holds, read back (tests, tools, pedestal hand-over).
