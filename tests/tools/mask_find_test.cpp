@@ -11,6 +11,7 @@
 #include "glint/pipeline/pixel_mask.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
+#include "sim_frames.hpp"
 #include "tool_test.hpp"
 
 using glint::testing::run_glint;
@@ -27,22 +28,6 @@ class GlintFindMask : public glint::testing::ScratchDirTest {
 };
 
 constexpr uint32_t kRows = 48, kCols = 64, kDark = 1000;  // glint find's pedestal window
-
-/// Frames [0, n) of `source` as an N x rows x cols uint16 dataset /data.
-void write_frames(const std::string& path, const SimImageSource& source, uint64_t n) {
-  const hsize_t dims[3] = {n, kRows, kCols};
-  std::vector<uint16_t> frames(n * kRows * kCols);
-  for (uint64_t i = 0; i < n; ++i)
-    source.fill(i, std::span<uint16_t>(frames).subspan(i * kRows * kCols, kRows * kCols));
-  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  const hid_t space = H5Screate_simple(3, dims, nullptr);
-  const hid_t ds =
-      H5Dcreate2(f, "data", H5T_STD_U16LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, frames.data()), 0);
-  H5Dclose(ds);
-  H5Sclose(space);
-  H5Fclose(f);
-}
 
 }  // namespace
 
@@ -74,7 +59,8 @@ TEST_F(GlintFindMask, SameMaskAndClustersAsAGlintdRunOnTheSameFrames) {
     daemon_file = read_run_file(run.file());
   }
   const std::string frames = path("frames.h5"), out = path("out.h5");
-  write_frames(frames, SimImageSource(c.sim.image, kDark), kDark + c.sim.frames);
+  glint::testing::write_sim_frames(frames, SimImageSource(c.sim.image, kDark),
+                                   kDark + c.sim.frames, kRows, kCols);
   const ToolResult r = run_glint("find -i " + frames + " --dark 1000 --backend cpu --mask " +
                                  mask_file + ":/entry/mask --mask-from-dark -o " + out);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -110,7 +96,8 @@ TEST_F(GlintFindMask, SameMaskAndClustersAsAGlintdRunOnTheSameFrames) {
 TEST_F(GlintFindMask, BadMaskOptionsAreOneLineUsageErrors) {
   const std::string frames = path("frames.h5");
   const SimImageParams img{.rows = kRows, .cols = kCols};
-  write_frames(frames, SimImageSource(img, kDark), kDark + 2);
+  glint::testing::write_sim_frames(frames, SimImageSource(img, kDark), kDark + 2, kRows,
+                                   kCols);
   const std::string small = path("small.h5");
   write_mask_file(small, "/m", std::vector<uint32_t>(4, 0), {2, 2});
   glint::testing::expect_failure("find -q -i " + frames + " --mask " + small + ":/m", 2,

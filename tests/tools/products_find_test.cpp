@@ -17,6 +17,7 @@
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
 #include "glint/products/eta_calibration_file.hpp"
+#include "sim_frames.hpp"
 #include "tool_test.hpp"
 
 using glint::testing::run_glint;
@@ -33,22 +34,6 @@ class GlintFindProducts : public glint::testing::ScratchDirTest {
 };
 
 constexpr uint32_t kRows = 48, kCols = 64, kDark = 1000;  // glint find's pedestal window
-
-/// Frames [0, n) of `source` as an N x rows x cols uint16 dataset /data.
-void write_frames(const std::string& path, const SimImageSource& source, uint64_t n) {
-  const hsize_t dims[3] = {n, kRows, kCols};
-  std::vector<uint16_t> frames(n * kRows * kCols);
-  for (uint64_t i = 0; i < n; ++i)
-    source.fill(i, std::span<uint16_t>(frames).subspan(i * kRows * kCols, kRows * kCols));
-  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  const hid_t space = H5Screate_simple(3, dims, nullptr);
-  const hid_t ds =
-      H5Dcreate2(f, "data", H5T_STD_U16LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, frames.data()), 0);
-  H5Dclose(ds);
-  H5Sclose(space);
-  H5Fclose(f);
-}
 
 void expect_same_products(const ProductsContents& a, const ProductsContents& b) {
   EXPECT_EQ(a.energy_kind, b.energy_kind);
@@ -121,7 +106,8 @@ TEST_F(GlintFindProducts, SameProductsAsAGlintdRunOnTheSameFrames) {
     daemon_file = read_run_file(run.file());
   }
   const std::string frames = path("frames.h5"), out = path("out.h5");
-  write_frames(frames, SimImageSource(c.sim.image, kDark), kDark + c.sim.frames);
+  glint::testing::write_sim_frames(frames, SimImageSource(c.sim.image, kDark),
+                                   kDark + c.sim.frames, kRows, kCols);
   const ToolResult r = run_glint("find -q -i " + frames + " --dark 1000 --backend cpu -o " + out +
                                  " --products all,slices:30,subpixel --energy-window 150,1200 "
                                  "--energy 2x2 --eta-calibration " + eta + " --subpixel 3");
