@@ -1,4 +1,5 @@
 #include "glint/products/run_products.hpp"
+#include "glint/products/table_eta.hpp"
 
 #include <sys/mman.h>
 
@@ -96,19 +97,6 @@ namespace {
 inline int64_t fixed_energy(int32_t e) { return e; }
 inline int64_t fixed_energy(float e) { return std::llround(static_cast<double>(e) * 1e6); }
 
-/// The cluster's values as T (int32 as they are; a float table's bits as floats).
-template <typename T>
-inline const T* values_as(const int32_t* v, T* buf, int n) {
-  if constexpr (std::is_same_v<T, int32_t>) {
-    (void)buf;
-    (void)n;
-    return v;
-  } else {
-    for (int k = 0; k < n; ++k) buf[k] = std::bit_cast<float>(v[k]);
-    return buf;
-  }
-}
-
 }  // namespace
 
 template <typename T, int S>
@@ -141,7 +129,7 @@ void ProductSums::add_clusters(const ClusterTable& table, uint64_t slice_origin,
     for (uint64_t i = r.first_cluster; i < end; ++i) {
       const std::size_t x = xs[i], y = ys[i];
       if (x >= cols || y >= rows) continue;  // not a pixel of these frames: never counted
-      const T* v = values_as<T>(data + i * n, buf, n);
+      const T* v = cluster_values<T>(data + i * n, buf, n);
       T e;
       Eta<T> eta2v{};
       const bool need_eta2 = s_.eta || s_.subpixel;
@@ -272,7 +260,7 @@ void cluster_energies(const ClusterTable& table, std::vector<int32_t>& sum,
   if (table.value_type() == ClusterValues::float32) {
     float buf[81];
     for (std::size_t i = 0; i < count; ++i) {
-      const float* v = values_as<float>(data + i * n, buf, n);
+      const float* v = cluster_values<float>(data + i * n, buf, n);
       sum[i] = std::bit_cast<int32_t>(cluster_sum(v, size));
       quadrant[i] = std::bit_cast<int32_t>(max_quadrant(v, size).sum);
     }
