@@ -236,28 +236,59 @@ class Section {
   std::map<std::string, int> lines_;
 };
 
+/// A two-integer sequence [a, b] at `key` (absent: unchanged), each in [lo, hi].
+void read_pair(Section& s, const std::string& key, const char* expected, long long lo,
+               long long hi, uint32_t& a, uint32_t& b) {
+  auto n = s.sequence(key);
+  if (!n.IsDefined()) return;
+  if (n.size() != 2) s.fail_key(key, fmt::format("expected {}", expected));
+  for (std::size_t i = 0; i < 2; ++i) {
+    long long v = 0;
+    try {
+      v = n[i].as<long long>();
+    } catch (const YAML::Exception&) {
+      s.fail_key(key, fmt::format("expected two integers {}", expected));
+    }
+    if (v < lo || v > hi)
+      s.fail_key(key, fmt::format("{} is out of range (allowed: {} to {})", v, lo, hi));
+    (i == 0 ? a : b) = static_cast<uint32_t>(v);
+  }
+}
+
 void read_detector(Section s, DetectorConfig& d) {
   s.read_string("type", d.type, {"moench", "jungfrau", "eiger", "generic"});
   s.read_integer("rows", d.rows, 1, 65536);
   s.read_integer("cols", d.cols, 1, 65536);
   s.read_string("pixel_type", d.pixel_type, {"uint16"});
-  if (auto n = s.sequence("ports"); n.IsDefined()) {
-    if (n.size() != 2) s.fail_key("ports", "expected [x, y]: ports side by side and stacked");
-    for (int i = 0; i < 2; ++i) {
-      long long v = 0;
-      try {
-        v = n[i].as<long long>();
-      } catch (const YAML::Exception&) {
-        s.fail_key("ports", "expected two integers [x, y]");
-      }
-      if (v < 1 || v > 64) s.fail_key("ports", fmt::format("{} is out of range (allowed: 1 to 64)", v));
-      (i == 0 ? d.ports_x : d.ports_y) = static_cast<uint32_t>(v);
-    }
+  read_pair(s, "ports", "[x, y]: ports side by side and stacked", 1, 64, d.ports_x, d.ports_y);
+  read_pair(s, "modules", "[x, y]: modules side by side and stacked", 1, 64, d.modules_x,
+            d.modules_y);
+  {
+    Section p = s.section("placement");
+    read_pair(p, "detector_shape", "[rows, cols] of the whole detector", 0, 1 << 20,
+              d.detector_rows, d.detector_cols);
+    read_pair(p, "origin", "[row, col] of this image in the whole detector", 0, 1 << 20,
+              d.origin_row, d.origin_col);
+    p.read_integer("first_module", d.first_module, 0, 65535 - 1);
+    p.reject_unknown();
+    if ((d.detector_rows == 0) != (d.detector_cols == 0))
+      p.fail_key("detector_shape", "give both rows and cols, or neither ([0, 0]: this image)");
+    if (uint64_t{d.origin_row} + d.rows > d.whole_rows() ||
+        uint64_t{d.origin_col} + d.cols > d.whole_cols())
+      p.fail_key("origin", fmt::format("[{}, {}] puts the {}x{} image outside the {}x{} detector",
+                                       d.origin_row, d.origin_col, d.rows, d.cols, d.whole_rows(),
+                                       d.whole_cols()));
+    if (uint64_t{d.first_module} + d.n_modules() > 65535)
+      p.fail_key("first_module", "module ids must stay below 65535");
   }
   s.reject_unknown();
   if (d.cols % d.ports_x != 0 || d.rows % d.ports_y != 0)
     s.fail_key("ports", fmt::format("[{}, {}] does not divide the {}x{} (rows x cols) image evenly",
                                     d.ports_x, d.ports_y, d.rows, d.cols));
+  if (d.ports_x % d.modules_x != 0 || d.ports_y % d.modules_y != 0)
+    s.fail_key("modules", fmt::format("[{}, {}] does not divide the [{}, {}] ports: each module is "
+                                      "an equal block of whole ports",
+                                      d.modules_x, d.modules_y, d.ports_x, d.ports_y));
 }
 
 void read_ingest(Section s, IngestConfig& c) {
@@ -863,6 +894,12 @@ std::string to_yaml(const Config& c) {
   kv("cols", c.detector.cols);
   kv("pixel_type", c.detector.pixel_type);
   flow("ports", std::vector<uint32_t>{c.detector.ports_x, c.detector.ports_y});
+  flow("modules", std::vector<uint32_t>{c.detector.modules_x, c.detector.modules_y});
+  begin("placement");
+  flow("detector_shape", std::vector<uint32_t>{c.detector.detector_rows, c.detector.detector_cols});
+  flow("origin", std::vector<uint32_t>{c.detector.origin_row, c.detector.origin_col});
+  kv("first_module", c.detector.first_module);
+  e << YAML::EndMap;
   e << YAML::EndMap;
   if (c.detector.type == "jungfrau") {
     begin("calibration");

@@ -183,6 +183,13 @@ TEST(Config, BadValuesNameKeyLineAndAllowed) {
       {"detector:\n  pixel_type: float\n", "detector.pixel_type", 2, "uint16"},
       {"detector:\n  rows: 400\n  ports: [3, 1]\n", "detector.ports", 3, "evenly"},
       {"detector:\n  ports: [1]\n", "detector.ports", 2, "[x, y]"},
+      {"detector:\n  ports: [1, 2]\n  modules: [1, 3]\n", "detector.modules", 3, "whole ports"},
+      {"detector:\n  modules: [0, 1]\n", "detector.modules", 2, "1 to 64"},
+      {"detector:\n  placement:\n    origin: [300, 0]\n    detector_shape: [600, 400]\n"
+       "    first_module: 1\n  rows: 400\n",
+       "detector.placement.origin", 3, "outside the 600x400 detector"},
+      {"detector:\n  placement:\n    detector_shape: [600, 0]\n",
+       "detector.placement.detector_shape", 3, "rows and cols"},
       {"ingest:\n  endpoints: [udp://x:1]\n", "ingest.endpoints", 2, "tcp://"},
       {"ingest:\n  endpoints: tcp://127.0.0.1:1\n", "ingest.endpoints", 2, "list"},
       {"output:\n  run_name: a/b\n", "output.run_name", 2, "'/'"},
@@ -266,6 +273,11 @@ TEST(Config, ToYamlRoundTripsEveryValue) {
   auto c = gc::load(kExample);
   c.detector.rows = 512;
   c.detector.ports_y = 2;
+  c.detector.modules_y = 2;
+  c.detector.detector_rows = 1024;
+  c.detector.detector_cols = 400;
+  c.detector.origin_row = 512;
+  c.detector.first_module = 2;
   c.ingest.endpoints = {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"};
   c.finder.n_sigma = 4.123456789012345;
   c.finder.gpu_ids = {1, 3};
@@ -282,6 +294,13 @@ TEST(Config, ToYamlRoundTripsEveryValue) {
   EXPECT_EQ(gc::to_yaml(b), gc::to_yaml(c));
   EXPECT_EQ(b.detector.rows, 512u);
   EXPECT_EQ(b.detector.ports_y, 2u);
+  EXPECT_EQ(b.detector.n_modules(), 2u);
+  EXPECT_EQ(b.detector.module_rows(), 256u);
+  EXPECT_EQ(b.detector.whole_rows(), 1024u);
+  EXPECT_EQ(b.detector.origin_row, 512u);
+  EXPECT_EQ(b.detector.first_module, 2u);
+  EXPECT_TRUE(b.detector.has_modules());
+  EXPECT_FALSE(gc::parse("").detector.has_modules());
   EXPECT_EQ(b.ingest.endpoints, c.ingest.endpoints);
   EXPECT_EQ(b.finder.n_sigma, c.finder.n_sigma);
   EXPECT_EQ(b.finder.gpu_ids, c.finder.gpu_ids);

@@ -40,6 +40,27 @@ struct DetectorConfig {
   uint32_t port_rows() const { return rows / ports_y; }
   uint32_t port_cols() const { return cols / ports_x; }
   uint32_t n_ports() const { return ports_x * ports_y; }
+  /// Modules: a grid [x, y] of equal blocks of whole ports, each with its own pedestal and finder
+  /// (detector.modules). [1, 1]: the image is one module.
+  uint32_t modules_x = 1;
+  uint32_t modules_y = 1;
+  uint32_t n_modules() const { return modules_x * modules_y; }
+  uint32_t module_rows() const { return rows / modules_y; }
+  uint32_t module_cols() const { return cols / modules_x; }
+  /// Where this image sits in a larger detector read by several glintd (detector.placement):
+  /// the whole detector's shape (0: this image), this image's origin in it, and the id of its
+  /// first module (ids run row-major over the module grid from there).
+  uint32_t detector_rows = 0;
+  uint32_t detector_cols = 0;
+  uint32_t origin_row = 0;
+  uint32_t origin_col = 0;
+  uint32_t first_module = 0;
+  uint32_t whole_rows() const { return detector_rows ? detector_rows : rows; }
+  uint32_t whole_cols() const { return detector_cols ? detector_cols : cols; }
+  /// Whether the run file records modules (more than one module, or part of a larger detector).
+  bool has_modules() const {
+    return n_modules() > 1 || whole_rows() != rows || whole_cols() != cols || first_module != 0;
+  }
 };
 
 /// JUNGFRAU calibration (detector.type jungfrau only). Without a gain file, clusters are found on
