@@ -1,0 +1,117 @@
+#pragma once
+// A detector of several modules (docs/modules.md): each module is a block of the image with its
+// own pedestal and its own finder, so each module's clusters are exactly those of that module's
+// image found alone. ModularFinder is one ClusterFinder over the whole image made of one finder
+// per module (any backend, on any device): its results are the modules' clusters in image
+// coordinates, frame by frame, module by module within a frame (raster order within a module),
+// and its pedestal is the modules' pedestals in their places.
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "glint/cluster_finder.hpp"
+
+namespace glint {
+
+/// One module: the block of `shape` at (row0, col0) of the image.
+struct ModuleRegion {
+  uint32_t row0 = 0;
+  uint32_t col0 = 0;
+  FrameShape shape{};
+  friend bool operator==(const ModuleRegion&, const ModuleRegion&) = default;
+};
+
+/// The modules of a grid of `mx` x `my` equal blocks over `image`, row-major (module k is
+/// grid column k % mx, row k / mx). Throws std::invalid_argument when they do not divide it.
+std::vector<ModuleRegion> module_grid(FrameShape image, uint32_t mx, uint32_t my);
+
+/// Copies module `r` of `n` images (image-shaped, back to back in `images`) into `out`
+/// (module-shaped, back to back).
+void extract_module(FrameShape image, const ModuleRegion& r, std::span<const uint16_t> images,
+                    std::size_t n, std::span<uint16_t> out);
+
+/// The finder parameters of module `r` of an image with `image` parameters (its shape, its part
+/// of the JUNGFRAU calibration tables).
+FinderParams module_params(const FinderParams& image, const ModuleRegion& r);
+
+/// Module `r`'s part of an image's pedestal, and back.
+PedestalState extract_pedestal(const PedestalState& image, const ModuleRegion& r);
+void place_pedestal(const PedestalState& module, const ModuleRegion& r, PedestalState& image);
+
+class ModularFinder final : public ClusterFinder {
+ public:
+  /// Makes the finder of module `index` with `params` (the module's).
+  using Factory =
+      std::function<std::unique_ptr<ClusterFinder>(const FinderParams& params, std::size_t index)>;
+
+  /// `concurrent`: the modules' calls run on threads of their own at once (backends that
+  /// complete each batch inside submit, such as the CPU backend); otherwise one after the other
+  /// (the GPU engine returns at once). Throws std::invalid_argument when the regions do not
+  /// tile the image or the modules' batch sizes differ.
+  ModularFinder(const FinderParams& params, std::vector<ModuleRegion> regions,
+                const Factory& make, bool concurrent);
+  ~ModularFinder() override;
+
+  std::span<const ModuleRegion> regions() const { return regions_; }
+  std::size_t modules() const { return modules_.size(); }
+  ClusterFinder& module(std::size_t k) { return *modules_[k]; }
+
+  /// The next batch's input slot as one slot per module (module-shaped frames back to back, room
+  /// for batch_frames()): for a caller that writes each module's pixels where its finder reads
+  /// them (the run's copy threads), instead of staging(). Then submit or submit_dark as usual.
+  std::span<const std::span<uint16_t>> module_staging();
+
+  const FinderParams& params() const override { return params_; }
+  int batch_frames() const override { return batch_frames_; }
+  /// An image-shaped slot: submit copies each module's block into its finder's slot.
+  std::span<uint16_t> staging() override;
+  void submit(std::span<const uint64_t> frame_numbers) override;
+  void submit_dark(std::size_t n) override;
+  void flush() override;
+  void set_sink(ResultSink sink) override { sink_ = std::move(sink); }
+  void push_dark(std::span<const uint16_t> frames) override;
+  void find(std::span<const uint16_t> frames, std::span<const uint64_t> frame_numbers,
+            ClusterTable& out) override;
+  PedestalState pedestal() const override;
+  void load_pedestal(const PedestalState& state) override;
+  std::vector<double> calibration_pedestal() const override;
+  /// "2 modules: gpu (NVIDIA H200)", listing each different module finder once.
+  std::string description() const override;
+
+ private:
+  enum class Input { none, image, modules };
+  /// Runs f(k) for every module (at once when concurrent), rethrowing the first failure.
+  void each(const std::function<void(std::size_t)>& f) const;
+  /// Moves the image slot's first n frames into the modules' slots (image input).
+  void scatter_input(std::size_t n);
+  /// Hands every batch that all modules have delivered to the sink, merged.
+  void deliver_complete();
+  /// Appends the modules' tables (one batch each, the same frames) to `out` in image coordinates.
+  void merge(std::span<const ClusterTable* const> tables, ClusterTable& out) const;
+
+  FinderParams params_;
+  std::vector<ModuleRegion> regions_;
+  std::vector<std::unique_ptr<ClusterFinder>> modules_;
+  bool concurrent_;
+  int batch_frames_ = 0;
+  Input input_ = Input::none;
+  std::vector<uint16_t> image_slot_;
+  std::vector<std::span<uint16_t>> module_slots_;
+  std::vector<std::deque<ClusterTable>> pending_;  ///< per module: delivered, not yet merged
+  ClusterTable merged_;
+  ResultSink sink_;
+};
+
+/// One finder per module of `regions` made by `make`; a single region covering the image gives
+/// make(params, 0) itself (a one-module detector is today's finder, byte for byte).
+std::unique_ptr<ClusterFinder> make_modular_finder(const FinderParams& params,
+                                                   std::vector<ModuleRegion> regions,
+                                                   const ModularFinder::Factory& make,
+                                                   bool concurrent);
+
+}  // namespace glint
