@@ -189,8 +189,9 @@ void Acquisition::start() {
   } else if (cfg_.mask.from_dark) {
     mask_bits_.assign(shape.pixels(), 0);
   }
-  std::unique_ptr<ClusterFinder> finder =
-      make_finder_(finder_params(cfg_), finder_options(cfg_, tuning_.find));
+  std::unique_ptr<ClusterFinder> finder = make_module_finders(
+      finder_params(cfg_), module_grid(shape, cfg_.detector.modules_x, cfg_.detector.modules_y),
+      finder_options(cfg_, tuning_.find), make_finder_);
   const std::string backend = finder->description();
   {
     std::lock_guard lock(mu_);

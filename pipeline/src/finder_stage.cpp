@@ -10,6 +10,7 @@ FinderStage::FinderStage(std::unique_ptr<ClusterFinder> finder, FrameCopier& cop
     : finder_(std::move(finder)), copier_(copier), consumers_(consumers), counters_(counters),
       pixels_(finder_->params().shape.pixels()),
       capacity_(static_cast<std::size_t>(finder_->batch_frames())) {
+  modular_ = dynamic_cast<ModularFinder*>(finder_.get());
   numbers_.reserve(capacity_);
   timestamps_.reserve(capacity_);
   finder_->set_sink([this](const ClusterTable& batch) { deliver(batch); });
@@ -39,11 +40,23 @@ void FinderStage::deliver(const ClusterTable& batch) {
 void FinderStage::add(FramePtr f, FrameKind kind) {
   if (!numbers_.empty() && kind_ != kind) submit();
   kind_ = kind;
-  if (slot_.empty()) slot_ = finder_->staging();  // may wait for that slot's old batch
-  uint16_t* dst = slot_.data() + numbers_.size() * pixels_;
+  const std::size_t i = numbers_.size();
   numbers_.push_back(f->frame_number);
   timestamps_.push_back(f->timestamp);
-  copier_.copy(std::move(f), std::span<uint16_t>(dst, pixels_));  // and releases it
+  if (modular_) {
+    if (module_slots_.empty()) {  // may wait for those slots' old batches
+      const auto slots = modular_->module_staging();
+      module_slots_.assign(slots.begin(), slots.end());
+    }
+    const auto regions = modular_->regions();
+    std::vector<uint16_t*> dsts(regions.size());
+    for (std::size_t k = 0; k < regions.size(); ++k)
+      dsts[k] = module_slots_[k].data() + i * regions[k].shape.pixels();
+    copier_.copy_modules(std::move(f), regions, std::move(dsts));  // and releases it
+  } else {
+    if (slot_.empty()) slot_ = finder_->staging();  // may wait for that slot's old batch
+    copier_.copy(std::move(f), slot_.subspan(i * pixels_, pixels_));  // and releases it
+  }
   if (numbers_.size() == capacity_) submit();
 }
 
@@ -52,8 +65,16 @@ void FinderStage::submit() {
   const std::size_t n = numbers_.size();
   if (n == 0) return;
   const std::span<uint16_t> slot = std::exchange(slot_, {});
+  const std::vector<std::span<uint16_t>> module_slots = std::exchange(module_slots_, {});
   if (kind_ == FrameKind::dark) {
-    if (dark_gains_) dark_gains_->add(std::span<const uint16_t>(slot.data(), n * pixels_));
+    if (dark_gains_ && modular_) {
+      const auto regions = modular_->regions();
+      for (std::size_t k = 0; k < regions.size(); ++k)
+        dark_gains_->add(module_slots[k].first(n * regions[k].shape.pixels()), regions[k],
+                         k == 0);
+    } else if (dark_gains_) {
+      dark_gains_->add(std::span<const uint16_t>(slot.data(), n * pixels_));
+    }
     finder_->submit_dark(n);  // may be queued on the device; the run goes on at once
     rows_.clear();
     for (std::size_t i = 0; i < n; ++i)
@@ -86,6 +107,7 @@ void FinderStage::discard() {
   numbers_.clear();
   timestamps_.clear();
   slot_ = {};
+  module_slots_.clear();
   finder_->flush();  // batches already submitted are written
 }
 

@@ -1,6 +1,7 @@
 #include "glint/pipeline/frame_assembler.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "glint/log.hpp"
 
@@ -31,12 +32,24 @@ void FrameAssembler::remember_dropped_locked(uint64_t fn) {
 }
 
 void AssembledFrame::write_to(const config::DetectorConfig& det, std::span<uint16_t> out) const {
+  write_region(det, ModuleRegion{0, 0, {det.rows, det.cols}}, out);
+}
+
+void AssembledFrame::write_region(const config::DetectorConfig& det, const ModuleRegion& region,
+                                  std::span<uint16_t> out) const {
   const uint32_t prow = det.port_rows(), pcol = det.port_cols();
+  if (region.row0 % prow != 0 || region.col0 % pcol != 0 || region.shape.rows % prow != 0 ||
+      region.shape.cols % pcol != 0 || out.size() < region.shape.pixels())
+    throw std::invalid_argument("write_region: not a block of whole ports, or too little room");
   for (uint32_t p = 0; p < part.size(); ++p) {
-    const std::size_t y0 = std::size_t{p / det.ports_x} * prow, x0 = std::size_t{p % det.ports_x} * pcol;
+    const uint32_t py = p / det.ports_x * prow, px = p % det.ports_x * pcol;
+    if (py < region.row0 || py >= region.row0 + region.shape.rows || px < region.col0 ||
+        px >= region.col0 + region.shape.cols)
+      continue;  // another module's port
+    const std::size_t y0 = py - region.row0, x0 = px - region.col0;
     const PartPayload& pp = part[p];
     for (uint32_t r = 0; r < prow; ++r) {
-      uint16_t* dst = out.data() + (y0 + r) * det.cols + x0;
+      uint16_t* dst = out.data() + (y0 + r) * region.shape.cols + x0;
       // A flipped part's first row on the wire is the block's last (as the sls consumer does).
       const uint32_t src_row = pp.rows_flipped ? prow - 1 - r : r;
       if (pp.bytes.empty()) std::fill_n(dst, pcol, uint16_t{0});

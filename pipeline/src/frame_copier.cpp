@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+#include <utility>
+
 namespace glint::pipeline {
 
 unsigned copy_threads(int configured) {
@@ -27,23 +30,40 @@ FrameCopier::~FrameCopier() {
   cv_.notify_all();
 }
 
-void FrameCopier::write(FramePtr f, std::span<uint16_t> dst) {
-  f->write_to(det_, dst);
-  if (preprocessing_.active()) preprocessing_.apply(f->frame_number, dst);
-  assembler_.release(std::move(f));
+void FrameCopier::write(Task t) {
+  if (t.regions.empty()) {
+    t.frame->write_to(det_, t.dst);
+    if (preprocessing_.active()) preprocessing_.apply(t.frame->frame_number, t.dst);
+  } else {
+    for (std::size_t k = 0; k < t.regions.size(); ++k)
+      t.frame->write_region(det_, t.regions[k],
+                            std::span<uint16_t>(t.dsts[k], t.regions[k].shape.pixels()));
+  }
+  assembler_.release(std::move(t.frame));
 }
 
-void FrameCopier::copy(FramePtr f, std::span<uint16_t> dst) {
+void FrameCopier::enqueue(Task t) {
   if (threads_.empty()) {
-    write(std::move(f), dst);
+    write(std::move(t));
     return;
   }
   {
     std::lock_guard lock(mu_);
-    tasks_.push_back(Task{std::move(f), dst});
+    tasks_.push_back(std::move(t));
     ++outstanding_;
   }
   cv_.notify_one();
+}
+
+void FrameCopier::copy(FramePtr f, std::span<uint16_t> dst) {
+  enqueue(Task{std::move(f), dst, {}, {}});
+}
+
+void FrameCopier::copy_modules(FramePtr f, std::span<const ModuleRegion> regions,
+                               std::vector<uint16_t*> dsts) {
+  if (dsts.size() != regions.size())
+    throw std::logic_error("copy_modules: one destination per module expected");
+  enqueue(Task{std::move(f), {}, regions, std::move(dsts)});
 }
 
 void FrameCopier::wait() {
@@ -62,7 +82,7 @@ void FrameCopier::loop(std::stop_token st) {
       t = std::move(tasks_.front());
       tasks_.pop_front();
     }
-    write(std::move(t.frame), t.dst);
+    write(std::move(t));
     std::lock_guard lock(mu_);
     if (--outstanding_ == 0) done_cv_.notify_all();
   }

@@ -29,6 +29,24 @@ void DarkGainSwitches::add(std::span<const uint16_t> frames) {
   }
 }
 
+void DarkGainSwitches::add(std::span<const uint16_t> frames, const ModuleRegion& region,
+                           bool count_frames) {
+  const std::size_t np = region.shape.pixels();
+  if (np == 0 || frames.size() % np != 0 || region.row0 + region.shape.rows > shape_.rows ||
+      region.col0 + region.shape.cols > shape_.cols)
+    throw std::invalid_argument("DarkGainSwitches::add: whole module frames inside the image "
+                                "expected");
+  for (std::size_t off = 0; off < frames.size(); off += np) {
+    const uint16_t* f = frames.data() + off;
+    for (uint32_t y = 0; y < region.shape.rows; ++y) {
+      uint32_t* c = counts_.data() + std::size_t{region.row0 + y} * shape_.cols + region.col0;
+      const uint16_t* row = f + std::size_t{y} * region.shape.cols;
+      for (uint32_t x = 0; x < region.shape.cols; ++x) c[x] += jungfrau::in_g0(row[x]) ? 0u : 1u;
+    }
+    if (count_frames) ++frames_;
+  }
+}
+
 DarkMaskCounts flag_from_dark(std::span<uint32_t> mask, const PedestalState& pedestal,
                               double noisy_factor, const DarkGainSwitches* gains) {
   const std::size_t np = pedestal.shape.pixels();

@@ -1,13 +1,16 @@
 #pragma once
 // Chooses the cluster-finder backend once, at start-up. Every backend gives the same bits.
 #include <functional>
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "glint/backend.hpp"
 #include "glint/cluster_finder.hpp"
+#include "glint/modular_finder.hpp"
 #include "glint/gpu/find_tuning.hpp"
 
 namespace glint::pipeline {
@@ -32,5 +35,20 @@ std::unique_ptr<ClusterFinder> make_finder(const FinderParams& params,
 /// How a run builds its finder: make_finder, or (tests) a wrapper around it.
 using FinderFactory =
     std::function<std::unique_ptr<ClusterFinder>(const FinderParams&, const FinderOptions&)>;
+
+/// The GPU of `gpu_ids` that module k of `modules` runs on: the modules in contiguous groups,
+/// one group per entry (gpu_ids [0, 1] and 8 modules: 0-3 on GPU 0, 4-7 on GPU 1; an id given
+/// twice holds two groups).
+int module_device(std::span<const int> gpu_ids, std::size_t k, std::size_t modules);
+
+/// The finder of a detector of `regions` (module_grid): one finder per module made by `make`,
+/// all on one backend (auto resolved once: the GPU when usable, else the CPU). GPU: each module
+/// on module_device's GPU with options.streams streams of its own. CPU: the modules run at once,
+/// options.threads (0: all hardware threads) shared among them. One region: make(params,
+/// options) itself.
+std::unique_ptr<ClusterFinder> make_module_finders(const FinderParams& params,
+                                                   std::vector<ModuleRegion> regions,
+                                                   const FinderOptions& options,
+                                                   const FinderFactory& make);
 
 }  // namespace glint::pipeline

@@ -3,7 +3,8 @@
 // data, consecutive frames), submits them, and hands every result to the consumers in frame
 // order: data batches as they come back from the finder, dark frames and frames without a
 // search as rows, each only after everything handed to the finder before it. It works through
-// the ClusterFinder interface only: any backend, the same path.
+// the ClusterFinder interface only: any backend, the same path. With a detector of modules
+// (ModularFinder) the copy threads write each module's block where that module's finder reads it.
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "glint/cluster_finder.hpp"
+#include "glint/modular_finder.hpp"
 #include "glint/pipeline/consumer_chain.hpp"
 #include "glint/pipeline/frame_copier.hpp"
 #include "glint/pipeline/pixel_mask.hpp"
@@ -59,6 +61,8 @@ class FinderStage {
   void deliver(const ClusterTable& batch);
 
   std::unique_ptr<ClusterFinder> finder_;
+  ModularFinder* modular_ = nullptr;  ///< finder_ when it is a detector of modules
+  std::vector<std::span<uint16_t>> module_slots_;  ///< the open batch's slots, by module
   FrameCopier& copier_;
   ConsumerChain& consumers_;
   RunCounters& counters_;

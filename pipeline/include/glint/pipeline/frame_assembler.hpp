@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "glint/config/config.hpp"
+#include "glint/modular_finder.hpp"
 #include "glint/pipeline/sls_stream.hpp"
 
 namespace glint::pipeline {
@@ -46,6 +47,10 @@ struct AssembledFrame {
   /// parts that never arrived as zeros. This is the one copy of the pixels between the socket and
   /// the finder's staging.
   void write_to(const config::DetectorConfig& det, std::span<uint16_t> out) const;
+  /// Writes the block `region` of the image (whole ports: a module) into `out` (region.shape,
+  /// row-major), as write_to does for the whole image.
+  void write_region(const config::DetectorConfig& det, const ModuleRegion& region,
+                    std::span<uint16_t> out) const;
 };
 using FramePtr = std::unique_ptr<AssembledFrame>;
 

@@ -1,0 +1,144 @@
+// A detector of modules through the whole run, in-process over loopback: the simulator publishes
+// every port, an Acquisition assembles the image and finds each module with its own pedestal and
+// finder. Each module's clusters (the .clust file, image coordinates) and end pedestal equal
+// those of the reference finder run on that module's images alone.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "glint/clust_file.hpp"
+#include "glint/config/config.hpp"
+#include "glint/modular_finder.hpp"
+#include "glint/pipeline/acquisition.hpp"
+#include "glint/pipeline/clust_file_consumer.hpp"
+#include "glint/pipeline/run_file.hpp"
+#include "glint/pipeline/stream_simulator.hpp"
+#include "simulated_run.hpp"
+#include "stream_test_util.hpp"
+
+using namespace glint;
+using namespace glint::pipeline;
+using namespace std::chrono_literals;
+
+namespace {
+
+using Case = glint::testing::SimulatedRun;
+
+struct Alone {
+  ClusterTable clusters;  ///< data frames only, module coordinates
+  PedestalState pedestal;
+};
+
+/// Module `r` found alone by the reference finder: the images the simulator sent, regenerated,
+/// cut to the module; dark and data rows as the run file says.
+Alone find_alone(const Case& c, const RunFileContents& f, const ModuleRegion& r) {
+  FinderParams image;
+  image.shape = {c.cfg.detector.rows, c.cfg.detector.cols};
+  image.cluster_size = c.cfg.finder.cluster_size;
+  image.n_sigma = c.cfg.finder.n_sigma;
+  image.pedestal_window = c.cfg.pedestal.window;
+  const FinderParams p = module_params(image, r);
+  auto finder = make_reference_finder(p);
+  const SimImageSource source(c.sim.image, c.sim.dark_frames);
+  std::vector<uint16_t> full(image.shape.pixels()), mine(r.shape.pixels());
+  Alone out{make_result_table(p), {}};
+  for (const FrameRow& row : f.frames) {
+    if (row.flags != kFlagDark && row.flags != 0) continue;
+    source.fill(row.frame_number - c.sim.first_frame_number, full);
+    extract_module(image.shape, r, full, 1, mine);
+    if (row.flags == kFlagDark) {
+      finder->push_dark(mine);
+    } else {
+      const std::vector<uint64_t> fn{row.frame_number};
+      finder->find(mine, fn, out.clusters);
+    }
+  }
+  out.pedestal = finder->pedestal();
+  return out;
+}
+
+/// The clusters of `t` centred in `r`, in the module's coordinates, one record per frame.
+ClusterTable clusters_in(const ClusterTable& t, const ModuleRegion& r) {
+  ClusterTable out(t.cluster_size());
+  for (const FrameRecord& rec : t.frames()) {
+    out.begin_frame(rec.frame_number);
+    for (std::size_t i = rec.first_cluster; i < rec.first_cluster + rec.n_clusters; ++i) {
+      const uint32_t x = t.x()[i], y = t.y()[i];
+      if (x >= r.col0 && x < r.col0 + r.shape.cols && y >= r.row0 && y < r.row0 + r.shape.rows)
+        out.add_cluster(static_cast<uint16_t>(x - r.col0), static_cast<uint16_t>(y - r.row0),
+                        t.cluster_data(i));
+    }
+  }
+  return out;
+}
+
+/// Runs `c` and checks every module against the module found alone.
+void expect_each_module_as_found_alone(const Case& c, std::size_t frames) {
+  Acquisition run(c.cfg, 1, std::nullopt);
+  const SimReport sent = run_stream_simulator(c.sim);
+  EXPECT_TRUE(sent.subscribers_seen);
+  ASSERT_TRUE(run.wait(30s)) << "the run did not end on the end message";
+  const RunStats s = run.stats();
+  ASSERT_EQ(s.error, "");
+  EXPECT_EQ(s.incomplete, 0u);
+  EXPECT_EQ(s.parts, frames * c.cfg.detector.n_ports());
+  EXPECT_NE(s.backend.find(fmt::format("{} modules: cpu", c.cfg.detector.n_modules())),
+            std::string::npos)
+      << s.backend;
+  const RunFileContents f = read_run_file(run.file());
+  ASSERT_EQ(f.frames.size(), frames);
+  ASSERT_TRUE(f.end_state.has_value());
+  const ClusterTable clust = read_clust(clust_file_path(run.file()), c.cfg.finder.cluster_size);
+  EXPECT_EQ(clust.n_frames(), s.data_frames);
+  EXPECT_EQ(clust.n_clusters(), s.clusters);
+  const FrameShape shape{c.cfg.detector.rows, c.cfg.detector.cols};
+  const auto regions = module_grid(shape, c.cfg.detector.modules_x, c.cfg.detector.modules_y);
+  std::size_t total = 0, modules_with_clusters = 0;
+  for (std::size_t k = 0; k < regions.size(); ++k) {
+    SCOPED_TRACE(fmt::format("module {}", k));
+    const Alone alone = find_alone(c, f, regions[k]);
+    EXPECT_TRUE(clusters_in(clust, regions[k]) == alone.clusters)
+        << "module " << k << ": " << clusters_in(clust, regions[k]).n_clusters() << " clusters, "
+        << alone.clusters.n_clusters() << " alone";
+    EXPECT_TRUE(extract_pedestal(*f.end_state, regions[k]) == alone.pedestal);
+    total += alone.clusters.n_clusters();
+    modules_with_clusters += alone.clusters.n_clusters() > 0;
+  }
+  EXPECT_EQ(clust.n_clusters(), total);
+  EXPECT_EQ(modules_with_clusters, regions.size());
+}
+
+}  // namespace
+
+TEST(ModulesRun, TwoModulesEachAsFoundAlone) {
+  // Two modules side by side, one port each, on two endpoints.
+  Case c = glint::testing::small_detector_run("modules_two", 2, 1, 2);
+  c.cfg.detector.modules_x = 2;
+  c.cfg.output.clust = true;
+  c.cfg.ingest.copy_threads = 2;
+  c.cfg.ingest.reorder_frames = 200;
+  c.sim.image.photons = 20;
+  expect_each_module_as_found_alone(c, 80);
+}
+
+TEST(ModulesRun, Jungfrau4MGeometryAtSmallSizeEndToEnd) {
+  // A JUNGFRAU 4M's layout: 2 x 4 modules of two ports each (16 streams), each port its own
+  // endpoint; modules of 16 x 32 pixels instead of 512 x 1024.
+  Case c = glint::testing::simulated_run("modules_4m", 64, 64, /*dark=*/20, /*batch_frames=*/8);
+  c.cfg.detector.ports_x = c.sim.ports_x = 2;
+  c.cfg.detector.ports_y = c.sim.ports_y = 8;
+  c.cfg.detector.modules_x = 2;
+  c.cfg.detector.modules_y = 4;
+  for (int i = 1; i < 16; ++i) {
+    const auto ep = glint::testing::loopback(glint::testing::free_tcp_port());
+    c.cfg.ingest.endpoints.push_back(ep);
+    c.sim.endpoints.push_back(ep);
+  }
+  c.cfg.output.clust = true;
+  c.cfg.ingest.reorder_frames = 200;
+  c.cfg.finder.threads = 4;
+  c.sim.image.photons = 40;
+  c.sim.frames = 40;
+  c.sim.first_frame_number = 7;
+  expect_each_module_as_found_alone(c, 60);
+}
