@@ -218,6 +218,10 @@ void add_bench_pipeline(CLI::App& bench) {
     uint32_t recon_slices = 0;          // 0: no reconstruction leg
     uint32_t recon_frames_per_slice = 100;
     std::string products;               // empty: glintd's defaults
+    uint32_t modules = 0;               // 0: one image of --size and --ports
+    uint32_t ports_per_module = 2;
+    std::vector<int> gpus{0};
+    uint32_t module_rows = 512, module_cols = 1024;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--size", a->size, "frame rows = columns")->capture_default_str();
@@ -252,27 +256,58 @@ void add_bench_pipeline(CLI::App& bench) {
                   "the products the pipeline leg computes, as glint find --products (all, or "
                   "hitmap,spectrum,eta,pixel_spectra,slices:N) [glintd's defaults: hit map, energy "
                   "image, spectrum, per-cluster energies]");
+  cmd->add_option("--modules", a->modules,
+                  "a detector of this many modules (instead of --size and --ports), two side by "
+                  "side when even (JUNGFRAU 4M: --modules 8 --ports-per-module 2), each with its "
+                  "own pedestal and finder, spread over the GPUs of --gpus");
+  cmd->add_option("--ports-per-module", a->ports_per_module,
+                  "with --modules: ports (ZeroMQ endpoints) per module, stacked in y")
+      ->capture_default_str();
+  cmd->add_option("--module-rows", a->module_rows, "with --modules: module rows")
+      ->capture_default_str();
+  cmd->add_option("--module-cols", a->module_cols, "with --modules: module columns")
+      ->capture_default_str();
+  cmd->add_option("--gpus", a->gpus, "finder.gpu_ids (modules in contiguous groups per entry)");
   cmd->add_option("--recon-frames-per-slice", a->recon_frames_per_slice,
                   "frames summed into one slice of the reconstruction leg")
       ->capture_default_str();
   cmd->callback([a] {
-    if (a->ports == 0 || a->size % a->ports != 0)
+    // The detector: one image of --size with --ports stacked in y, or --modules modules.
+    uint32_t rows = a->size, cols = a->size, ports_x = 1, ports_y = a->ports;
+    uint32_t modules_x = 1, modules_y = 1;
+    if (a->modules > 0) {
+      if (a->ports_per_module == 0 || a->module_rows == 0 || a->module_cols == 0 ||
+          a->module_rows % a->ports_per_module != 0)
+        fail("glint bench pipeline", "--ports-per-module must divide --module-rows",
+             kExitUsage);
+      modules_x = a->modules % 2 == 0 ? 2 : 1;
+      modules_y = a->modules / modules_x;
+      rows = modules_y * a->module_rows;
+      cols = modules_x * a->module_cols;
+      ports_x = modules_x;
+      ports_y = modules_y * a->ports_per_module;
+      if (rows > 65536 || cols > 65536 || ports_x * ports_y > 64 * 64)
+        fail("glint bench pipeline", "the detector is too large (at most 65536 x 65536 pixels)",
+             kExitUsage);
+    } else if (a->ports == 0 || a->size % a->ports != 0) {
       fail("glint bench pipeline", "--ports must divide --size", kExitUsage);
+    }
+    const uint32_t n_ports = ports_x * ports_y;
     // The endpoints of the next leg: fresh ports for every leg when --base-port is given.
     int next_port = a->base_port;
     auto endpoints = [&] {
       std::vector<std::string> eps;
-      for (uint32_t p = 0; p < a->ports; ++p)
+      for (uint32_t p = 0; p < n_ports; ++p)
         eps.push_back(a->base_port > 0 ? fmt::format("tcp://127.0.0.1:{}", next_port++)
                                        : std::string("tcp://127.0.0.1:*"));
       return eps;
     };
     pipeline::SimOptions sim;
-    sim.image.rows = a->size;
-    sim.image.cols = a->size;
+    sim.image.rows = rows;
+    sim.image.cols = cols;
     sim.image.photons = a->photons;
-    sim.ports_x = 1;
-    sim.ports_y = a->ports;
+    sim.ports_x = ports_x;
+    sim.ports_y = ports_y;
     sim.dark_frames = a->dark;
     sim.frames = a->frames;
     sim.send_hwm = a->hwm;
@@ -284,9 +319,13 @@ void add_bench_pipeline(CLI::App& bench) {
     sim.end_repeat = 3;
 
     config::Config cfg = config::parse("", "bench");
-    cfg.detector.rows = a->size;
-    cfg.detector.cols = a->size;
-    cfg.detector.ports_y = a->ports;
+    cfg.detector.rows = rows;
+    cfg.detector.cols = cols;
+    cfg.detector.ports_x = ports_x;
+    cfg.detector.ports_y = ports_y;
+    cfg.detector.modules_x = modules_x;
+    cfg.detector.modules_y = modules_y;
+    cfg.finder.gpu_ids = a->gpus;
     cfg.ingest.queue_frames = a->queue;
     cfg.ingest.copy_threads = a->copy_threads;
     cfg.ingest.receive_hwm = a->hwm;
@@ -351,7 +390,8 @@ void add_bench_pipeline(CLI::App& bench) {
     const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
     const double image_mb = image_bytes(sim) / 1e6;
     if (a->as_json) {
-      nlohmann::json j = {{"size", a->size}, {"ports", a->ports}, {"frames", a->dark + a->frames},
+      nlohmann::json j = {{"size", a->size}, {"rows", rows}, {"cols", cols}, {"ports", n_ports},
+                          {"modules", modules_x * modules_y}, {"frames", a->dark + a->frames},
                           {"image_mb", image_mb}, {"rounds", rounds.size()}};
       for (const auto& r : rounds) {
         nlohmann::json legs = nlohmann::json::array();
@@ -368,9 +408,14 @@ void add_bench_pipeline(CLI::App& bench) {
       std::cout << j.dump(2) << "\n";
       return;
     }
-    std::cout << fmt::format("glint bench pipeline: {}x{} uint16 ({:.2f} MB/image), {} port(s), {} images "
-                             "({} dark) per leg, loopback TCP{}\n",
-                             a->size, a->size, image_mb, a->ports, a->dark + a->frames, a->dark,
+    std::cout << fmt::format("glint bench pipeline: {}x{} uint16 ({:.2f} MB/image), {} port(s){}, {} "
+                             "images ({} dark) per leg, loopback TCP{}\n",
+                             rows, cols, image_mb, n_ports,
+                             a->modules > 0 ? fmt::format(", {} modules ({} x {})",
+                                                          modules_x * modules_y, modules_x,
+                                                          modules_y)
+                                            : std::string(),
+                             a->dark + a->frames, a->dark,
                              rounds.size() > 1 ? fmt::format(", {} rounds", rounds.size()) : "");
     for (std::size_t r = 0; r < rounds.size(); ++r) {
       const auto& legs = rounds[r];

@@ -11,8 +11,10 @@
 #include "glint/modular_finder.hpp"
 #include "glint/pipeline/acquisition.hpp"
 #include "glint/pipeline/clust_file_consumer.hpp"
+#include "glint/pipeline/finder_factory.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
+#include "gpu_test.hpp"
 #include "simulated_run.hpp"
 #include "stream_test_util.hpp"
 
@@ -82,7 +84,8 @@ void expect_each_module_as_found_alone(const Case& c, std::size_t frames) {
   ASSERT_EQ(s.error, "");
   EXPECT_EQ(s.incomplete, 0u);
   EXPECT_EQ(s.parts, frames * c.cfg.detector.n_ports());
-  EXPECT_NE(s.backend.find(fmt::format("{} modules: cpu", c.cfg.detector.n_modules())),
+  EXPECT_NE(s.backend.find(fmt::format("{} modules: {}", c.cfg.detector.n_modules(),
+                                      c.cfg.finder.backend)),
             std::string::npos)
       << s.backend;
   const RunFileContents f = read_run_file(run.file());
@@ -141,4 +144,30 @@ TEST(ModulesRun, Jungfrau4MGeometryAtSmallSizeEndToEnd) {
   c.sim.frames = 40;
   c.sim.first_frame_number = 7;
   expect_each_module_as_found_alone(c, 60);
+}
+
+TEST(ModulesRun, TwoModulesOnTheGpuEachAsFoundAlone) {
+  GLINT_REQUIRE_GPU();
+  Case c = glint::testing::small_detector_run("modules_two_gpu", 2, 1, 2);
+  c.cfg.detector.modules_x = 2;
+  c.cfg.finder.backend = "gpu";
+  c.cfg.finder.gpu_ids = {0, 0};  // two module groups on one GPU
+  c.cfg.output.clust = true;
+  c.cfg.ingest.reorder_frames = 200;
+  c.sim.image.photons = 20;
+  expect_each_module_as_found_alone(c, 80);
+}
+
+TEST(ModulePlacement, ContiguousGroupsOnePerGpuEntry) {
+  const std::vector<int> two{0, 1}, three{2, 0, 1}, one{3};
+  std::vector<int> got;
+  for (std::size_t k = 0; k < 8; ++k) got.push_back(module_device(two, k, 8));
+  EXPECT_EQ(got, (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}));
+  got.clear();
+  for (std::size_t k = 0; k < 4; ++k) got.push_back(module_device(three, k, 4));
+  EXPECT_EQ(got, (std::vector<int>{2, 2, 0, 1}));
+  EXPECT_EQ(module_device(one, 5, 8), 3);
+  EXPECT_EQ(module_device(two, 0, 1), 0) << "more GPUs than modules: the first";
+  EXPECT_THROW(module_device(two, 8, 8), std::invalid_argument);
+  EXPECT_THROW(module_device({}, 0, 8), std::invalid_argument);
 }
