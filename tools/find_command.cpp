@@ -55,6 +55,7 @@ struct FindArgs {
   std::string eta_calibration;       ///< the sub-pixel image's calibration file
   uint32_t subpixel = 5;             ///< sub-pixels per pixel and axis
   unsigned products_threads = 0;     ///< 0: as glintd's products.threads auto
+  std::vector<uint32_t> modules{1, 1};  ///< module grid [x, y] (detector.modules)
 };
 
 }  // namespace
@@ -164,17 +165,22 @@ class Progress {
 };
 
 std::string settings_yaml(const FindArgs& a, const std::string& backend) {
+  const std::string modules =
+      a.modules == std::vector<uint32_t>{1, 1}
+          ? std::string()
+          : fmt::format("  modules: [{}, {}]\n", a.modules[0], a.modules[1]);
   return fmt::format(
       "# glint find\ninput: {}\ndataset: {}\ndark_frames: {}\npedestal:\n  source: '{}'\n"
       "finder:\n  n_sigma: {}\n"
-      "  cluster_size: {}\n  backend: {}\n  threads: {}\ndetector:\n  type: {}\n"
+      "  cluster_size: {}\n  backend: {}\n  threads: {}\ndetector:\n  type: {}\n{}"
       "calibration:\n  gain_file: '{}'\n  pedestal_file: '{}'\n  hg0: {}\n"
       "mask:\n  file: '{}'\n  from_dark: {}\n  noisy_factor: {}\n"
       "products:\n  list: '{}'\n  energy_window: '{}'\n  energy: {}\n"
       "  subpixel: {{calibration: '{}', factor: {}}}\n",
       a.input, a.dataset, a.dark, a.pedestal_source, a.n_sigma, a.cluster_size, backend,
-      a.threads, a.detector, a.gain_file, a.pedestal_file, a.hg0, a.mask, a.mask_from_dark,
-      a.noisy_factor, a.products, a.energy_window, a.energy, a.eta_calibration, a.subpixel);
+      a.threads, a.detector, modules, a.gain_file, a.pedestal_file, a.hg0, a.mask,
+      a.mask_from_dark, a.noisy_factor, a.products, a.energy_window, a.energy, a.eta_calibration,
+      a.subpixel);
 }
 
 /// The pedestal of --pedestal-source file:PATH (a pedestal file, or a closed run file), checked
@@ -295,7 +301,13 @@ int run_find(FindArgs a) {
     if (!out.empty() && !a.overwrite && std::filesystem::exists(out))
       throw InputError(fmt::format("{} exists already (use --overwrite to replace it)", out));
 
-  auto finder = pipeline::make_finder(params, fo);
+  std::vector<ModuleRegion> regions;
+  try {
+    regions = module_grid(params.shape, a.modules.at(0), a.modules.at(1));
+  } catch (const std::exception& e) {
+    throw InputError(std::string("--modules: ") + e.what());
+  }
+  auto finder = pipeline::make_module_finders(params, std::move(regions), fo, pipeline::make_finder);
   // Dark frames given as well go on top of the loaded pedestal (tracking continues from it).
   if (loaded) finder->load_pedestal(*loaded);
   const std::string backend = finder->description();
@@ -498,6 +510,12 @@ void add_find_command(CLI::App& app) {
   cmd->add_option("--subpixel", a->subpixel,
                   "sub-pixels per pixel and axis of the sub-pixel image (1 to 100)")
       ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmd->add_option("--modules", a->modules,
+                  "module grid X,Y: the frames are X x Y modules side by side and stacked, each "
+                  "with its own pedestal and finder (as glintd's detector.modules)")
+      ->delimiter(',')
+      ->expected(2)
       ->capture_default_str();
   cmd->add_option("--products-threads", a->products_threads,
                   "worker threads for the products, 0 = as glintd (min(4, cores / 4))")
