@@ -11,6 +11,25 @@
 
 namespace glint::pipeline {
 
+namespace {
+
+/// The whole detector's port grid and this image's first port in it, when detector.placement
+/// puts this image in a larger detector on port boundaries.
+struct WholePorts {
+  uint32_t x, y, col0, row0;
+};
+std::optional<WholePorts> whole_detector_ports(const config::DetectorConfig& d) {
+  const uint32_t pr = d.port_rows(), pc = d.port_cols();
+  if (d.whole_rows() == d.rows && d.whole_cols() == d.cols) return std::nullopt;
+  if (d.whole_rows() % pr != 0 || d.whole_cols() % pc != 0 || d.origin_row % pr != 0 ||
+      d.origin_col % pc != 0)
+    return std::nullopt;
+  return WholePorts{d.whole_cols() / pc, d.whole_rows() / pr, d.origin_col / pc,
+                    d.origin_row / pr};
+}
+
+}  // namespace
+
 void BadInputLog::record(BadInput kind, const std::string& endpoint, const std::string& detail) {
   const auto k = static_cast<std::size_t>(kind);
   const auto now = std::chrono::steady_clock::now();
@@ -370,7 +389,7 @@ void Ingest::handle(std::size_t index, std::vector<zmq::message_t>& parts) {
     bad_.record(ph.reason, ep, ph.detail);
     return;
   }
-  const SlsHeader& h = *ph.header;
+  SlsHeader h = *ph.header;
   if (h.is_end()) {
     end_messages_.fetch_add(1);
     std::lock_guard lock(route_mu_);
@@ -380,6 +399,26 @@ void Ingest::handle(std::size_t index, std::vector<zmq::message_t>& parts) {
   if (!is_valid_bitmode(h.bitmode)) {
     bad_.record(BadInput::unknown_bitmode, ep, fmt::format("bitmode {} (allowed: 4, 8, 12, 16, 32)", h.bitmode));
     return;
+  }
+  // A detector read by several glintd (detector.placement): each receiver's header places its
+  // port in the whole detector; this glintd's block of ports starts at its origin.
+  if (const auto whole = whole_detector_ports(det);
+      whole && h.detshape[0] == whole->x && h.detshape[1] == whole->y &&
+      h.shape[0] == det.port_cols() && h.shape[1] == det.port_rows()) {
+    if (h.row < whole->row0 || h.row - whole->row0 >= det.ports_y || h.column < whole->col0 ||
+        h.column - whole->col0 >= det.ports_x) {
+      bad_.record(BadInput::unknown_port, ep,
+                  fmt::format("frame {}: port (row {}, column {}) of the {}x{} detector is not "
+                              "one of this image's (rows {}..{}, columns {}..{}; "
+                              "detector.placement)",
+                              h.frame_number, h.row, h.column, whole->x, whole->y, whole->row0,
+                              whole->row0 + det.ports_y - 1, whole->col0,
+                              whole->col0 + det.ports_x - 1));
+      return;
+    }
+    h.row -= whole->row0;
+    h.column -= whole->col0;
+    h.detshape = {det.ports_x, det.ports_y};
   }
   if (h.detshape[0] != det.ports_x || h.detshape[1] != det.ports_y ||
       h.shape[0] != det.port_cols() || h.shape[1] != det.port_rows()) {

@@ -96,6 +96,11 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
   if (o.endpoints.empty()) throw std::invalid_argument("no endpoint to publish on");
   if (o.send_every == 0) throw std::invalid_argument("send_every must be at least 1");
   if (o.acquisitions == 0) throw std::invalid_argument("acquisitions must be at least 1");
+  if ((o.whole_ports_x && o.port_col0 + o.ports_x > o.whole_ports_x) ||
+      (o.whole_ports_y && o.port_row0 + o.ports_y > o.whole_ports_y))
+    throw std::invalid_argument(fmt::format(
+        "ports [{}, {}] from row {}, column {} do not fit the whole detector's [{}, {}]",
+        o.ports_x, o.ports_y, o.port_row0, o.port_col0, o.whole_ports_x, o.whole_ports_y));
   if (o.image.cols % o.ports_x != 0 || o.image.rows % o.ports_y != 0)
     throw std::invalid_argument(fmt::format("ports [{}, {}] do not divide the {}x{} image", o.ports_x,
                                             o.ports_y, o.image.rows, o.image.cols));
@@ -278,7 +283,8 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     SlsHeader h;
     h.jsonversion = o.jsonversion;
     h.bitmode = o.bitmode;
-    h.detshape = {o.ports_x, o.ports_y};
+    h.detshape = {o.whole_ports_x ? o.whole_ports_x : o.ports_x,
+                  o.whole_ports_y ? o.whole_ports_y : o.ports_y};
     h.shape = {pcol, prow};
     h.size = part_bytes;
     h.acq_index = acq + 1;
@@ -296,8 +302,8 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
     const uint32_t n_parts = o.ports_x * o.ports_y;
     for (uint32_t pi = 0; pi < n_parts; ++pi) {
       part_port = pi;
-      h.row = pi / o.ports_x;
-      h.column = pi % o.ports_x;
+      h.row = o.port_row0 + pi / o.ports_x;
+      h.column = o.port_col0 + pi % o.ports_x;
       h.mod_id = pi;
       h.complete_image = (pi == 0 && has_fault(SimFault::incomplete, i)) ? 0 : 1;
       if (pi == n_parts - 1 && has_fault(SimFault::drop_part, i)) continue;
@@ -307,7 +313,7 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       if (o.image_pool > 0 && o.bitmode == 16 && o.ports_x == 1 && !flip &&
           !has_fault(SimFault::malformed, i) &&
           !has_fault(SimFault::data_without_header, i) && o.port_delay_ms.empty()) {
-        const uint16_t* src = img->data() + std::size_t{h.row} * prow * o.image.cols;
+        const uint16_t* src = img->data() + std::size_t{pi / o.ports_x} * prow * o.image.cols;
         const std::string header = format_sls_header(h);
         auto& sk = socks[pi % socks.size()];
         sk.send(zmq::buffer(header), zmq::send_flags::sndmore);
@@ -319,8 +325,9 @@ SimReport run_stream_simulator(const SimOptions& o, const std::atomic<bool>* sto
       }
       for (uint32_t r = 0; r < prow; ++r)
         std::copy_n(img->data() +
-                        (std::size_t{h.row} * prow + (flip ? prow - 1 - r : r)) * o.image.cols +
-                        std::size_t{h.column} * pcol,
+                        (std::size_t{pi / o.ports_x} * prow + (flip ? prow - 1 - r : r)) *
+                            o.image.cols +
+                        std::size_t{pi % o.ports_x} * pcol,
                     pcol, part.data() + std::size_t{r} * pcol);
       encode_pixels(o.bitmode, part, payload.data());
       if (pi == 0 && has_fault(SimFault::malformed, i)) {

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <thread>
+
 #include "glint/clust_file.hpp"
 #include "glint/config/config.hpp"
 #include "glint/modular_finder.hpp"
@@ -170,4 +172,39 @@ TEST(ModulePlacement, ContiguousGroupsOnePerGpuEntry) {
   EXPECT_EQ(module_device(two, 0, 1), 0) << "more GPUs than modules: the first";
   EXPECT_THROW(module_device(two, 8, 8), std::invalid_argument);
   EXPECT_THROW(module_device({}, 0, 8), std::invalid_argument);
+}
+
+TEST(ModulesRun, OneReceiverHostsShareOfALargerDetector) {
+  // The lower half of a 96 x 64 detector of 2 x 2 ports: this glintd's receivers put their ports
+  // in the whole detector (detshape [2, 2], row 1), as slsReceiver does on every host.
+  Case c = glint::testing::small_detector_run("modules_share", 2, 1, 2);
+  c.cfg.detector.modules_x = 2;
+  c.cfg.detector.detector_rows = 96;
+  c.cfg.detector.detector_cols = 64;
+  c.cfg.detector.origin_row = 48;
+  c.cfg.detector.first_module = 2;
+  c.cfg.output.clust = true;
+  c.cfg.ingest.reorder_frames = 200;
+  c.sim.whole_ports_x = 2;
+  c.sim.whole_ports_y = 2;
+  c.sim.port_row0 = 1;
+  expect_each_module_as_found_alone(c, 80);
+
+  // The other host's ports are not this image's: bad input, counted, nothing assembled.
+  Case other = glint::testing::small_detector_run("modules_share_other", 2, 1, 2);
+  other.cfg.detector = c.cfg.detector;
+  other.sim.whole_ports_x = other.sim.whole_ports_y = 2;
+  other.sim.port_row0 = 0;
+  other.sim.frames = 5;
+  other.sim.dark_frames = 0;
+  Acquisition run(other.cfg, 1, std::nullopt);
+  run_stream_simulator(other.sim);
+  // Every part was refused; the pedestal never began, so the run is stopped here.
+  for (int i = 0; i < 200 && run.stats().bad_total < 10; ++i) std::this_thread::sleep_for(10ms);
+  run.stop();
+  ASSERT_TRUE(run.wait(20s));
+  const RunStats s = run.stats();
+  EXPECT_EQ(s.parts, 0u);
+  EXPECT_EQ(s.bad_total, 10u);
+  EXPECT_EQ(s.dark_frames + s.data_frames, 0u);
 }

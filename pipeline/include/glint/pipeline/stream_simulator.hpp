@@ -72,6 +72,11 @@ struct SimOptions {
   std::vector<std::string> endpoints{"tcp://127.0.0.1:30001"};  ///< bound; parts go round-robin
   SimImageParams image;
   uint32_t ports_x = 1, ports_y = 1;   ///< detshape: parts per image
+  /// One receiver host's share of a larger detector (detector.placement): the headers say the
+  /// whole detector's detshape [x, y] (0: ports_x, ports_y) and place the ports from this
+  /// port row and column on, as the receivers of a detector read by several hosts do.
+  uint32_t whole_ports_x = 0, whole_ports_y = 0;
+  uint32_t port_row0 = 0, port_col0 = 0;
   uint32_t bitmode = 16;               ///< 4, 8, 12, 16 or 32
   uint32_t jsonversion = 5;
   uint64_t dark_frames = 0;
