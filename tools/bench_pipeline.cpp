@@ -338,6 +338,10 @@ void add_bench_pipeline(CLI::App& bench) {
     cfg.output.directory = a->output;
     cfg.output.run_name = "bench";
     cfg.output.overwrite = true;
+    // A large detector's queue of images is large too (a JUNGFRAU 4M: 8.4 MB per image): the
+    // bench host's memory, not glintd's default budget, is the limit.
+    cfg.run.memory_budget_mb = std::max<uint64_t>(cfg.run.memory_budget_mb,
+                                                  config::run_memory(cfg).total() / 1000000 + 1024);
     if (!a->products.empty()) {
       try {
         cfg.products = products_option(a->products, "", "sum");

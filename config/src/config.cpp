@@ -832,7 +832,9 @@ RunMemory run_memory(const Config& c) {
   const uint64_t batch = static_cast<uint64_t>(c.finder.batch_frames) * image;
   m.batch = batch;
   if (c.finder.backend != "cpu") {
-    const uint64_t gpus = c.finder.gpu_ids.size();
+    // One image in bands over the GPUs: each GPU stages whole batches. Modules: each module's
+    // finder stages its own block, on one GPU.
+    const uint64_t gpus = c.detector.n_modules() > 1 ? 1 : c.finder.gpu_ids.size();
     m.pinned = batch * static_cast<uint64_t>(c.finder.streams) * gpus;
     m.device = m.pinned + gpus * pixels * 3 * sizeof(double);  // + pedestal sums and noise
   }
