@@ -37,6 +37,7 @@ struct BenchFindOptions {
   unsigned products_threads = 0;  ///< their worker threads, 0: as glintd (min(4, cores / 4))
   std::string eta_calibration;    ///< --eta-calibration FILE: the sub-pixel image too
   uint32_t subpixel = 5;          ///< --subpixel F: its sub-pixels per pixel and axis
+  std::vector<uint32_t> modules{1, 1};  ///< --modules X,Y: a detector of X x Y modules
 };
 
 /// `--products`: the products' configuration and a consumer for the timed run with them on.
@@ -69,5 +70,7 @@ void print_products_timing(const BenchFindOptions& o, double fps_off, double fps
 
 /// The GPU benchmark; prints its figures and returns the exit status.
 int run_bench_find_gpu(const BenchFindOptions& options);
+/// The same for a detector of modules (--modules): one GPU finder per module, spread over --gpus.
+int run_bench_find_gpu_modules(const BenchFindOptions& options);
 
 }  // namespace glint::tools

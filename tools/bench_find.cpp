@@ -245,6 +245,12 @@ void add_bench_find(CLI::App& bench) {
   cmd->add_option("--products-threads", a->o.products_threads,
                   "products worker threads, 0 = as glintd (min(4, cores / 4))")
       ->capture_default_str();
+  cmd->add_option("--modules", a->o.modules,
+                  "GPU: the frames are a detector of X x Y modules (X,Y), each with its own "
+                  "pedestal and finder, in contiguous groups over --gpus (as glintd)")
+      ->delimiter(',')
+      ->expected(2)
+      ->capture_default_str();
   cmd->add_flag("--reference", a->reference,
                 "CPU: also time the single-threaded reference finder on the same frames");
   cmd->callback([a] {
@@ -279,7 +285,13 @@ void add_bench_find(CLI::App& bench) {
     int rc = 0;
     try {
       if (a->backend == "cpu") {
+        if (o.modules != std::vector<uint32_t>{1, 1})
+          fail("glint bench find", "--modules needs --backend gpu", kExitUsage);
         rc = run_bench_find_cpu(o, a->reference, a->chunk);
+      } else if (a->backend == "gpu" && o.modules != std::vector<uint32_t>{1, 1}) {
+        if (!o.products.empty())
+          fail("glint bench find", "--modules and --products: time them apart", kExitUsage);
+        rc = run_bench_find_gpu_modules(o);
       } else if (a->backend == "gpu") {
         rc = run_bench_find_gpu(o);
       } else {
