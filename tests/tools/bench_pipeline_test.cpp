@@ -52,3 +52,26 @@ TEST_F(GlintBenchPipeline, RoundsReportEveryLegAndTheirMedians) {
   EXPECT_DOUBLE_EQ(j["ratio_to_floor"].get<double>(), pipeline_fps[1] / floor_fps[1]);
   expect_failure("bench pipeline --repeat 0", 2, "--repeat: Value 0 not in range 1 to 100");
 }
+
+TEST_F(GlintBenchPipeline, ADetectorOfModulesOnManyPorts) {
+  // Four modules of two ports each (8 streams), two side by side: a JUNGFRAU 2M's layout at a
+  // small size. Every image is either counted or lost; the run names its modules.
+  const ToolResult r = run_glint(
+      "--log-level error bench pipeline --backend cpu --threads 2 --modules 4 "
+      "--ports-per-module 2 --module-rows 16 --module-cols 32 --dark 20 --frames 100 --photons 5 "
+      "--json --output " + path("runs"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["modules"].get<int>(), 4);
+  EXPECT_EQ(j["ports"].get<int>(), 8);
+  EXPECT_EQ(j["rows"].get<int>(), 32);
+  EXPECT_EQ(j["cols"].get<int>(), 64);
+  const auto& legs = j["legs"];
+  ASSERT_EQ(legs.size(), 2u);
+  for (const auto& leg : legs)
+    EXPECT_EQ(leg["frames"].get<uint64_t>() + leg["lost"].get<uint64_t>(), 120u) << leg.dump();
+  EXPECT_EQ(legs[1]["extra"]["backend"].get<std::string>().rfind("4 modules: cpu", 0), 0u)
+      << legs[1].dump();
+  expect_failure("bench pipeline --modules 2 --ports-per-module 3 --module-rows 16", 2,
+                 "--ports-per-module must divide --module-rows");
+}
