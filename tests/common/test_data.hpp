@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "glint/cluster_finder.hpp"
+#include "glint/modular_finder.hpp"
 #include "glint/synthetic.hpp"
 
 namespace glint::testing {
@@ -77,6 +78,33 @@ inline ClusterTable run_finder(ClusterFinder& finder, const SyntheticRun& run,
     finder.find(run.data().subspan(k * np, n * np), std::span(numbers).subspan(k, n), out);
   }
   return out;
+}
+
+/// The clusters of `t` centred in module `r`, moved to the module's coordinates, one record per
+/// frame of `t` (a detector of modules against each module found alone).
+inline ClusterTable clusters_in(const ClusterTable& t, const ModuleRegion& r) {
+  ClusterTable out(t.cluster_size(), t.value_type(), t.has_gain_counts());
+  for (const FrameRecord& rec : t.frames()) {
+    out.begin_frame(rec.frame_number);
+    for (std::size_t i = rec.first_cluster; i < rec.first_cluster + rec.n_clusters; ++i) {
+      const uint32_t x = t.x()[i], y = t.y()[i];
+      if (x >= r.col0 && x < r.col0 + r.shape.cols && y >= r.row0 && y < r.row0 + r.shape.rows)
+        out.add_cluster(static_cast<uint16_t>(x - r.col0), static_cast<uint16_t>(y - r.row0),
+                        t.cluster_data(i));
+    }
+  }
+  return out;
+}
+
+/// Finder parameters for the tests: `shape`, cluster size, n_sigma and pedestal window.
+inline FinderParams finder_params(FrameShape shape, int size, double n_sigma,
+                                  uint32_t window = 1000) {
+  FinderParams p;
+  p.shape = shape;
+  p.cluster_size = size;
+  p.n_sigma = n_sigma;
+  p.pedestal_window = window;
+  return p;
 }
 
 /// The JUNGFRAU frames aare's own chain was run on (docs/cluster-finding.md, "Checked against

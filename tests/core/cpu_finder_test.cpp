@@ -17,11 +17,7 @@ using glint::testing::run_finder;
 using glint::testing::SyntheticRun;
 
 glint::FinderParams params(glint::FrameShape shape, int size, double n_sigma) {
-  glint::FinderParams p;
-  p.shape = shape;
-  p.cluster_size = size;
-  p.n_sigma = n_sigma;
-  return p;
+  return glint::testing::finder_params(shape, size, n_sigma);
 }
 
 void expect_same_as_reference(const SyntheticRun& run, const glint::FinderParams& p,

@@ -13,16 +13,12 @@
 
 namespace {
 
+using glint::testing::clusters_in;
 using glint::testing::run_finder;
 using glint::testing::SyntheticRun;
 
 glint::FinderParams params(glint::FrameShape shape, int size, double n_sigma) {
-  glint::FinderParams p;
-  p.shape = shape;
-  p.cluster_size = size;
-  p.n_sigma = n_sigma;
-  p.pedestal_window = 100;
-  return p;
+  return glint::testing::finder_params(shape, size, n_sigma, 100);
 }
 
 /// The frames of module `r` of every frame of `run`.
@@ -30,23 +26,6 @@ std::vector<uint16_t> module_frames(const SyntheticRun& run, const glint::Module
   const std::size_t n = run.frames.size() / run.config.shape.pixels();
   std::vector<uint16_t> out(n * r.shape.pixels());
   glint::extract_module(run.config.shape, r, run.frames, n, out);
-  return out;
-}
-
-/// The clusters of `t` centred in `r`, moved to the module's coordinates, one record per frame.
-glint::ClusterTable clusters_in(const glint::ClusterTable& t, const glint::ModuleRegion& r) {
-  glint::ClusterTable out(t.cluster_size(), t.value_type(), t.has_gain_counts());
-  for (std::size_t f = 0; f < t.n_frames(); ++f) {
-    const auto& rec = t.frames()[f];
-    out.begin_frame(rec.frame_number);
-    for (std::size_t i = rec.first_cluster; i < rec.first_cluster + rec.n_clusters; ++i) {
-      const uint32_t x = t.x()[i], y = t.y()[i];
-      if (x < r.col0 || x >= r.col0 + r.shape.cols || y < r.row0 || y >= r.row0 + r.shape.rows)
-        continue;
-      out.add_cluster(static_cast<uint16_t>(x - r.col0), static_cast<uint16_t>(y - r.row0),
-                      t.cluster_data(i));
-    }
-  }
   return out;
 }
 

@@ -19,6 +19,7 @@
 #include "gpu_test.hpp"
 #include "simulated_run.hpp"
 #include "stream_test_util.hpp"
+#include "test_data.hpp"
 
 using namespace glint;
 using namespace glint::pipeline;
@@ -27,6 +28,7 @@ using namespace std::chrono_literals;
 namespace {
 
 using Case = glint::testing::SimulatedRun;
+using glint::testing::clusters_in;
 
 struct Alone {
   ClusterTable clusters;  ///< data frames only, module coordinates
@@ -58,21 +60,6 @@ Alone find_alone(const Case& c, const RunFileContents& f, const ModuleRegion& r)
     }
   }
   out.pedestal = finder->pedestal();
-  return out;
-}
-
-/// The clusters of `t` centred in `r`, in the module's coordinates, one record per frame.
-ClusterTable clusters_in(const ClusterTable& t, const ModuleRegion& r) {
-  ClusterTable out(t.cluster_size());
-  for (const FrameRecord& rec : t.frames()) {
-    out.begin_frame(rec.frame_number);
-    for (std::size_t i = rec.first_cluster; i < rec.first_cluster + rec.n_clusters; ++i) {
-      const uint32_t x = t.x()[i], y = t.y()[i];
-      if (x >= r.col0 && x < r.col0 + r.shape.cols && y >= r.row0 && y < r.row0 + r.shape.rows)
-        out.add_cluster(static_cast<uint16_t>(x - r.col0), static_cast<uint16_t>(y - r.row0),
-                        t.cluster_data(i));
-    }
-  }
   return out;
 }
 

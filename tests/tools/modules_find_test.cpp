@@ -11,6 +11,8 @@
 #include "glint/clust_file.hpp"
 #include "glint/modular_finder.hpp"
 #include "glint/synthetic.hpp"
+#include "sim_frames.hpp"
+#include "test_data.hpp"
 #include "tool_test.hpp"
 
 using glint::testing::run_glint;
@@ -22,20 +24,6 @@ class GlintFindModules : public glint::testing::ScratchDirTest {
  protected:
   GlintFindModules() : ScratchDirTest("glint_find_modules_test") {}
 };
-
-/// `frames` (n x shape) as the uint16 dataset /data of a new file.
-void write_frames(const std::string& path, const std::vector<uint16_t>& frames, std::size_t n,
-                  glint::FrameShape shape) {
-  const hsize_t dims[3] = {n, shape.rows, shape.cols};
-  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  const hid_t space = H5Screate_simple(3, dims, nullptr);
-  const hid_t ds =
-      H5Dcreate2(f, "data", H5T_STD_U16LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, frames.data()), 0);
-  H5Dclose(ds);
-  H5Sclose(space);
-  H5Fclose(f);
-}
 
 }  // namespace
 
@@ -49,7 +37,7 @@ TEST_F(GlintFindModules, EachModuleAsFoundAlone) {
   std::vector<uint16_t> frames(n * c.shape.pixels());
   glint::synth::Generator(c).fill_many(0, n, frames, 2);
   const std::string all = path("all.h5");
-  write_frames(all, frames, n, c.shape);
+  glint::testing::write_frames(all, frames, n, c.shape.rows, c.shape.cols);
 
   ToolResult r = run_glint(fmt::format("find -q -i {} --dark 1000 --backend cpu --modules 2,2 "
                                        "--clust {}",
@@ -64,23 +52,14 @@ TEST_F(GlintFindModules, EachModuleAsFoundAlone) {
     std::vector<uint16_t> mine(n * m.shape.pixels());
     glint::extract_module(c.shape, m, frames, n, mine);
     const std::string file = path(fmt::format("module{}.h5", k));
-    write_frames(file, mine, n, m.shape);
+    glint::testing::write_frames(file, mine, n, m.shape.rows, m.shape.cols);
     const std::string clust = path(fmt::format("module{}.clust", k));
     r = run_glint(fmt::format("find -q -i {} --dark 1000 --backend cpu --clust {}", file, clust));
     ASSERT_EQ(r.status, 0) << r.output;
     const glint::ClusterTable alone = glint::read_clust(clust, 3);
     ASSERT_GT(alone.n_clusters(), 100u);
     // The module's clusters in the whole run, moved to the module's coordinates.
-    glint::ClusterTable got(3);
-    for (const auto& rec : found.frames()) {
-      got.begin_frame(rec.frame_number);
-      for (std::size_t i = rec.first_cluster; i < rec.first_cluster + rec.n_clusters; ++i) {
-        const uint32_t x = found.x()[i], y = found.y()[i];
-        if (x >= m.col0 && x < m.col0 + m.shape.cols && y >= m.row0 && y < m.row0 + m.shape.rows)
-          got.add_cluster(static_cast<uint16_t>(x - m.col0), static_cast<uint16_t>(y - m.row0),
-                          found.cluster_data(i));
-      }
-    }
+    const glint::ClusterTable got = glint::testing::clusters_in(found, m);
     EXPECT_TRUE(got == alone) << "module " << k << ": " << got.n_clusters() << " clusters, "
                               << alone.n_clusters() << " alone";
     total += alone.n_clusters();

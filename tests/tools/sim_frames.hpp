@@ -13,14 +13,11 @@
 
 namespace glint::testing {
 
-/// Frames [0, n) of `source` as an n x rows x cols uint16 dataset /data in a new file `path`.
-inline void write_sim_frames(const std::string& path, const pipeline::SimImageSource& source,
-                             uint64_t n, uint32_t rows, uint32_t cols) {
+/// `frames` (n x rows x cols) as the uint16 dataset /data of a new file `path`.
+inline void write_frames(const std::string& path, std::span<const uint16_t> frames, uint64_t n,
+                         uint32_t rows, uint32_t cols) {
   const hsize_t dims[3] = {n, rows, cols};
-  const std::size_t pixels = std::size_t{rows} * cols;
-  std::vector<uint16_t> frames(n * pixels);
-  for (uint64_t i = 0; i < n; ++i)
-    source.fill(i, std::span<uint16_t>(frames).subspan(i * pixels, pixels));
+  ASSERT_EQ(frames.size(), n * rows * cols);
   const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   const hid_t space = H5Screate_simple(3, dims, nullptr);
   const hid_t ds =
@@ -29,6 +26,16 @@ inline void write_sim_frames(const std::string& path, const pipeline::SimImageSo
   H5Dclose(ds);
   H5Sclose(space);
   H5Fclose(f);
+}
+
+/// Frames [0, n) of `source` as an n x rows x cols uint16 dataset /data in a new file `path`.
+inline void write_sim_frames(const std::string& path, const pipeline::SimImageSource& source,
+                             uint64_t n, uint32_t rows, uint32_t cols) {
+  const std::size_t pixels = std::size_t{rows} * cols;
+  std::vector<uint16_t> frames(n * pixels);
+  for (uint64_t i = 0; i < n; ++i)
+    source.fill(i, std::span<uint16_t>(frames).subspan(i * pixels, pixels));
+  write_frames(path, frames, n, rows, cols);
 }
 
 }  // namespace glint::testing
