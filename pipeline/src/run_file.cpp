@@ -602,12 +602,14 @@ struct RunFileWriter::Impl {
         write_numeric_attr<uint32_t>(c, g.get(), "detector_origin", at);
       }
   }
+
   void write_reconstruction(const ReconstructionVolume& v);
 
   void close_all() {
     for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
                    &f_gain_switched, &f_gain_invalid, &d_pixel_mask, &f_masked,
-                   &c_frame_number, &c_x, &c_y, &c_data, &c_module, &c_event_id, &c_event_time_offset,
+                   &c_frame_number, &c_x, &c_y, &c_data, &c_module, &c_event_id,
+                   &c_event_time_offset,
                    &c_energy, &c_energy_2x2, &s_counts, &s_frame_start,
                    &c_event_index, &c_event_time_zero, &p_calibration, &p_start_mean,
                    &p_start_noise,
