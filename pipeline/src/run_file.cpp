@@ -1609,8 +1609,11 @@ void read_modules(const Context& c, hid_t det, RunFileContents& out) {
     if (read_string_attr(c, g.get(), "NX_class") != "NXdetector_module") continue;
     ModuleInfo m;
     const std::string where = "/entry/instrument/detector/" + name;
-    if (!has_attr(g.get(), "module_id")) c.fail(where + " has no module_id");
-    m.id = read_numeric_attr<uint32_t>(c, g.get(), "module_id").at(0);
+    const auto id = has_attr(g.get(), "module_id")
+                        ? read_numeric_attr<uint32_t>(c, g.get(), "module_id")
+                        : std::vector<uint32_t>{};
+    if (id.size() != 1) c.fail(where + ": module_id must be one number");
+    m.id = id[0];
     const auto origin = read_all<uint32_t>(c, g.get(), "data_origin");
     const auto size = read_all<uint32_t>(c, g.get(), "data_size");
     if (origin.size() != 2 || size.size() != 2)
@@ -1645,7 +1648,13 @@ ClusterTable shifted_clusters(const RunFileContents& run, bool detector) {
     throw OutputError(fmt::format("{} clusters but {} module ids", xs.size(),
                                   run.cluster_module.size()));
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    const ModuleInfo& m = run.module(run.cluster_module[i]);
+    const uint32_t id = run.cluster_module[i];
+    const auto known = std::find_if(run.modules.begin(), run.modules.end(),
+                                    [&](const ModuleInfo& m) { return m.id == id; });
+    if (known == run.modules.end())
+      throw OutputError(fmt::format("cluster row {} is in module {}, which the file does not "
+                                    "describe (/entry/instrument/detector/module_<id>)", i, id));
+    const ModuleInfo& m = *known;
     const auto& o = detector ? m.detector_origin : m.data_origin;
     xs[i] = static_cast<uint16_t>(xs[i] + o[1]);
     ys[i] = static_cast<uint16_t>(ys[i] + o[0]);

@@ -43,11 +43,12 @@ Dataset read(const fs::path& file, const std::string& name) {
   d.dims.resize(H5Sget_simple_extent_ndims(space.get()));
   H5Sget_simple_extent_dims(space.get(), d.dims.data(), nullptr);
   d.values.resize(H5Sget_simple_extent_npoints(space.get()));
-  if (!d.values.empty())
+  if (!d.values.empty()) {
     EXPECT_GE(H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                       d.values.data()),
               0)
         << name;
+  }
   return d;
 }
 
@@ -171,7 +172,8 @@ TEST_F(MasterFile, AssemblesTheImagesAndConcatenatesTheClusters) {
       EXPECT_EQ(module.values[row], p.cluster_module[i]);
       EXPECT_EQ(e.values[row], p.cluster_energy[i]);
       EXPECT_EQ(e2.values[row], p.cluster_energy_2x2[i]);
-      for (int j = 0; j < 9; ++j) EXPECT_EQ(data.values[row * 9 + j], p.clusters.data()[i * 9 + j]);
+      for (int j = 0; j < 9; ++j)
+        EXPECT_EQ(data.values[row * 9 + j], p.clusters.data()[i * 9 + j]);
     }
     for (const FrameRow& f : p.frames)
       for (uint32_t c = 0; c < f.n_clusters; ++c)
@@ -224,7 +226,8 @@ TEST_F(MasterFile, AFileWithoutPlacementIsModuleZeroAtTheOrigin) {
   ASSERT_EQ(module.values.size(), whole.clusters.n_clusters());
   for (double m : module.values) EXPECT_EQ(m, 0.0);
   const Dataset x = read(master, "entry/clusters/x");
-  for (std::size_t i = 0; i < x.values.size(); ++i) EXPECT_EQ(x.values[i], whole.clusters.x()[i]);
+  for (std::size_t i = 0; i < x.values.size(); ++i)
+    EXPECT_EQ(x.values[i], whole.clusters.x()[i]);
 }
 
 TEST_F(MasterFile, RefusesWhatCannotBeJoined) {

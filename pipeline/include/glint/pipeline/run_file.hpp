@@ -10,6 +10,12 @@
 //   /entry/instrument/detector/pixel_mask  (with a pixel mask, RunMetadata::pixel_mask) H x W
 //                               uint32, NXdetector bits (pixel_mask_bit_meanings()), 0 until
 //                               written at the end of the dark frames
+//   /entry/instrument/detector/module_<id>  (RunMetadata::modules, when recorded: more than one
+//                               module, or a part of a larger detector) NXdetector_module per
+//                               module: data_origin, data_size, @module_id, @detector_origin;
+//                               the detector gets @modules, @module_grid, @detector_shape,
+//                               @detector_origin, and /entry/clusters module u16 (the cluster's
+//                               module id; x, y are then local to the module)
 //   /entry/frames               frame_number u64, timestamp u64, cluster_offset u64,
 //                               n_clusters u32, flags u8 (one row per frame, in order);
 //                               masked_clusters u32 with a pixel mask (clusters removed)
