@@ -173,3 +173,15 @@ def test_the_master_file_is_one_detector(glint, parts, master, tmp_path, monkeyp
         placed = np.zeros((64, 48), np.uint64)
         np.add.at(placed, (rows, cols), 1)
         assert np.array_equal(placed, f["entry/hitmap/counts"][()])
+
+
+def test_a_run_file_without_modules_is_one_module(glint, raw_run):
+    with glint.RunFile(raw_run["run"]) as run:
+        assert not run.has_modules
+        assert run.modules == [glint.Module(0, (0, 0), (48, 40), (0, 0))]
+        assert run.detector_shape == (48, 40) and run.detector_origin == (0, 0)
+        assert "module" not in run.cluster_dtype().names
+        stored = np.concatenate(list(run.clusters()))
+        for coordinates in ("image", "detector"):
+            moved = np.concatenate(list(run.clusters(coordinates=coordinates)))
+            assert np.array_equal(moved, stored)
