@@ -57,5 +57,7 @@ void add_eta_calibrate_command(CLI::App& app);
 void add_view_command(CLI::App& app);
 /// `glint plot`: runs python3 -m glint.plot with the glint package (tools/plot_command.cpp).
 void add_plot_command(CLI::App& app);
+/// `glint master`: joins the run files of several glintd into one detector (master_command.cpp).
+void add_master_command(CLI::App& app);
 
 }  // namespace glint::tools

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   glint::tools::add_eta_calibrate_command(app);
   glint::tools::add_view_command(app);
   glint::tools::add_plot_command(app);
+  glint::tools::add_master_command(app);
   app.parse_complete_callback([&] { glint::log::set_level(glint::log::parse_level(log_level)); });
 
   try {

@@ -334,6 +334,29 @@ uint64_t bytes_to_start(const RunMetadata& meta) {
          2 * StorageGuard::kMetadataReserve;
 }
 
+/// The module layout fits the frames: whole modules, the image inside the detector, ids that
+/// fit /entry/clusters/module (u16). std::invalid_argument naming what does not.
+void validate_modules(const RunMetadata& meta) {
+  const ModuleLayout& l = meta.modules;
+  const FrameShape s = meta.finder.shape;
+  if (!l.recorded(s)) return;
+  if (l.modules_x == 0 || l.modules_y == 0 || s.cols % l.modules_x != 0 ||
+      s.rows % l.modules_y != 0)
+    throw std::invalid_argument(fmt::format(
+        "RunMetadata::modules: a grid of {} x {} modules does not divide {} x {} pixels into "
+        "equal modules", l.modules_x, l.modules_y, s.rows, s.cols));
+  const uint64_t rows = l.detector_rows ? l.detector_rows : s.rows;
+  const uint64_t cols = l.detector_cols ? l.detector_cols : s.cols;
+  if (uint64_t{l.origin_row} + s.rows > rows || uint64_t{l.origin_col} + s.cols > cols)
+    throw std::invalid_argument(fmt::format(
+        "RunMetadata::modules: an image of {} x {} at ({}, {}) does not fit a detector of "
+        "{} x {}", s.rows, s.cols, l.origin_row, l.origin_col, rows, cols));
+  if (uint64_t{l.first_module} + l.n_modules() > 65536)
+    throw std::invalid_argument(fmt::format(
+        "RunMetadata::modules: module ids {}..{} do not fit 16 bits", l.first_module,
+        uint64_t{l.first_module} + l.n_modules() - 1));
+}
+
 }  // namespace
 
 // --- writer ----------------------------------------------------------------------------------
@@ -355,6 +378,13 @@ struct RunFileWriter::Impl {
   uint64_t masked_clusters = 0;
   std::vector<uint32_t> col_gain_switched, col_gain_invalid;
   Hid c_frame_number, c_x, c_y, c_data;
+  // The modules (RunMetadata::modules), when recorded: /entry/clusters/module and x, y local
+  // to the module.
+  ModuleLayout layout;
+  bool modules = false;
+  uint32_t module_rows = 0, module_cols = 0;
+  Hid c_module;
+  std::vector<uint16_t> col_module, col_local_x, col_local_y;
   // Each cluster's energies (RunMetadata::cluster_energy).
   bool cluster_energy = false;
   Hid c_energy, c_energy_2x2;
@@ -478,7 +508,8 @@ struct RunFileWriter::Impl {
   }
 
   uint64_t cluster_bytes() const {
-    return 8 + 2 + 2 + 4 + 4 * uint64_t(finder.cluster_size) * finder.cluster_size;
+    return 8 + 2 + 2 + 4 + (modules ? 2 : 0) +
+           4 * uint64_t(finder.cluster_size) * finder.cluster_size;
   }
 
   std::array<hsize_t, 2> cluster_dims() const {
@@ -539,12 +570,46 @@ struct RunFileWriter::Impl {
   }
 
   void create_layout(const RunMetadata& meta);
+
+  /// The module attributes of /entry/instrument/detector and one NXdetector_module group per
+  /// module (docs/file-layout.md).
+  void create_modules(hid_t det, const RunMetadata& meta) {
+    const Context& c = ctx;
+    layout = meta.modules;
+    const FrameShape s = meta.finder.shape;
+    module_rows = s.rows / layout.modules_y;
+    module_cols = s.cols / layout.modules_x;
+    write_numeric_attr<uint32_t>(c, det, "modules", layout.n_modules());
+    const std::array<uint32_t, 2> grid{layout.modules_y, layout.modules_x};
+    write_numeric_attr<uint32_t>(c, det, "module_grid", grid);
+    const std::array<uint32_t, 2> whole{layout.detector_rows ? layout.detector_rows : s.rows,
+                                        layout.detector_cols ? layout.detector_cols : s.cols};
+    write_numeric_attr<uint32_t>(c, det, "detector_shape", whole);
+    const std::array<uint32_t, 2> origin{layout.origin_row, layout.origin_col};
+    write_numeric_attr<uint32_t>(c, det, "detector_origin", origin);
+    for (uint32_t gy = 0; gy < layout.modules_y; ++gy)
+      for (uint32_t gx = 0; gx < layout.modules_x; ++gx) {
+        const uint32_t id = layout.first_module + gy * layout.modules_x + gx;
+        const std::string name = fmt::format("module_{:02}", id);
+        Hid g = make_group(c, det, name.c_str(), "NXdetector_module");
+        const std::array<uint32_t, 2> data_origin{gy * module_rows, gx * module_cols};
+        const std::array<uint32_t, 2> size{module_rows, module_cols};
+        const std::array<uint32_t, 2> at{layout.origin_row + data_origin[0],
+                                         layout.origin_col + data_origin[1]};
+        write_array<uint32_t>(c, g.get(), "data_origin", {2}, data_origin.data());
+        write_array<uint32_t>(c, g.get(), "data_size", {2}, size.data());
+        write_numeric_attr<uint32_t>(c, g.get(), "module_id", id);
+        write_numeric_attr<uint32_t>(c, g.get(), "detector_origin", at);
+      }
+  }
+
   void write_reconstruction(const ReconstructionVolume& v);
 
   void close_all() {
     for (Hid* h : {&f_frame_number, &f_timestamp, &f_cluster_offset, &f_n_clusters, &f_flags,
                    &f_gain_switched, &f_gain_invalid, &d_pixel_mask, &f_masked,
-                   &c_frame_number, &c_x, &c_y, &c_data, &c_event_id, &c_event_time_offset,
+                   &c_frame_number, &c_x, &c_y, &c_data, &c_module, &c_event_id,
+                   &c_event_time_offset,
                    &c_energy, &c_energy_2x2, &s_counts, &s_frame_start,
                    &c_event_index, &c_event_time_zero, &p_calibration, &p_start_mean,
                    &p_start_noise,
@@ -570,6 +635,7 @@ RunFileWriter::RunFileWriter(std::filesystem::path path, const RunMetadata& meta
     : impl_(std::make_unique<Impl>()) {
   silence_hdf5();
   validate(meta.finder);
+  validate_modules(meta);
   Impl& m = *impl_;
   m.path = std::move(path);
   m.finder = meta.finder;
@@ -649,6 +715,8 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
     write_numeric_attr<int32_t>(c, det.get(), "cluster_size", meta.finder.cluster_size);
     write_string_attr(c, det.get(), "backend", meta.backend);
     write_numeric_attr<uint32_t>(c, det.get(), "pedestal_window", meta.finder.pedestal_window);
+    m.modules = meta.modules.recorded(meta.finder.shape);
+    if (m.modules) m.create_modules(det.get(), meta);
     m.pixel_mask = meta.pixel_mask;
     if (m.pixel_mask) {
       m.d_pixel_mask = make_image<uint32_t>(c, det.get(), "pixel_mask", meta.finder.shape, 0u);
@@ -697,6 +765,12 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
                           m.float_clusters ? H5T_IEEE_F32LE : H5T_STD_I32LE, cd,
                           kClusterChunk / 4);
     write_string_attr(c, m.c_data.get(), "units", m.float_clusters ? "keV" : "ADU");
+    if (m.modules) {
+      m.c_module = make_table(c, clusters.get(), "module", H5T_STD_U16LE, {}, kClusterChunk);
+      write_string_attr(c, m.c_module.get(), "description",
+                        "the id of the cluster's module (/entry/instrument/detector/module_<id>);"
+                        " x and y are local to it");
+    }
     if (meta.cluster_energy) {
       m.cluster_energy = true;
       const hid_t et = m.float_clusters ? H5T_IEEE_F32LE : H5T_STD_I32LE;
@@ -805,6 +879,7 @@ void RunFileWriter::Impl::create_layout(const RunMetadata& meta) {
   if (meta.reconstruction)
     slack += 2 * uint64_t{meta.reconstruction->nx} * meta.reconstruction->ny * 4;
   if (meta.cluster_energy) slack += 2 * uint64_t{kClusterChunk} * 4;
+  if (m.modules) slack += uint64_t{kClusterChunk} * 2;
   if (meta.slice_frames > 0) slack += meta.finder.shape.pixels() * 4 + 64 * 8;
   m.guard.emplace(m.path, fd, slack);
 }
@@ -873,6 +948,23 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
   const auto xs = table.x(), ys = table.y();
   for (hsize_t i = 0; i < n; ++i)
     m.col_event_id[i] = uint32_t{ys[i]} * m.finder.shape.cols + xs[i];
+  if (m.modules) {
+    // Image coordinates in, module-local ones and the module's id out.
+    m.col_module.resize(n);
+    m.col_local_x.resize(n);
+    m.col_local_y.resize(n);
+    for (hsize_t i = 0; i < n; ++i) {
+      if (xs[i] >= m.finder.shape.cols || ys[i] >= m.finder.shape.rows)
+        throw std::invalid_argument(fmt::format(
+            "RunFileWriter::append: a cluster at x {}, y {} is outside the {} x {} image",
+            xs[i], ys[i], m.finder.shape.rows, m.finder.shape.cols));
+      const uint32_t gx = xs[i] / m.module_cols, gy = ys[i] / m.module_rows;
+      m.col_module[i] =
+          static_cast<uint16_t>(m.layout.first_module + gy * m.layout.modules_x + gx);
+      m.col_local_x[i] = static_cast<uint16_t>(xs[i] - gx * m.module_cols);
+      m.col_local_y[i] = static_cast<uint16_t>(ys[i] - gy * m.module_rows);
+    }
+  }
   m.resize_frame_columns(recs.size());
   for (std::size_t k = 0; k < recs.size(); ++k) {
     for (uint64_t i = 0; i < recs[k].n_clusters; ++i)
@@ -893,8 +985,13 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
   m.write([&] {
     append_rows(m.ctx, m.c_frame_number.get(), H5T_NATIVE_UINT64, m.clusters, n, {},
                 m.col_cluster_frame.data());
-    append_rows(m.ctx, m.c_x.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.x().data());
-    append_rows(m.ctx, m.c_y.get(), H5T_NATIVE_UINT16, m.clusters, n, {}, table.y().data());
+    append_rows(m.ctx, m.c_x.get(), H5T_NATIVE_UINT16, m.clusters, n, {},
+                m.modules ? m.col_local_x.data() : table.x().data());
+    append_rows(m.ctx, m.c_y.get(), H5T_NATIVE_UINT16, m.clusters, n, {},
+                m.modules ? m.col_local_y.data() : table.y().data());
+    if (m.modules)
+      append_rows(m.ctx, m.c_module.get(), H5T_NATIVE_UINT16, m.clusters, n, {},
+                  m.col_module.data());
     // A float table holds its values' bit patterns: written as they are, as float32.
     append_rows(m.ctx, m.c_data.get(), m.float_clusters ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32,
                 m.clusters, n, cd, table.data().data());
@@ -1485,6 +1582,86 @@ void read_reconstruction(const Context& c, hid_t f, RunFileContents& out) {
   }
 }
 
+/// The module groups of /entry/instrument/detector (NXdetector_module), in id order, and the
+/// detector's shape and this image's origin in it; one module, the whole detector, for a file
+/// that records none.
+void read_modules(const Context& c, hid_t det, RunFileContents& out) {
+  out.detector_shape = {out.shape.rows, out.shape.cols};
+  out.detector_origin = {0, 0};
+  auto pair = [&](hid_t obj, const char* name) {
+    const auto v = read_numeric_attr<uint32_t>(c, obj, name);
+    if (v.size() != 2) c.fail(fmt::format("attribute {} must have two entries", name));
+    return std::array<uint32_t, 2>{v[0], v[1]};
+  };
+  if (has_attr(det, "detector_shape")) out.detector_shape = pair(det, "detector_shape");
+  if (has_attr(det, "detector_origin")) out.detector_origin = pair(det, "detector_origin");
+  std::vector<std::string> names;
+  H5Literate(
+      det, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+        if (std::string_view(name).starts_with("module_"))
+          static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+        return 0;
+      },
+      &names);
+  for (const std::string& name : names) {
+    Hid g(c.id(H5Gopen2(det, name.c_str(), H5P_DEFAULT), "group " + name), H5Gclose);
+    if (read_string_attr(c, g.get(), "NX_class") != "NXdetector_module") continue;
+    ModuleInfo m;
+    const std::string where = "/entry/instrument/detector/" + name;
+    const auto id = has_attr(g.get(), "module_id")
+                        ? read_numeric_attr<uint32_t>(c, g.get(), "module_id")
+                        : std::vector<uint32_t>{};
+    if (id.size() != 1) c.fail(where + ": module_id must be one number");
+    m.id = id[0];
+    const auto origin = read_all<uint32_t>(c, g.get(), "data_origin");
+    const auto size = read_all<uint32_t>(c, g.get(), "data_size");
+    if (origin.size() != 2 || size.size() != 2)
+      c.fail(where + ": data_origin and data_size must have two entries");
+    m.data_origin = {origin[0], origin[1]};
+    m.data_size = {size[0], size[1]};
+    m.detector_origin = pair(g.get(), "detector_origin");
+    out.modules.push_back(m);
+  }
+  std::sort(out.modules.begin(), out.modules.end(),
+            [](const ModuleInfo& a, const ModuleInfo& b) { return a.id < b.id; });
+  if (out.modules.empty())
+    out.modules.push_back(ModuleInfo{0, {0, 0}, {out.shape.rows, out.shape.cols},
+                                     out.detector_origin});
+}
+
+/// The clusters of `run` shifted by each one's module's origin (data_origin, or
+/// detector_origin when `detector`).
+ClusterTable shifted_clusters(const RunFileContents& run, bool detector) {
+  ClusterTable t = run.clusters;
+  if (run.cluster_module.empty()) {
+    // No module column: one module at (0, 0) of the image.
+    if (detector) {
+      for (auto& x : t.x_mut()) x = static_cast<uint16_t>(x + run.detector_origin[1]);
+      for (auto& y : t.y_mut()) y = static_cast<uint16_t>(y + run.detector_origin[0]);
+    }
+    return t;
+  }
+  auto& xs = t.x_mut();
+  auto& ys = t.y_mut();
+  if (run.cluster_module.size() < xs.size())
+    throw OutputError(fmt::format("{} clusters but {} module ids", xs.size(),
+                                  run.cluster_module.size()));
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const uint32_t id = run.cluster_module[i];
+    const auto known = std::find_if(run.modules.begin(), run.modules.end(),
+                                    [&](const ModuleInfo& m) { return m.id == id; });
+    if (known == run.modules.end())
+      throw OutputError(fmt::format("cluster row {} is in module {}, which the file does not "
+                                    "describe (/entry/instrument/detector/module_<id>)", i, id));
+    const ModuleInfo& m = *known;
+    const auto& o = detector ? m.detector_origin : m.data_origin;
+    xs[i] = static_cast<uint16_t>(xs[i] + o[1]);
+    ys[i] = static_cast<uint16_t>(ys[i] + o[0]);
+  }
+  return t;
+}
+
 /// Opens a run file for reading, in SWMR mode (also while glintd writes it).
 Hid open_for_reading(const Context& c) {
   silence_hdf5();
@@ -1612,6 +1789,18 @@ void read_products(const Context& c, hid_t f, RunFileContents& out) {
   }
 }
 
+const ModuleInfo& RunFileContents::module(uint32_t id) const {
+  for (const ModuleInfo& m : modules)
+    if (m.id == id) return m;
+  throw std::out_of_range(fmt::format("the run file has no module {}", id));
+}
+
+ClusterTable image_clusters(const RunFileContents& run) { return shifted_clusters(run, false); }
+
+ClusterTable detector_clusters(const RunFileContents& run) {
+  return shifted_clusters(run, true);
+}
+
 RunFileContents read_run_file(const std::filesystem::path& path) {
   const Context c{&path};
   Hid file = open_for_reading(c);
@@ -1635,6 +1824,7 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
     out.n_sigma = read_numeric_attr<double>(c, det.get(), "n_sigma").at(0);
     out.pedestal_window = read_numeric_attr<uint32_t>(c, det.get(), "pedestal_window").at(0);
     out.backend = read_string_attr(c, det.get(), "backend");
+    read_modules(c, det.get(), out);
     Hid cfg(c.id(H5Dopen2(f, "entry/config", H5P_DEFAULT), "config"), H5Dclose);
     Hid type = hdf5::string_type();
     char* p = nullptr;
@@ -1691,8 +1881,11 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
     out.gain_invalid = read_all<uint32_t>(c, f, "entry/frames/gain_invalid");
   }
   const std::size_t per = static_cast<std::size_t>(out.cluster_size) * out.cluster_size;
+  const bool has_modules = H5Lexists(f, "entry/clusters/module", H5P_DEFAULT) > 0;
+  if (has_modules) out.cluster_module = read_all<uint16_t>(c, f, "entry/clusters/module");
   const std::size_t n_clusters = std::min(
-      {cx.size(), cy.size(), per ? cdata.size() / per : std::size_t{0}, flushed_clusters});
+      {cx.size(), cy.size(), per ? cdata.size() / per : std::size_t{0}, flushed_clusters,
+       has_modules ? out.cluster_module.size() : std::numeric_limits<std::size_t>::max()});
   out.clusters = ClusterTable(out.cluster_size,
                               float_data ? ClusterValues::float32 : ClusterValues::int32);
   for (std::size_t i = 0; i < rows; ++i) {
@@ -1702,6 +1895,7 @@ RunFileContents read_run_file(const std::filesystem::path& path) {
     out.frames.push_back(r);
     out.clusters.frames_mut().push_back(FrameRecord{r.frame_number, r.cluster_offset, r.n_clusters});
   }
+  if (has_modules) out.cluster_module.resize(n_clusters);
   cx.resize(n_clusters);
   cy.resize(n_clusters);
   cdata.resize(n_clusters * per);

@@ -34,6 +34,18 @@ ReconstructionLayout reconstruction_layout(const config::Config& c) {
 
 }  // namespace
 
+ModuleLayout module_layout(const config::DetectorConfig& d) {
+  ModuleLayout l;
+  l.modules_x = d.modules_x;
+  l.modules_y = d.modules_y;
+  l.detector_rows = d.whole_rows();
+  l.detector_cols = d.whole_cols();
+  l.origin_row = d.origin_row;
+  l.origin_col = d.origin_col;
+  l.first_module = d.first_module;
+  return l;
+}
+
 void prepare_output_directory(const config::Config& cfg) {
   if (cfg.output.directory.empty()) throw OutputError("output.directory is empty");
   std::error_code ec;
@@ -56,6 +68,7 @@ void RunFileConsumer::on_start(const RunContext& run) {
   meta.pixel_mask = cfg.mask.enabled();
   meta.cluster_energy = cfg.products.cluster_energy;
   meta.slice_frames = cfg.products.slice_frames;
+  meta.modules = module_layout(cfg.detector);
   writer_.emplace(run.file, meta, cfg.output.overwrite);
   log::info("run {}: writing {} ({} backend)", run.run_index, run.file.string(), meta.backend);
 }

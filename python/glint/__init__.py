@@ -21,10 +21,11 @@ from .finder import (
     gpu_unavailable_reason,
     read_clust,
 )
-from .run_file import Product, ProductMissing, RunFile
+from .run_file import Module, Product, ProductMissing, RunFile
 
 __all__ = [
     "FindResult",
+    "Module",
     "Product",
     "ProductMissing",
     "RunFile",

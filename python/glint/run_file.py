@@ -8,7 +8,7 @@ import os
 import h5py
 import numpy as np
 
-__all__ = ["Product", "ProductMissing", "RunFile", "PRODUCT_NAMES"]
+__all__ = ["Module", "Product", "ProductMissing", "RunFile", "PRODUCT_NAMES"]
 
 # The science products a run may hold, each an NXdata group under /entry.
 PRODUCT_NAMES = ("hitmap", "energy_image", "hitmap_slices", "spectrum", "pixel_spectra", "eta2",
@@ -33,6 +33,25 @@ def _text(value):
     if isinstance(value, np.ndarray) and value.shape == ():
         return _text(value[()])
     return value
+
+
+class Module:
+    """One module of the detector (/entry/instrument/detector/module_<id>, NXdetector_module):
+    `id`, `data_origin` (row, col) of the module in the file's image, `data_size` (rows, cols),
+    `detector_origin` (row, col) of the module in the whole detector."""
+
+    def __init__(self, id, data_origin, data_size, detector_origin):
+        self.id = id
+        self.data_origin = data_origin
+        self.data_size = data_size
+        self.detector_origin = detector_origin
+
+    def __eq__(self, other):
+        return isinstance(other, Module) and vars(self) == vars(other)
+
+    def __repr__(self):
+        return (f"Module({self.id}, data_origin {self.data_origin}, data_size {self.data_size}, "
+                f"detector_origin {self.detector_origin})")
 
 
 class Product:
@@ -138,8 +157,8 @@ class RunFile:
     def n_clusters(self):
         """Cluster rows readable: the shortest /entry/clusters column, at most the flushed
         rows."""
-        lengths = [self._dataset(f"/entry/clusters/{name}").shape[0]
-                   for name in ("frame_number", "x", "y", "data")]
+        names = ("frame_number", "x", "y", "data") + (("module",) if self.has_modules else ())
+        lengths = [self._dataset(f"/entry/clusters/{name}").shape[0] for name in names]
         flushed = self._flushed()
         if flushed is not None:
             lengths.append(flushed[1])
@@ -149,13 +168,23 @@ class RunFile:
     def cluster_size(self):
         return int(self._dataset("/entry/clusters/data").shape[1])
 
+    @property
+    def has_modules(self):
+        """Whether the file records its modules (/entry/clusters/module: detector.modules or
+        detector.placement set; docs/modules.md)."""
+        return "module" in self._entry["clusters"]
+
     def cluster_dtype(self):
         """The structured dtype of clusters(): frame_number u64, x u16, y u16, data (S, S) int32
-        (float32 for calibrated runs), as glint.find's clusters."""
+        (float32 for calibrated runs), as glint.find's clusters; in a file that records modules
+        also module u16 (x, y are then local to the module, see clusters())."""
         data = self._dataset("/entry/clusters/data")
         s = int(data.shape[1])
-        return np.dtype([("frame_number", "<u8"), ("x", "<u2"), ("y", "<u2"),
-                         ("data", data.dtype.newbyteorder("<"), (s, s))])
+        fields = [("frame_number", "<u8"), ("x", "<u2"), ("y", "<u2"),
+                  ("data", data.dtype.newbyteorder("<"), (s, s))]
+        if self.has_modules:
+            fields.append(("module", "<u2"))
+        return np.dtype(fields)
 
     def frame_dtype(self):
         return np.dtype(self._frame_fields())
@@ -178,11 +207,32 @@ class RunFile:
         dtype = self.frame_dtype()
         return self._rows("frames", dtype.names, dtype, self.n_frames, int(chunk))
 
-    def clusters(self, chunk=1 << 20):
+    def clusters(self, chunk=1 << 20, coordinates="file"):
         """Iterates over /entry/clusters in structured arrays of up to `chunk` rows
-        (cluster_dtype())."""
+        (cluster_dtype()). `coordinates`: "file" (x, y as stored: local to the module in a file
+        that records modules), "image" (in the file's image, frame_shape) or "detector" (in
+        the whole detector, detector_shape)."""
+        if coordinates not in ("file", "image", "detector"):
+            raise ValueError(f"coordinates '{coordinates}': allowed are file, image, detector")
         dtype = self.cluster_dtype()
-        return self._rows("clusters", dtype.names, dtype, self.n_clusters, int(chunk))
+        rows = self._rows("clusters", dtype.names, dtype, self.n_clusters, int(chunk))
+        if coordinates == "file":
+            return rows
+        return (self._shift(part, coordinates) for part in rows)
+
+    def _shift(self, part, coordinates):
+        """`part` with x, y moved from the module's coordinates to the image's or detector's."""
+        key = "data_origin" if coordinates == "image" else "detector_origin"
+        modules = self.modules
+        ids = part["module"] if self.has_modules else np.zeros(len(part), np.uint16)
+        row = np.zeros(max(m.id for m in modules) + 1, np.int64)
+        col = np.zeros_like(row)
+        for m in modules:
+            row[m.id], col[m.id] = getattr(m, key)
+        out = part.copy()
+        out["x"] = part["x"] + col[ids]
+        out["y"] = part["y"] + row[ids]
+        return out
 
     def cluster_energy(self, kind="sum"):
         """/entry/clusters/energy (kind "sum": the S x S sum) or energy_2x2 (kind "2x2": the
@@ -200,6 +250,43 @@ class RunFile:
         det = self._file["/entry/instrument/detector"]
         rows, cols = (int(v) for v in det.attrs["frame_shape"])
         return rows, cols
+
+    @property
+    def detector_shape(self):
+        """(rows, cols) of the whole detector (the file's own shape where it records none)."""
+        det = self._file["/entry/instrument/detector"]
+        if "detector_shape" in det.attrs:
+            return tuple(int(v) for v in det.attrs["detector_shape"])
+        return self.shape
+
+    @property
+    def detector_origin(self):
+        """(row, col) of the file's image in the whole detector ((0, 0) where it records
+        none)."""
+        det = self._file["/entry/instrument/detector"]
+        if "detector_origin" in det.attrs:
+            return tuple(int(v) for v in det.attrs["detector_origin"])
+        return (0, 0)
+
+    @property
+    def modules(self):
+        """The modules (Module), in id order: the NXdetector_module groups of
+        /entry/instrument/detector; a file that records none is one module, id 0, the whole
+        image."""
+        det = self._file["/entry/instrument/detector"]
+        out = []
+        for name, item in det.items():
+            if not name.startswith("module_") or not isinstance(item, h5py.Group):
+                continue
+            if _text(item.attrs.get("NX_class")) != "NXdetector_module":
+                continue
+            out.append(Module(int(item.attrs["module_id"]),
+                              tuple(int(v) for v in item["data_origin"][()]),
+                              tuple(int(v) for v in item["data_size"][()]),
+                              tuple(int(v) for v in item.attrs["detector_origin"])))
+        if not out:
+            out.append(Module(0, (0, 0), self.shape, self.detector_origin))
+        return sorted(out, key=lambda m: m.id)
 
     @property
     def detector(self):

@@ -4,13 +4,15 @@ base classes it ships, offline), and the NXevent_data fields are checked value b
 
 nxcheck reports nothing as an error in these files. Its warnings are glint's own metadata,
 which the base classes do not define and NeXus allows (docs/file-layout.md): the attributes of
-/entry and /entry/instrument/detector, the /entry/config and /entry/flushed_rows fields, and the
+/entry and /entry/instrument/detector, the module_id and detector_origin attributes of the
+NXdetector_module groups, the /entry/config and /entry/flushed_rows fields, and the
 reconstruction's tables and parameters in /entry/reconstruction (NXprocess).
 Every other warning fails the test, as does any error.
 
 The validator comes from scripts/setup.sh (a virtual environment, GLINT_NEXUS_VENV, default
 /opt/glint/nexus). Without it the tests skip, unless GLINT_NEXUS_REQUIRED is set (scripts/test.sh
 sets it)."""
+import json
 import os
 import re
 import signal
@@ -30,7 +32,11 @@ NXCHECK = os.path.join(VENV, "bin", "nxcheck")
 GLINT_ENTRY_ATTRS = {"start_time", "end_time", "program_name", "program_version", "end_reason",
                      "stream_stride"}
 GLINT_DETECTOR_ATTRS = {"frame_shape", "pixel_type", "detector_type", "source", "n_sigma",
-                        "cluster_size", "backend", "pedestal_window"}
+                        "cluster_size", "backend", "pedestal_window",
+                        "modules", "module_grid", "detector_shape", "detector_origin"}
+# Of each NXdetector_module group (/entry/instrument/detector/module_<id>): its id and its place
+# in the whole detector.
+GLINT_MODULE_ATTRS = {"module_id", "detector_origin"}
 ACCEPTED = {("/entry", f'"@{a}" is not defined as an attribute in NXentry')
             for a in GLINT_ENTRY_ATTRS}
 ACCEPTED |= {("/entry/instrument/detector", f'"@{a}" is not defined as an attribute in NXdetector')
@@ -44,6 +50,9 @@ def accepted(finding):
     where, message = finding
     if finding in ACCEPTED:
         return True
+    if re.fullmatch(r"/entry/instrument/detector/module_\d+", where):
+        return any(message == f'"@{a}" is not defined as an attribute in NXdetector_module'
+                   for a in GLINT_MODULE_ATTRS)
     return where.startswith("/entry/reconstruction") and (
         re.fullmatch(r'"@\w+" is not defined as an attribute in NXprocess', message) or
         message == "This field is not defined in NXprocess")
@@ -129,6 +138,61 @@ preview: {{endpoint: "tcp://127.0.0.1:*"}}
                     pass  # still being created, or closed and reopened for end_time
             time.sleep(0.2)
         pytest.fail("glintd wrote no closed run file: " + (work / "glintd.log").read_text())
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+
+
+def glint_ctl(endpoint, *args, check=True):
+    return subprocess.run([f"{BIN}/glint", "ctl", "--endpoint", endpoint, *args],
+                          capture_output=True, text=True, timeout=60, check=check)
+
+
+@pytest.fixture(scope="module")
+def module_run(tmp_path_factory):
+    """A run file written by glintd on two modules (detector.modules [2, 1]) that are modules 4
+    and 5 of a larger detector (detector.placement), from `glint sim` (2 ports)."""
+    work = tmp_path_factory.mktemp("nexus_modules")
+    runs = work / "runs"
+    control = f"tcp://127.0.0.1:{free_port()}"
+    config = work / "glintd.yaml"
+    config.write_text(f"""
+detector: {{rows: 32, cols: 48, ports: [2, 1], modules: [2, 1],
+           placement: {{detector_shape: [64, 96], origin: [32, 48], first_module: 4}}}}
+ingest:
+  endpoints: [tcp://127.0.0.1:{free_port()}, tcp://127.0.0.1:{free_port()}]
+pedestal: {{dark_frames: 24, window: 24}}
+finder: {{backend: cpu, threads: 1, n_sigma: 5.0}}
+output: {{directory: {runs}, flush_interval_ms: 200}}
+control: {{endpoint: {control}}}
+preview: {{endpoint: "tcp://127.0.0.1:*"}}
+""")
+    log = open(work / "glintd.log", "w")
+    daemon = subprocess.Popen([f"{BIN}/glintd", "--config", str(config)], stdout=log,
+                              stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 30
+        while glint_ctl(control, "status", check=False).returncode != 0:
+            assert time.time() < deadline, (work / "glintd.log").read_text()
+            time.sleep(0.1)
+        path = json.loads(glint_ctl(control, "start", "--json").stdout)["file"]
+        sim = subprocess.run(
+            [f"{BIN}/glint", "--log-level", "warn", "sim", "--config", str(config), "--dark",
+             "24", "--frames", "100", "--photons", "20", "--rate", "0", "--no-drop",
+             "--wait-ms", "20000", "-q"], capture_output=True, text=True, timeout=120)
+        assert sim.returncode == 0, sim.stdout + sim.stderr
+        deadline = time.time() + 60
+        while True:
+            status = json.loads(glint_ctl(control, "status", "--json").stdout)
+            if status.get("state") == "idle":
+                return path
+            assert time.time() < deadline, (work / "glintd.log").read_text()
+            time.sleep(0.1)
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:
@@ -245,3 +309,25 @@ def test_subpixel_image_is_nexus(subpixel_run):
         assert inside > 0
         assert inside + g.attrs["outside"] + g.attrs["off_detector"] == g.attrs["clusters"]
     expect_conformant(subpixel_run)
+
+
+def test_module_run_file_is_nexus(module_run):
+    """The module groups (NXdetector_module) and /entry/clusters/module of a run on modules."""
+    with h5py.File(module_run, "r") as f:
+        det = f["entry/instrument/detector"]
+        assert list(det.attrs["detector_shape"]) == [64, 96]
+        assert list(det.attrs["detector_origin"]) == [32, 48]
+        assert det.attrs["modules"] == 2
+        assert list(det.attrs["module_grid"]) == [1, 2]
+        for k, module in enumerate((4, 5)):
+            g = det[f"module_{module:02}"]
+            assert g.attrs["NX_class"] == "NXdetector_module"
+            assert g.attrs["module_id"] == module
+            assert list(g["data_origin"][()]) == [0, 24 * k]
+            assert list(g["data_size"][()]) == [32, 24]
+            assert list(g.attrs["detector_origin"]) == [32, 48 + 24 * k]
+        c = f["entry/clusters"]
+        assert len(c["module"]) == len(c["x"]) > 0
+        assert set(np.unique(c["module"][()])) <= {4, 5}
+        assert (c["x"][()] < 24).all()
+    expect_conformant(module_run)

@@ -10,6 +10,12 @@
 //   /entry/instrument/detector/pixel_mask  (with a pixel mask, RunMetadata::pixel_mask) H x W
 //                               uint32, NXdetector bits (pixel_mask_bit_meanings()), 0 until
 //                               written at the end of the dark frames
+//   /entry/instrument/detector/module_<id>  (RunMetadata::modules, when recorded: more than one
+//                               module, or a part of a larger detector) NXdetector_module per
+//                               module: data_origin, data_size, @module_id, @detector_origin;
+//                               the detector gets @modules, @module_grid, @detector_shape,
+//                               @detector_origin, and /entry/clusters module u16 (the cluster's
+//                               module id; x, y are then local to the module)
 //   /entry/frames               frame_number u64, timestamp u64, cluster_offset u64,
 //                               n_clusters u32, flags u8 (one row per frame, in order);
 //                               masked_clusters u32 with a pixel mask (clusters removed)
@@ -70,6 +76,7 @@
 // set in its superblock. It opens in SWMR read mode as it is (read_run_file; h5py:
 // File(path, "r", libver="latest", swmr=True)); for a plain open (h5dump, HDFView) run
 // `h5clear -s FILE` once.
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -124,6 +131,35 @@ struct ReconstructionLayout {
   friend bool operator==(const ReconstructionLayout&, const ReconstructionLayout&) = default;
 };
 
+/// Where this file's image sits among the modules of a detector (docs/modules.md): a grid of
+/// modules_x x modules_y equal modules over the image, module index k = gy * modules_x + gx
+/// with id first_module + k, and the image at (origin_row, origin_col) of a detector of
+/// detector_rows x detector_cols pixels (0: the image's own shape). The default is one module
+/// that is the whole detector: the file then holds no module datasets.
+struct ModuleLayout {
+  uint32_t modules_x = 1, modules_y = 1;
+  uint32_t detector_rows = 0, detector_cols = 0;
+  uint32_t origin_row = 0, origin_col = 0;
+  uint32_t first_module = 0;
+  uint32_t n_modules() const { return modules_x * modules_y; }
+  /// Whether a file of frames of `shape` records its modules (config's has_modules()).
+  bool recorded(FrameShape shape) const {
+    return n_modules() > 1 || (detector_rows != 0 && detector_rows != shape.rows) ||
+           (detector_cols != 0 && detector_cols != shape.cols) || origin_row != 0 ||
+           origin_col != 0 || first_module != 0;
+  }
+  friend bool operator==(const ModuleLayout&, const ModuleLayout&) = default;
+};
+
+/// One module of a run file (/entry/instrument/detector/module_<id>, NXdetector_module).
+struct ModuleInfo {
+  uint32_t id = 0;
+  std::array<uint32_t, 2> data_origin{};      ///< (row, col) in the file's image
+  std::array<uint32_t, 2> data_size{};        ///< (rows, cols)
+  std::array<uint32_t, 2> detector_origin{};  ///< (row, col) in the whole detector
+  friend bool operator==(const ModuleInfo&, const ModuleInfo&) = default;
+};
+
 struct RunMetadata {
   std::string config_yaml;          ///< the run's effective configuration
   FinderParams finder;
@@ -140,6 +176,10 @@ struct RunMetadata {
   bool cluster_energy = false;
   /// > 0: /entry/hitmap_slices is created with the file (append_hitmap_slice).
   uint32_t slice_frames = 0;
+  /// The modules of the image (default: one, nothing recorded). When recorded, the clusters
+  /// handed to append() in image coordinates are stored with x, y local to their module and
+  /// the module's id in /entry/clusters/module.
+  ModuleLayout modules;
 };
 
 /// One reconstructed volume of the run (row i of the /entry/reconstruction datasets).
@@ -325,7 +365,23 @@ struct RunFileContents {
   /// clusters are float); empty when the file has none.
   std::vector<int32_t> cluster_energy, cluster_energy_2x2;
   ProductsContents products;
+  /// The modules (docs/modules.md). A file that records none reads as one module, id 0, at
+  /// (0, 0) of a detector of its own shape, and `cluster_module` is then empty.
+  std::vector<ModuleInfo> modules;
+  std::array<uint32_t, 2> detector_shape{};   ///< /entry/instrument/detector's detector_shape
+  std::array<uint32_t, 2> detector_origin{};  ///< this file's image in the detector
+  /// /entry/clusters/module per cluster row (the id of its module); `clusters` then holds x, y
+  /// local to that module, as the file does. image_clusters() and detector_clusters() give
+  /// them in the image's and in the detector's coordinates.
+  std::vector<uint16_t> cluster_module;
+  /// The module of that id (std::out_of_range when the file has none).
+  const ModuleInfo& module(uint32_t id) const;
 };
+
+/// The clusters of `run` with x, y in its image (frame_shape) coordinates.
+ClusterTable image_clusters(const RunFileContents& run);
+/// The clusters of `run` with x, y in the whole detector's coordinates.
+ClusterTable detector_clusters(const RunFileContents& run);
 
 /// Reads a run file (also one still being written, through SWMR). Throws OutputError.
 RunFileContents read_run_file(const std::filesystem::path& path);

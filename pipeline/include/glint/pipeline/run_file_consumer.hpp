@@ -11,6 +11,9 @@
 
 namespace glint::pipeline {
 
+/// The run file's module layout from detector.modules and detector.placement.
+ModuleLayout module_layout(const config::DetectorConfig& detector);
+
 /// Creates output.directory when missing. Throws OutputError naming the directory.
 void prepare_output_directory(const config::Config& cfg);
 
