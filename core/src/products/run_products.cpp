@@ -91,14 +91,6 @@ ProductSums::ProductSums(const ProductSettings& settings, bool own_pixel_spectra
   if (s_.subpixel) subpixel.emplace(s_.rows, s_.cols, s_.subpixel_factor);
 }
 
-namespace {
-
-/// An energy as the energy image accumulates it: ADU exactly, keV as micro-keV.
-inline int64_t fixed_energy(int32_t e) { return e; }
-inline int64_t fixed_energy(float e) { return std::llround(static_cast<double>(e) * 1e6); }
-
-}  // namespace
-
 template <typename T, int S>
 void ProductSums::add_clusters(const ClusterTable& table, uint64_t slice_origin,
                                std::span<uint32_t> shared) {
@@ -142,7 +134,7 @@ void ProductSums::add_clusters(const ClusterTable& table, uint64_t slice_origin,
       const std::size_t pixel = y * cols + x;
       if (s_.hitmap) {
         ++hitmap[pixel];
-        energy[pixel] += fixed_energy(e);
+        energy[pixel] += detail::fixed_energy(e);
       }
       if (slice) ++(*slice)[pixel];
       const int64_t b = sb.bin(ed);
@@ -227,6 +219,12 @@ void ProductSums::merge(const ProductSums& o) {
     if (mine.empty()) mine.assign(counts.size(), 0);
     add_into(mine, counts);
   }
+}
+
+std::vector<uint32_t>& ProductSums::slice(uint64_t k) {
+  auto& counts = slices_[k];
+  if (counts.empty()) counts.assign(s_.pixels(), 0);
+  return counts;
 }
 
 std::vector<uint32_t> ProductSums::take_slice(uint64_t k) {
