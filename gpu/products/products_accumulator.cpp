@@ -3,11 +3,16 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <stop_token>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -45,6 +50,71 @@ void download(std::vector<U>& h, const detail::DeviceBuffer<T>& d, detail::Strea
 
 std::size_t mib(std::size_t bytes) { return (bytes + (std::size_t{1} << 20) - 1) >> 20; }
 
+/// Below this many clusters per part a batch is copied by fewer threads (one part each).
+constexpr std::size_t kClustersPerPart = 2048;
+
+/// Threads that copy parts of a batch into the staging buffer beside the run's thread.
+class CopyPool {
+ public:
+  explicit CopyPool(unsigned threads) {
+    for (unsigned i = 0; i < threads; ++i)
+      threads_.emplace_back([this](std::stop_token st) { work(st); });
+  }
+  ~CopyPool() {
+    for (auto& t : threads_) t.request_stop();
+    cv_.notify_all();
+  }
+  CopyPool(const CopyPool&) = delete;
+  CopyPool& operator=(const CopyPool&) = delete;
+  std::size_t threads() const { return threads_.size(); }
+
+  /// fn(0) ... fn(parts - 1), taken by the calling thread and the pool's; returns when all are
+  /// done.
+  void run(std::size_t parts, const std::function<void(std::size_t)>& fn) {
+    if (parts <= 1 || threads_.empty()) {
+      for (std::size_t i = 0; i < parts; ++i) fn(i);
+      return;
+    }
+    std::unique_lock lock(mu_);
+    fn_ = &fn;
+    parts_ = parts;
+    next_ = 0;
+    remaining_ = parts;
+    cv_.notify_all();
+    while (next_ < parts_) {
+      const std::size_t i = next_++;
+      lock.unlock();
+      fn(i);
+      lock.lock();
+      --remaining_;
+    }
+    done_.wait(lock, [&] { return remaining_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void work(std::stop_token st) {
+    std::unique_lock lock(mu_);
+    while (true) {
+      cv_.wait(lock, st, [&] { return fn_ != nullptr && next_ < parts_; });
+      if (st.stop_requested()) return;
+      const std::size_t i = next_++;
+      const auto* fn = fn_;
+      lock.unlock();
+      (*fn)(i);
+      lock.lock();
+      if (--remaining_ == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  std::condition_variable done_;
+  const std::function<void(std::size_t)>* fn_ = nullptr;
+  std::size_t parts_ = 0, next_ = 0, remaining_ = 0;
+  std::vector<std::jthread> threads_;  // last: stopped and joined first
+};
+
 }  // namespace
 
 struct ProductsAccumulator::Impl {
@@ -61,7 +131,8 @@ struct ProductsAccumulator::Impl {
     std::vector<FrameRecord> frames;  ///< first_cluster: the row in this buffer
   };
 
-  Impl(const products::ProductSettings& s, int dev) : settings(s), device(dev) {}
+  Impl(const products::ProductSettings& s, int dev, unsigned copy_threads)
+      : settings(s), device(dev), pool(copy_threads) {}
 
   std::size_t values_bytes(std::size_t clusters) const {
     return clusters * per_cluster * sizeof(int32_t);
@@ -125,6 +196,7 @@ struct ProductsAccumulator::Impl {
   std::array<Slot, kSlots> slots;
   int next = 0;
   std::deque<int> in_flight;  ///< slots with a batch, oldest first
+  CopyPool pool;
 
   // Device tables.
   detail::DeviceBuffer<uint64_t> hitmap, spectrum, eta2, eta3, subpixel, counters;
@@ -141,11 +213,12 @@ struct ProductsAccumulator::Impl {
   double wait_s = 0.0, copy_s = 0.0;
 };
 
-ProductsAccumulator::ProductsAccumulator(const products::ProductSettings& s, int device) {
+ProductsAccumulator::ProductsAccumulator(const products::ProductSettings& s, int device,
+                                         unsigned copy_threads) {
   if (s.rows == 0 || s.cols == 0 || s.spectrum.bins == 0 || s.eta_bins == 0)
     throw std::invalid_argument("GPU products: empty frame shape or no bins");
   detail::DeviceGuard guard(device);
-  impl_ = std::make_unique<Impl>(s, device);
+  impl_ = std::make_unique<Impl>(s, device, copy_threads);
   Impl& m = *impl_;
   m.sm_count = device_info(device).sm_count;
   m.per_cluster = static_cast<std::size_t>(s.cluster_size) * s.cluster_size;
@@ -276,11 +349,18 @@ void ProductsAccumulator::add(const ClusterTable& table, uint64_t slice_origin) 
     }
   }
   const auto t1 = Clock::now();
-  // The clusters of the frames (ProductSums counts those alone), in runs of adjacent frames.
+  // The clusters of the frames (ProductSums counts those alone), each frame's at its row in the
+  // buffer; copied in parts of about equal clusters (frame ranges), runs of adjacent frames at
+  // once.
   const auto frames = table.frames();
+  slot.frames.assign(frames.begin(), frames.end());
   std::size_t n = 0;
-  for (const FrameRecord& r : frames) n += r.n_clusters;
-  if (n > UINT32_MAX) throw std::invalid_argument("GPU products: more than 2^32 clusters");
+  for (FrameRecord& r : slot.frames) {
+    r.first_cluster = n;
+    n += r.n_clusters;
+  }
+  if (n > std::numeric_limits<uint32_t>::max())
+    throw std::invalid_argument("GPU products: more than 2^32 clusters in one batch");
   m.reserve(slot, n);
   const std::size_t per = m.per_cluster;
   std::byte* base = slot.host.get();
@@ -290,27 +370,40 @@ void ProductsAccumulator::add(const ClusterTable& table, uint64_t slice_origin) 
   const int32_t* src = table.data().data();
   const uint16_t* sx = table.x().data();
   const uint16_t* sy = table.y().data();
-  slot.frames.assign(frames.begin(), frames.end());
-  std::size_t at = 0;
-  for (std::size_t k = 0; k < frames.size();) {
-    const uint64_t first = frames[k].first_cluster;
-    uint64_t last = first + frames[k].n_clusters;
-    std::size_t j = k;
-    slot.frames[j].first_cluster = at;
-    while (j + 1 < frames.size() && frames[j + 1].first_cluster == last) {
-      ++j;
-      slot.frames[j].first_cluster = at + (last - first);
-      last += frames[j].n_clusters;
+  const std::size_t max_parts =
+      std::max<std::size_t>(1, std::min<std::size_t>(m.pool.threads() + 1, frames.size()));
+  const std::size_t n_parts = std::clamp<std::size_t>(n / kClustersPerPart, 1, max_parts);
+  std::vector<std::pair<std::size_t, std::size_t>> parts;
+  {
+    std::size_t start = 0;
+    uint64_t seen = 0;
+    for (std::size_t k = 0; k < frames.size() && parts.size() + 1 < n_parts; ++k) {
+      seen += frames[k].n_clusters;
+      if (seen * n_parts >= n * (parts.size() + 1)) {
+        parts.emplace_back(start, k + 1);
+        start = k + 1;
+      }
     }
-    const std::size_t c = last - first;
-    if (c > 0) {
-      std::memcpy(values + at * per, src + first * per, c * per * sizeof(int32_t));
-      std::memcpy(xs + at, sx + first, c * sizeof(uint16_t));
-      std::memcpy(ys + at, sy + first, c * sizeof(uint16_t));
-    }
-    at += c;
-    k = j + 1;
+    if (start < frames.size()) parts.emplace_back(start, frames.size());
   }
+  const std::vector<FrameRecord>& to = slot.frames;
+  m.pool.run(parts.size(), [&](std::size_t part) {
+    const auto [a, b] = parts[part];
+    for (std::size_t k = a; k < b;) {
+      const uint64_t first = frames[k].first_cluster;
+      uint64_t last = first + frames[k].n_clusters;
+      const std::size_t at = to[k].first_cluster;
+      std::size_t j = k;
+      while (j + 1 < b && frames[j + 1].first_cluster == last) last += frames[++j].n_clusters;
+      const std::size_t c = last - first;
+      if (c > 0) {
+        std::memcpy(values + at * per, src + first * per, c * per * sizeof(int32_t));
+        std::memcpy(xs + at, sx + first, c * sizeof(uint16_t));
+        std::memcpy(ys + at, sy + first, c * sizeof(uint16_t));
+      }
+      k = j + 1;
+    }
+  });
   slot.n = n;
   slot.origin = slice_origin;
   const detail::StreamView st = m.stream;

@@ -14,7 +14,9 @@ namespace {
 }
 }  // namespace
 
-ProductsAccumulator::ProductsAccumulator(const products::ProductSettings&, int) { unbuilt(); }
+ProductsAccumulator::ProductsAccumulator(const products::ProductSettings&, int, unsigned) {
+  unbuilt();
+}
 ProductsAccumulator::~ProductsAccumulator() = default;
 const products::ProductSettings& ProductsAccumulator::settings() const { unbuilt(); }
 void ProductsAccumulator::add(const ClusterTable&, uint64_t) { unbuilt(); }

@@ -102,7 +102,12 @@ void ProductsConsumer::on_start(const RunContext& run) {
   auto accumulator = make_on_backend<gpu::ProductsAccumulator>(
       products_backend(run.cfg.products), "products.device",
       [] { return gpu::unavailable_reason(); },
-      [&] { return std::make_unique<gpu::ProductsAccumulator>(settings_, device); },
+      [&] {
+        // The workers' threads, idle on the GPU, copy parts of large batches.
+        const unsigned copiers =
+            requested_threads_ > 0 ? requested_threads_ : products_threads(run.cfg.products);
+        return std::make_unique<gpu::ProductsAccumulator>(settings_, device, copiers);
+      },
       [] { return std::unique_ptr<gpu::ProductsAccumulator>(); });
   if (accumulator) {
     {

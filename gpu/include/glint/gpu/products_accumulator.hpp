@@ -5,11 +5,11 @@
 // calibration's lookup) over each batch's clusters and adds into device tables with integer
 // atomics (so the order of the additions does not matter).
 //
-// The run's thread copies each batch's centres and values into one of two pinned staging
-// buffers and returns; the upload and the kernel run on the accumulator's own stream. It waits
-// only when both buffers are still in flight (never drops). The hit maps per slice are counted
-// on the host, from a flag per cluster (in the window) that the kernel hands back, when the
-// batch's buffer is reused or the accumulator is flushed.
+// The run's thread (with copy threads for large batches) copies each batch's centres and values
+// into one of two pinned staging buffers and returns; the upload and the kernel run on the
+// accumulator's own stream. It waits only when both buffers are still in flight (never drops).
+// The hit maps per slice are counted on the host, from a flag per cluster (in the window) that
+// the kernel hands back, when the batch's buffer is reused or the accumulator is flushed.
 //
 // No CUDA header here: host code and tests build without nvcc; without CUDA the constructor
 // throws std::runtime_error saying so.
@@ -29,11 +29,13 @@ std::size_t products_table_bytes(const products::ProductSettings& s);
 
 class ProductsAccumulator {
  public:
-  /// Allocates and zeroes the tables on `device` and uploads the eta calibration. Throws
-  /// std::runtime_error naming the sizes when the tables do not fit in the device's free memory
-  /// (with room for the staging buffers), CudaError when a CUDA call fails, std::runtime_error
-  /// without CUDA.
-  explicit ProductsAccumulator(const products::ProductSettings& settings, int device = 0);
+  /// Allocates and zeroes the tables on `device` and uploads the eta calibration; starts
+  /// `copy_threads` threads that copy parts of large batches into the staging buffers beside the
+  /// caller of add(). Throws std::runtime_error naming the sizes when the tables do not fit in
+  /// the device's free memory (with room for the staging buffers), CudaError when a CUDA call
+  /// fails, std::runtime_error without CUDA.
+  explicit ProductsAccumulator(const products::ProductSettings& settings, int device = 0,
+                               unsigned copy_threads = 0);
   ~ProductsAccumulator();
   ProductsAccumulator(const ProductsAccumulator&) = delete;
   ProductsAccumulator& operator=(const ProductsAccumulator&) = delete;
