@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -143,30 +144,40 @@ namespace {
 constexpr uint32_t kRows = 48, kCols = 64;
 
 /// `frames` frames numbered from `first` (a gap of 29 numbers in the middle), up to `max_per`
-/// clusters each, of `size` x `size` values: int32 ADU around a 300 ADU photon, or floats in keV
-/// around a 6 keV one. Some clusters are all zeros (eta 0 / 0), some have equal quadrants, and a
-/// few lie off the 48 x 64 detector (never counted).
+/// clusters each, of `size` x `size` values: a photon of uniform energy (0 to 2000 ADU, or 0 to
+/// 45 keV for floats) shared between the centre and up to two of its neighbours, over noise.
+/// Some clusters are all zeros (eta 0 / 0), some all equal (tied quadrants), and a few lie off the
+/// 48 x 64 detector (never counted).
 ClusterTable random_clusters(int size, bool calibrated, uint64_t first, std::size_t frames,
                              int max_per, uint32_t seed) {
   std::mt19937 rng(seed);
   ClusterTable t(size, calibrated ? ClusterValues::float32 : ClusterValues::int32);
   std::uniform_int_distribution<int> n_dist(0, max_per), x_dist(0, kCols + 1),
-      y_dist(0, kRows + 1), kind(0, 39), v_dist(-30, 400);
-  std::uniform_real_distribution<float> f_dist(-0.5f, 8.0f);
+      y_dist(0, kRows + 1), kind(0, 39), neighbour(0, 7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
   const int n = size * size;
+  const int c = n / 2;
+  const int around[8] = {c - size - 1, c - size, c - size + 1, c - 1,
+                         c + 1,        c + size - 1, c + size, c + size + 1};
+  std::vector<double> e(n);
   std::vector<int32_t> iv(n);
   std::vector<float> fv(n);
+  const double top = calibrated ? 45.0 : 2000.0, noise = calibrated ? 0.3 : 30.0;
   for (std::size_t f = 0; f < frames; ++f) {
     t.begin_frame(first + f + (f >= frames / 2 ? 29 : 0));
     const int count = n_dist(rng);
-    for (int c = 0; c < count; ++c) {
-      const int k = kind(rng);
+    for (int k = 0; k < count; ++k) {
+      const int what = kind(rng);
+      for (int j = 0; j < n; ++j) e[j] = (unit(rng) * 2.0 - 1.0) * noise;
+      const double amp = unit(rng) * top, f1 = 0.3 + 0.7 * unit(rng), f2 = unit(rng);
+      e[c] += amp * f1;
+      e[around[neighbour(rng)]] += amp * (1.0 - f1) * f2;
+      e[around[neighbour(rng)]] += amp * (1.0 - f1) * (1.0 - f2);
       for (int j = 0; j < n; ++j) {
-        iv[j] = k == 0 ? 0 : (k == 1 ? 50 : v_dist(rng));
-        fv[j] = k == 0 ? 0.0f : (k == 1 ? 1.25f : f_dist(rng));
+        const double v = what == 0 ? 0.0 : (what == 1 ? top / 40 : e[j]);
+        iv[j] = static_cast<int32_t>(std::lround(v));
+        fv[j] = static_cast<float>(v);
       }
-      iv[n / 2] += 300;
-      fv[n / 2] += 6.0f;
       const auto x = static_cast<uint16_t>(x_dist(rng));
       const auto y = static_cast<uint16_t>(y_dist(rng));
       if (calibrated) t.add_cluster(x, y, std::span<const float>(fv));
@@ -176,13 +187,22 @@ ClusterTable random_clusters(int size, bool calibrated, uint64_t first, std::siz
   return t;
 }
 
+/// Frames [a, b) of `t` as a table of their own.
 ClusterTable frames_of(const ClusterTable& t, std::size_t a, std::size_t b) {
   ClusterTable out(t.cluster_size(), t.value_type());
+  const bool floats = t.value_type() == ClusterValues::float32;
+  std::vector<float> v(t.values_per_cluster());
   for (std::size_t k = a; k < b; ++k) {
     const FrameRecord& r = t.frames()[k];
     out.begin_frame(r.frame_number);
-    for (uint64_t i = r.first_cluster; i < r.first_cluster + r.n_clusters; ++i)
-      out.add_cluster(t.x()[i], t.y()[i], t.cluster_data(i));
+    for (uint64_t i = r.first_cluster; i < r.first_cluster + r.n_clusters; ++i) {
+      if (!floats) {
+        out.add_cluster(t.x()[i], t.y()[i], t.cluster_data(i));
+        continue;
+      }
+      for (std::size_t j = 0; j < v.size(); ++j) v[j] = t.float_value(i, j);
+      out.add_cluster(t.x()[i], t.y()[i], std::span<const float>(v));
+    }
   }
   return out;
 }
@@ -191,7 +211,7 @@ ClusterTable frames_of(const ClusterTable& t, std::size_t a, std::size_t b) {
 /// 2 x 2 sums (so that some clusters fall outside it).
 std::shared_ptr<const products::EtaCalibration> calibration_of(const ClusterTable& t,
                                                                bool calibrated) {
-  auto cube = products::EtaCube::regular(12, 0.0, 1.0, 3, 0.0, calibrated ? 14.0 : 1500.0);
+  auto cube = products::EtaCube::regular(12, 0.0, 1.0, 3, 0.0, calibrated ? 33.0 : 1500.0);
   for (std::size_t i = 0; i < t.n_clusters(); ++i) {
     if (calibrated) cube.add(products::eta2_float(t, i));
     else cube.add(products::eta2_int(t, i));
@@ -210,8 +230,9 @@ products::ProductSettings settings_for(int size, bool calibrated, products::Ener
   s.emin = calibrated ? 1.5 : 100.0;
   s.emax = calibrated ? 40.0 : 1800.0;
   s.slice_frames = 64;
-  s.spectrum = calibrated ? products::Binning{0.0, 30.0, 300, false}
-                          : products::Binning{0.0, 1500.0, 250, false};
+  // From above the window's low end to below its high end: underflow and overflow both.
+  s.spectrum = calibrated ? products::Binning{2.0, 30.0, 300, false}
+                          : products::Binning{150.0, 1500.0, 250, false};
   s.pixel_spectra = true;
   s.eta = true;
   s.eta_bins = 40;
@@ -295,7 +316,11 @@ TEST(GpuProducts, AccumulatorEqualsProductSumsByteForByteOverBatchesAndMidRun) {
     // Real values: the window, the spectrum, eta and the calibration each leave some out.
     EXPECT_GT(cpu.clusters, 50000u);
     EXPECT_LT(cpu.clusters, all.n_clusters());
-    EXPECT_GT(cpu.overflow + cpu.underflow, 0u);
+    EXPECT_GT(cpu.overflow, 0u);
+    EXPECT_GT(cpu.underflow, 0u);
+    EXPECT_GT(cpu.eta2_outside, 0u);
+    EXPECT_GT(cpu.eta3_outside, 0u);
+    EXPECT_GT(cpu.subpixel->outside(), 0u);  // positions off the detector
     EXPECT_GT(cpu.subpixel_outside, 0u);
     EXPECT_GT(cpu.subpixel->total(), cpu.clusters / 2);
     EXPECT_GT(cpu.slices().size(), 40u);
