@@ -239,25 +239,29 @@ ProductsAccumulator::ProductsAccumulator(const products::ProductSettings& s, int
 
   const detail::StreamView st = m.stream;
   auto& p = m.params;
-  p.rows = s.rows;
-  p.cols = s.cols;
+  // The view ProductSums::view() gives, with the tables it points into copied to the device.
+  products::ClusterProductsView& v = p.view;
+  v.rows = s.rows;
+  v.cols = s.cols;
+  v.quadrant = s.energy == products::EnergyKind::quadrant;
+  v.emin = s.emin;
+  v.emax = s.emax;
   p.cluster_size = s.cluster_size;
   p.calibrated = s.calibrated;
-  p.quadrant = s.energy == products::EnergyKind::quadrant;
-  p.emin = s.emin;
-  p.emax = s.emax;
-  auto bins_on_device = [&](const products::Binning& b, detail::DeviceBuffer<double>& edges) {
-    const products::BinTable t(b);
-    edges = detail::DeviceBuffer<double>(t.edges().size());
-    upload(edges, t.edges(), st);
-    return detail::DeviceBins{edges.get(), b.lo, b.hi, t.scale(), b.bins, b.closed};
-  };
   // The uploads read pageable host memory: cudaMemcpyAsync returns once it has staged the
   // source, so the host tables may go right after.
-  p.spectrum = bins_on_device(s.spectrum, m.spectrum_edges);
+  auto bins_on_device = [&](const products::Binning& b, detail::DeviceBuffer<double>& edges) {
+    const products::BinTable t(b);
+    products::BinsView view = t.view();
+    edges = detail::DeviceBuffer<double>(t.edges().size());
+    upload(edges, t.edges(), st);
+    view.edges = edges.get();
+    return view;
+  };
+  v.spectrum = bins_on_device(s.spectrum, m.spectrum_edges);
   m.spectrum = detail::DeviceBuffer<uint64_t>(s.spectrum.bins);
   m.spectrum.zero(st);
-  p.spectrum_counts = m.spectrum.get();
+  p.spectrum = m.spectrum.get();
   m.counters = detail::DeviceBuffer<uint64_t>(detail::kCounters);
   m.counters.zero(st);
   p.counters = m.counters.get();
@@ -274,45 +278,47 @@ ProductsAccumulator::ProductsAccumulator(const products::ProductSettings& s, int
     m.pixel_spectra.zero(st);
     p.pixel_spectra = m.pixel_spectra.get();
   }
-  p.eta = s.eta;
-  p.eta_bins = s.eta_bins;
+  v.eta = s.eta;
+  v.eta_bins = s.eta_bins;
   if (s.eta) {
-    p.eta2 = bins_on_device(s.eta2_binning(), m.eta2_edges);
-    p.eta3 = bins_on_device(s.eta3_binning(), m.eta3_edges);
+    v.eta2 = bins_on_device(s.eta2_binning(), m.eta2_edges);
+    v.eta3 = bins_on_device(s.eta3_binning(), m.eta3_edges);
     const std::size_t e = std::size_t{s.eta_bins} * s.eta_bins;
     m.eta2 = detail::DeviceBuffer<uint64_t>(e);
     m.eta3 = detail::DeviceBuffer<uint64_t>(e);
     m.eta2.zero(st);
     m.eta3.zero(st);
-    p.eta2_counts = m.eta2.get();
-    p.eta3_counts = m.eta3.get();
+    p.eta2 = m.eta2.get();
+    p.eta3 = m.eta3.get();
   }
   if (s.subpixel) {
     const products::EtaCalibration& c = *s.subpixel;
     // The image's geometry exactly as SubpixelImage computes it (it also checks the sizes).
     const products::SubpixelImage image(s.rows, s.cols, s.subpixel_factor);
-    p.subpixel = true;
+    v.subpixel = true;
     auto axis = [&](const products::BinEdges& b, detail::DeviceBuffer<double>& d) {
+      products::detail::AxisView view = b.view();
       d = detail::DeviceBuffer<double>(b.edges().size());
       upload(d, b.edges(), st);
-      return products::detail::AxisView{d.get(), b.bins(), b.scale()};
+      view.edges = d.get();
+      return view;
     };
-    p.cal_x = axis(c.eta_x(), m.cal_x);
-    p.cal_y = axis(c.eta_y(), m.cal_y);
-    p.cal_e = axis(c.energy(), m.cal_e);
+    v.cal_x = axis(c.eta_x(), m.cal_x);
+    v.cal_y = axis(c.eta_y(), m.cal_y);
+    v.cal_e = axis(c.energy(), m.cal_e);
     m.ietax = detail::DeviceBuffer<double>(c.ietax().size());
     m.ietay = detail::DeviceBuffer<double>(c.ietay().size());
     upload(m.ietax, c.ietax(), st);
     upload(m.ietay, c.ietay(), st);
-    p.ietax = m.ietax.get();
-    p.ietay = m.ietay.get();
+    v.ietax = m.ietax.get();
+    v.ietay = m.ietay.get();
     p.factor = static_cast<double>(image.factor());
     p.width = image.cols() * image.factor();
     p.width_d = static_cast<double>(p.width);
     p.height_d = static_cast<double>(image.rows() * image.factor());
     m.subpixel = detail::DeviceBuffer<uint64_t>(image.counts().size());
     m.subpixel.zero(st);
-    p.subpixel_counts = m.subpixel.get();
+    p.subpixel = m.subpixel.get();
   }
   for (auto& slot : m.slots) m.reserve(slot, kInitialClusters);
   m.stream.synchronize();

@@ -3,18 +3,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "glint/products/eta_calibration.hpp"
+#include "glint/products/cluster_products.hpp"
 #include "stream_view.hpp"
 
 namespace glint::gpu::detail {
-
-/// A BinTable on the device: its edges (bins + 1) and the first guess's scale.
-struct DeviceBins {
-  const double* edges = nullptr;
-  double lo = 0.0, hi = 1.0, scale = 1.0;
-  int64_t bins = 1;
-  bool closed = false;
-};
 
 /// The scalar counts of the products, one device counter each.
 enum ProductCounter : int {
@@ -28,31 +20,23 @@ enum ProductCounter : int {
   kCounters
 };
 
-/// What the kernel reads and the device tables it adds into (null: that product is off).
+/// What the kernel reads (the per-cluster view, its pointers into device memory) and the device
+/// tables it adds into (null: that product is off).
 struct ProductsKernelParams {
-  uint32_t rows = 0, cols = 0;
+  products::ClusterProductsView view;
   int cluster_size = 3;
   bool calibrated = false;  ///< float values (else int32)
-  bool quadrant = false;    ///< energy: the largest 2 x 2 sum (else the S x S sum)
-  double emin = 0.0, emax = 0.0;
-  DeviceBins spectrum, eta2, eta3;
-  int64_t eta_bins = 0;
-  bool eta = false;
-  // Sub-pixel image (with subpixel): the calibration's axes and tables, the image's geometry.
-  bool subpixel = false;
-  products::detail::AxisView cal_x, cal_y, cal_e;
-  const double* ietax = nullptr;
-  const double* ietay = nullptr;
+  // The sub-pixel image's geometry (SubpixelImage's).
   double factor = 1.0, width_d = 0.0, height_d = 0.0;
   std::size_t width = 0;
 
   uint64_t* hitmap = nullptr;         ///< rows * cols
   int64_t* energy = nullptr;          ///< rows * cols
-  uint64_t* spectrum_counts = nullptr;
+  uint64_t* spectrum = nullptr;       ///< view.spectrum.bins
   uint32_t* pixel_spectra = nullptr;  ///< rows * cols * bins
-  uint64_t* eta2_counts = nullptr;
-  uint64_t* eta3_counts = nullptr;
-  uint64_t* subpixel_counts = nullptr;
+  uint64_t* eta2 = nullptr;
+  uint64_t* eta3 = nullptr;
+  uint64_t* subpixel = nullptr;
   uint64_t* counters = nullptr;       ///< kCounters
 };
 

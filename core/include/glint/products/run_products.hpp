@@ -19,6 +19,7 @@
 
 #include "glint/cluster_table.hpp"
 #include "glint/products/accumulate.hpp"
+#include "glint/products/cluster_products.hpp"
 #include "glint/products/eta_calibration.hpp"
 #include "glint/products/subpixel_image.hpp"
 
@@ -61,6 +62,8 @@ class BinTable {
   /// What the GPU accumulator uploads: the edges (bins + 1) and the first guess's scale.
   std::span<const double> edges() const { return edges_; }
   double scale() const { return scale_; }
+  /// The table as the per-cluster code reads it (this table's edges).
+  BinsView view() const { return {edges_.data(), lo_, hi_, scale_, bins_, closed_}; }
 
  private:
   double lo_, hi_, scale_;
@@ -158,6 +161,10 @@ class ProductSums {
   uint64_t subpixel_outside = 0;  ///< clusters whose eta fell outside the calibration
 
   friend bool operator==(const ProductSums&, const ProductSums&);
+
+  /// The settings and lookup tables add_cluster reads (pointers into these sums' bin tables and
+  /// the settings' calibration, valid while both live): what the GPU accumulator uploads.
+  ClusterProductsView view() const;
 
  private:
   template <typename T, int S>
