@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -368,6 +369,7 @@ void ProductsConsumer::write_completed_slices(bool all) {
 
 void ProductsConsumer::on_end_gpu(const RunEnd& end) {
   std::shared_ptr<products::ProductSums> merged;
+  std::exception_ptr error;  // rethrown as it came (a CudaError says whether it is sticky)
   try {
     gpu_->flush();
     if (settings_.slice_frames > 0 && !end.failed) write_completed_slices(true);
@@ -377,6 +379,7 @@ void ProductsConsumer::on_end_gpu(const RunEnd& end) {
     copy_seconds_ = gpu_->copy_seconds();
   } catch (const std::exception& e) {
     record_failure(e);
+    error = std::current_exception();
   }
   if (merged && file_ && !end.failed && !file_->failed()) file_->set_products(merged);
   {
@@ -384,6 +387,7 @@ void ProductsConsumer::on_end_gpu(const RunEnd& end) {
     result_ = std::move(merged);
     gpu_.reset();  // the device tables go with the run
   }
+  if (error) std::rethrow_exception(error);
   rethrow_failure();
 }
 

@@ -291,7 +291,7 @@ TEST(GpuProducts, AccumulatorEqualsProductSumsByteForByteOverBatchesAndMidRun) {
     const ClusterTable all = random_clusters(c.size, c.calibrated, 7000, 3400, 100, 23 + c.size);
     const products::ProductSettings s =
         settings_for(c.size, c.calibrated, c.energy, calibration_of(all, c.calibrated));
-    gpu::ProductsAccumulator acc(s);
+    gpu::ProductsAccumulator acc(s, 0, 3);  // large batches copied in parts by 4 threads
     products::ProductSums cpu(s);
     const uint64_t origin = all.frames().front().frame_number;
     std::size_t at = 0;
