@@ -191,7 +191,8 @@ struct ProductsAccumulator::Impl {
   int device = 0;
   int sm_count = 1;
   std::size_t per_cluster = 9;
-  detail::Stream stream;
+  /// Low priority: where the finder's blocks wait too, they are scheduled first.
+  detail::Stream stream{detail::StreamPriority::low};
   mutable std::mutex mu;
   std::array<Slot, kSlots> slots;
   int next = 0;

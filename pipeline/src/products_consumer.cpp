@@ -98,6 +98,7 @@ void ProductsConsumer::on_start(const RunContext& run) {
   settings_ = product_settings(run.cfg.products, run.finder);
   settings_.subpixel = load_subpixel_calibration(run.cfg.products, run.finder.cluster_size);
   file_ = file_source_ ? file_source_() : nullptr;
+  on_gpu_ = false;
   const auto& ids = run.cfg.finder.gpu_ids;
   const int device = ids.empty() ? 0 : ids.front();
   auto accumulator = make_on_backend<gpu::ProductsAccumulator>(
