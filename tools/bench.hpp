@@ -35,6 +35,7 @@ struct BenchFindOptions {
   bool calibrated = false;    ///< calibrated with glint::synth's gain maps and G1/G2 pedestals
   std::string products;       ///< --products LIST: also time the run with these products on
   unsigned products_threads = 0;  ///< their worker threads, 0: as glintd (min(4, cores / 4))
+  std::string products_device = "auto";  ///< --products-device: auto | cpu | gpu (products.device)
   std::string eta_calibration;    ///< --eta-calibration FILE: the sub-pixel image too
   uint32_t subpixel = 5;          ///< --subpixel F: its sub-pixels per pixel and axis
   std::vector<uint32_t> modules{1, 1};  ///< --modules X,Y: a detector of X x Y modules

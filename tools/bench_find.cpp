@@ -57,21 +57,27 @@ void print_products_timing(const BenchFindOptions& o, double fps_off, double fps
                            const pipeline::ProductsConsumer& products, uint64_t clusters,
                            double ns_per_cluster) {
   const products::ProductSums sums = products.snapshot();
+  const std::string where = products.on_gpu()
+                                ? std::string("on the GPU")
+                                : fmt::format("on {} CPU worker threads", products.threads());
+  const char* queue = products.on_gpu() ? "a free staging buffer" : "room in their queue";
   std::cout << fmt::format(
-      "glint bench find: products {} ({} worker threads): {:.1f} frames/s, {:.1f} us/frame "
+      "glint bench find: products {} ({}): {:.1f} frames/s, {:.1f} us/frame "
       "with them, {:.1f} frames/s without ({:+.1f} % with); the run's thread waited {:.3f} s "
-      "for room in their queue and spent {:.3f} s copying batches into it; {} of {} clusters "
+      "for {} and spent {:.3f} s copying batches into it; {} of {} clusters "
       "in the products, {} frames\n"
-      "glint bench find: one products worker: {:.1f} ns per cluster (ProductSums::add on this "
-      "thread, {:.1f} M clusters/s)\n",
-      o.products, products.threads(), fps_on, 1e6 / fps_on, fps_off,
-      100.0 * (fps_on - fps_off) / fps_off, products.wait_seconds(), products.copy_seconds(),
+      "glint bench find: one CPU products worker: {:.1f} ns per cluster (ProductSums::add on "
+      "this thread, {:.1f} M clusters/s)\n",
+      o.products, where, fps_on, 1e6 / fps_on, fps_off,
+      100.0 * (fps_on - fps_off) / fps_off, products.wait_seconds(), queue,
+      products.copy_seconds(),
       sums.clusters, clusters, sums.frames, ns_per_cluster, 1e3 / ns_per_cluster);
 }
 
 config::ProductsConfig bench_products_config(const BenchFindOptions& o) {
   config::ProductsConfig pc =
       products_option(o.products, "", "sum", o.eta_calibration, o.subpixel);
+  pc.device = o.products_device;
   pipeline::load_subpixel_calibration(pc, o.cluster_size);  // checked before any timing
   return pc;
 }
@@ -250,6 +256,11 @@ void add_bench_find(CLI::App& bench) {
                   "pedestal and finder, in contiguous groups over --gpus (as glintd)")
       ->delimiter(',')
       ->expected(2)
+      ->capture_default_str();
+  cmd->add_option("--products-device", a->o.products_device,
+                  "where the products are accumulated (as products.device): auto (the GPU when "
+                  "one is usable), cpu (worker threads) or gpu")
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}))
       ->capture_default_str();
   cmd->add_flag("--reference", a->reference,
                 "CPU: also time the single-threaded reference finder on the same frames");

@@ -134,11 +134,12 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
   if (o.products.empty()) return 0;
 
   // With the products: the batches as the run gets them (ClusterTables through set_sink), timed
-  // without and then with the products' consumer, whose workers accumulate while the GPU finds
-  // the next batches.
+  // without and then with the products' consumer, whose workers (or GPU accumulator, on its own
+  // stream) accumulate while the GPU finds the next batches.
   const config::ProductsConfig pc = bench_products_config(o);
   config::Config cfg;
   cfg.products = pc;
+  cfg.finder.gpu_ids = o.gpus;  // GPU products on the finder's first GPU
   std::vector<ClusterTable> kept;
   const auto timed = [&](const std::function<void(const ClusterTable&)>& consume,
                          const std::function<void()>& finish) {

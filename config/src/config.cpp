@@ -668,6 +668,7 @@ void read_products(Section s, ProductsConfig& c, const DetectorConfig& d, bool c
     c.threads = -1;
   else
     s.read_integer("threads", c.threads, 1, 64);
+  s.read_string("device", c.device, {"auto", "cpu", "gpu"});
   s.reject_unknown();
 }
 
@@ -1022,6 +1023,7 @@ std::string to_yaml(const Config& c) {
   kv("cluster_energy", p.cluster_energy);
   if (p.threads < 0) kv("threads", "auto");
   else kv("threads", p.threads);
+  kv("device", p.device);
   e << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

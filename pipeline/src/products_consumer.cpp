@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
+#include "glint/gpu/device.hpp"
+#include "glint/gpu/products_accumulator.hpp"
 #include "glint/log.hpp"
 #include "glint/products/eta_calibration_file.hpp"
 
@@ -16,6 +19,15 @@ namespace {
 /// Below this many clusters per part a batch is copied by fewer threads (one part each).
 constexpr std::size_t kClustersPerPart = 2048;
 }  // namespace
+
+Backend products_backend(const config::ProductsConfig& c) {
+  try {
+    return parse_backend(c.device);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument(fmt::format("products.device: '{}' (allowed: auto, cpu, gpu)",
+                                            log::one_line(c.device)));
+  }
+}
 
 products::ProductSettings product_settings(const config::ProductsConfig& c,
                                            const FinderParams& finder) {
@@ -85,9 +97,33 @@ void ProductsConsumer::stop_workers() {
 void ProductsConsumer::on_start(const RunContext& run) {
   settings_ = product_settings(run.cfg.products, run.finder);
   settings_.subpixel = load_subpixel_calibration(run.cfg.products, run.finder.cluster_size);
+  file_ = file_source_ ? file_source_() : nullptr;
+  on_gpu_ = false;
+  const auto& ids = run.cfg.finder.gpu_ids;
+  const int device = ids.empty() ? 0 : ids.front();
+  auto accumulator = make_on_backend<gpu::ProductsAccumulator>(
+      products_backend(run.cfg.products), "products.device",
+      [] { return gpu::unavailable_reason(); },
+      [&] {
+        // The workers' threads, idle on the GPU, copy parts of large batches.
+        const unsigned copiers =
+            requested_threads_ > 0 ? requested_threads_ : products_threads(run.cfg.products);
+        return std::make_unique<gpu::ProductsAccumulator>(settings_, device, copiers);
+      },
+      [] { return std::unique_ptr<gpu::ProductsAccumulator>(); });
+  if (accumulator) {
+    {
+      std::lock_guard lock(result_mu_);
+      gpu_ = std::move(accumulator);
+    }
+    on_gpu_ = true;
+    threads_ = 0;
+    started_ = true;
+    log::debug("products: accumulated on GPU {}", device);
+    return;
+  }
   threads_ = requested_threads_ > 0 ? requested_threads_ : products_threads(run.cfg.products);
   capacity_ = requested_capacity_ > 0 ? requested_capacity_ : 2 * std::size_t{threads_};
-  file_ = file_source_ ? file_source_() : nullptr;
   if (settings_.pixel_spectra)
     shared_pixel_spectra_ =
         std::make_unique<products::CountTable>(settings_.pixels() * settings_.spectrum.bins);
@@ -190,10 +226,49 @@ void ProductsConsumer::rethrow_failure() {
   if (!failure_.empty()) throw std::runtime_error("products: " + failure_);
 }
 
+void ProductsConsumer::record_failure(const std::exception& e) {
+  std::lock_guard lock(mu_);
+  if (failure_.empty()) failure_ = e.what();
+  ++failed_;
+}
+
+void ProductsConsumer::on_batch_gpu(const FoundBatch& batch) {
+  const auto frames = batch.clusters.frames();
+  if (!have_origin_) {
+    origin_ = frames.front().frame_number;
+    have_origin_ = true;
+  }
+  last_frame_ = std::max(last_frame_, frames.back().frame_number);
+  try {
+    gpu_->add(batch.clusters, origin_);
+  } catch (const std::exception& e) {
+    record_failure(e);
+    throw;
+  }
+  const uint64_t seq = next_seq_++;
+  {
+    std::lock_guard lock(mu_);
+    frames_ += frames.size();
+    wait_seconds_ = gpu_->wait_seconds();
+    copy_seconds_ = gpu_->copy_seconds();
+  }
+  if (settings_.slice_frames > 0 && last_frame_ >= origin_) {
+    const uint64_t complete = (last_frame_ - origin_ + 1) / settings_.slice_frames;
+    if (complete > slices_written_ &&
+        (complete_after_.empty() || complete_after_.back().second < complete))
+      complete_after_.emplace_back(seq + 1, complete);
+    write_completed_slices(false);
+  }
+}
+
 void ProductsConsumer::on_batch(const FoundBatch& batch) {
   if (!started_) return;
   const auto frames = batch.clusters.frames();
   if (frames.empty()) return;
+  if (gpu_) {
+    on_batch_gpu(batch);
+    return;
+  }
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   if (!have_origin_) {
@@ -267,14 +342,18 @@ void ProductsConsumer::write_completed_slices(bool all) {
       upto = (last_frame_ - origin_) / settings_.slice_frames + 1;
     complete_after_.clear();
   } else {
+    // Batches accumulated: on the GPU, those whose work is done, in order.
+    const uint64_t gpu_done = gpu_ ? gpu_->batches_done() : 0;
     std::lock_guard lock(mu_);
-    while (!complete_after_.empty() && complete_after_.front().first <= done_below_) {
+    const uint64_t done = gpu_ ? gpu_done : done_below_;
+    while (!complete_after_.empty() && complete_after_.front().first <= done) {
       upto = std::max(upto, complete_after_.front().second);
       complete_after_.pop_front();
     }
   }
   for (uint64_t k = slices_written_; k < upto; ++k) {
     std::vector<uint32_t> counts(settings_.pixels(), 0);
+    if (gpu_) counts = gpu_->take_slice(k);
     for (auto& w : workers_) {
       std::vector<uint32_t> part;
       {
@@ -289,8 +368,36 @@ void ProductsConsumer::write_completed_slices(bool all) {
   slices_written_ = upto;
 }
 
+void ProductsConsumer::on_end_gpu(const RunEnd& end) {
+  std::shared_ptr<products::ProductSums> merged;
+  std::exception_ptr error;  // rethrown as it came (a CudaError says whether it is sticky)
+  try {
+    gpu_->flush();
+    if (settings_.slice_frames > 0 && !end.failed) write_completed_slices(true);
+    merged = std::make_shared<products::ProductSums>(gpu_->sums());
+    std::lock_guard lock(mu_);
+    wait_seconds_ = gpu_->wait_seconds();
+    copy_seconds_ = gpu_->copy_seconds();
+  } catch (const std::exception& e) {
+    record_failure(e);
+    error = std::current_exception();
+  }
+  if (merged && file_ && !end.failed && !file_->failed()) file_->set_products(merged);
+  {
+    std::lock_guard lock(result_mu_);
+    result_ = std::move(merged);
+    gpu_.reset();  // the device tables go with the run
+  }
+  if (error) std::rethrow_exception(error);
+  rethrow_failure();
+}
+
 void ProductsConsumer::on_end(const RunEnd& end) {
   if (!started_) return;
+  if (gpu_) {
+    on_end_gpu(end);
+    return;
+  }
   if (!end.failed) {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return done_below_ == next_seq_; });
@@ -319,6 +426,7 @@ products::ProductSums ProductsConsumer::snapshot() const {
   {
     std::lock_guard lock(result_mu_);
     if (result_) return *result_;
+    if (gpu_) return gpu_->sums();
   }
   products::ProductSums out(settings_, false);
   for (const auto& w : workers_) {
@@ -347,6 +455,13 @@ std::vector<PreviewImage> ProductsConsumer::preview_images() const {
       out.spectrum = result_->spectrum;
       out.subpixel = result_->subpixel;
       out.frames = result_->frames;
+    } else if (gpu_) {
+      products::ProductSums g = gpu_->sums(false);
+      out.hitmap = std::move(g.hitmap);
+      out.energy = std::move(g.energy);
+      out.spectrum = std::move(g.spectrum);
+      out.subpixel = std::move(g.subpixel);
+      out.frames = g.frames;
     }
   }
   if (out.frames == 0) {

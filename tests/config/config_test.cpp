@@ -848,6 +848,7 @@ TEST(Config, ProductsDefaultsValuesAndErrors) {
     EXPECT_EQ(c->products.subpixel_factor, 5u);
     EXPECT_TRUE(c->products.cluster_energy);
     EXPECT_EQ(c->products.threads, -1);
+    EXPECT_EQ(c->products.device, "auto");
   }
   EXPECT_EQ(def.products.spectrum_upper(false), 2000.0);
   EXPECT_EQ(def.products.spectrum_upper(true), 50.0);
@@ -856,7 +857,7 @@ TEST(Config, ProductsDefaultsValuesAndErrors) {
       "products:\n  energy: 2x2\n  energy_window: [2.5, 40]\n  hitmap: false\n"
       "  slice_frames: 100\n  spectrum: {bins: 64, min: 1, max: 60}\n  pixel_spectra: true\n"
       "  eta: true\n  eta_bins: 20\n  subpixel: {calibration: /data/eta.h5, factor: 8}\n"
-      "  cluster_energy: false\n  threads: 3\n");
+      "  cluster_energy: false\n  threads: 3\n  device: gpu\n");
   EXPECT_EQ(c.products.energy, "2x2");
   EXPECT_EQ(c.products.energy_window, (std::vector<double>{2.5, 40}));
   EXPECT_FALSE(c.products.hitmap);
@@ -871,6 +872,8 @@ TEST(Config, ProductsDefaultsValuesAndErrors) {
   EXPECT_EQ(c.products.subpixel_factor, 8u);
   EXPECT_FALSE(c.products.cluster_energy);
   EXPECT_EQ(c.products.threads, 3);
+  EXPECT_EQ(c.products.device, "gpu");
+  EXPECT_EQ(gc::parse("products: {device: cpu}\n").products.device, "cpu");
   // Round trip, and as a start override (not the worker threads).
   const auto b = gc::parse(gc::to_yaml(c));
   EXPECT_EQ(gc::to_yaml(b), gc::to_yaml(c));
@@ -886,6 +889,12 @@ TEST(Config, ProductsDefaultsValuesAndErrors) {
     ADD_FAILURE() << "products.threads accepted as an override";
   } catch (const gc::ConfigError& e) {
     EXPECT_EQ(e.key(), "products.threads");
+  }
+  try {
+    gc::with_overrides(def, R"({"products": {"device": "cpu"}})");
+    ADD_FAILURE() << "products.device accepted as an override";
+  } catch (const gc::ConfigError& e) {
+    EXPECT_EQ(e.key(), "products.device");
   }
 
   struct Bad {
@@ -920,6 +929,9 @@ TEST(Config, ProductsDefaultsValuesAndErrors) {
            {"products:\n  threads: 0\n", "products.threads", 2, "out of range (allowed: 1 to 64)"},
            {"detector: {rows: 2000, cols: 2000}\nproducts:\n  pixel_spectra: true\n",
             "products.pixel_spectra", 3, "2000 x 2000 pixels x 500 bins is more than"},
+           {"products:\n  device: cuda\n", "products.device", 2,
+            "allowed: auto, cpu, gpu"},
+           {"products:\n  device: 1\n", "products.device", 2, "allowed: auto, cpu, gpu"},
            {"products:\n  colour: red\n", "products.colour", 2, "unknown key"}}) {
     const gc::ConfigError e = expect_error(b.yaml);
     EXPECT_EQ(e.key(), b.key) << b.yaml;

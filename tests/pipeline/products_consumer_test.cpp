@@ -11,6 +11,7 @@
 
 #include "../common/products_check.hpp"
 #include "glint/config/config.hpp"
+#include "glint/gpu/device.hpp"
 #include "glint/pipeline/products_consumer.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/products/eta_calibration_file.hpp"
@@ -216,4 +217,68 @@ TEST(ProductsConsumer, PreviewImagesFollowTheRunAndNeedNoFile) {
   for (std::size_t i = 0; i < want.subpixel.size(); ++i)
     ASSERT_EQ(images[3].values[i], static_cast<double>(want.subpixel[i]));
   EXPECT_EQ(products.snapshot().clusters, want.clusters);
+}
+
+TEST(ProductsConsumer, DeviceChoiceFollowsProductsDevice) {
+  config::ProductsConfig pc;
+  EXPECT_EQ(products_backend(pc), Backend::auto_select);  // the default
+  pc.device = "cpu";
+  EXPECT_EQ(products_backend(pc), Backend::cpu);
+  pc.device = "gpu";
+  EXPECT_EQ(products_backend(pc), Backend::gpu);
+  pc.device = "cuda";
+  try {
+    products_backend(pc);
+    ADD_FAILURE() << "products.device: cuda accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "products.device: 'cuda' (allowed: auto, cpu, gpu)");
+  }
+
+  const std::string why = gpu::unavailable_reason();  // empty where a GPU is usable
+  const ClusterTable all = clusters();
+  config::Config cfg = products_config();
+  cfg.products.slice_frames = 0;
+  FinderParams finder;
+  finder.shape = {kRows, kCols};
+  // cpu: the workers, whatever the machine; auto: the GPU exactly when one is usable. Either
+  // way the same products.
+  for (const char* device : {"cpu", "auto"}) {
+    SCOPED_TRACE(device);
+    cfg.products.device = device;
+    ProductsConsumer products({}, 2, 2);
+    products.on_start(RunContext{cfg, 1, "", finder, "cpu"});
+    const bool gpu = std::string(device) == "auto" && why.empty();
+    EXPECT_EQ(products.on_gpu(), gpu);
+    EXPECT_EQ(products.threads(), gpu ? 0u : 2u);
+    products.on_batch(FoundBatch{frames_of(all, 0, 150), {}});
+    products.on_end(RunEnd{});
+    products::ProductSums want(product_settings(cfg.products, finder));
+    want.subpixel.reset();
+    products::ProductSums got = products.snapshot();
+    got.subpixel.reset();  // the file's calibration: compared in the other tests
+    got.subpixel_outside = 0;
+    want.add(frames_of(all, 0, 150), 5000);
+    EXPECT_EQ(want.clusters, 985u);  // the window leaves some out
+    EXPECT_TRUE(got == want);
+  }
+  // gpu: refused at the run's start, with the reason, where no GPU is usable.
+  cfg.products.device = "gpu";
+  ProductsConsumer products({}, 2, 2);
+  if (why.empty()) {
+    products.on_start(RunContext{cfg, 1, "", finder, "cpu"});
+    EXPECT_TRUE(products.on_gpu());
+    products.on_end(RunEnd{});
+  } else {
+    try {
+      products.on_start(RunContext{cfg, 1, "", finder, "cpu"});
+      ADD_FAILURE() << "products.device: gpu accepted without a GPU";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("products.device: GPU backend not available: " + why,
+                                            0),
+                0u)
+          << e.what();
+    }
+    EXPECT_FALSE(products.on_gpu());
+    EXPECT_TRUE(products.preview_images().empty());
+  }
 }

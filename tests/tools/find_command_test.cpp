@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "glint/gpu/device.hpp"
 #include "tool_test.hpp"
 #include "glint/cluster_finder.hpp"
 #include "glint/pipeline/run_file.hpp"
@@ -216,6 +217,29 @@ TEST(GlintBenchFind, CpuPrintsRateAndMatchesTheReference) {
   EXPECT_EQ(r.output.find("DIFFER"), std::string::npos) << r.output;
   expect_failure("bench find --size 0", 2, "--size (1..65536)");
   expect_failure("bench find --cluster-size 6", 2, "cluster size 6 is not supported");
+}
+
+TEST(GlintBenchFind, ProductsDeviceChoosesWhereTheProductsAreAccumulated) {
+  const std::string common = "bench find --backend cpu --size 48 --frames 30 --threads 2 "
+                             "--photons 20 --products all ";
+  ToolResult r = run_glint(common + "--products-device cpu --products-threads 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("products all (on 2 CPU worker threads)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("for room in their queue"), std::string::npos) << r.output;
+  const std::string why = glint::gpu::unavailable_reason();
+  r = run_glint(common + "--products-device gpu");
+  if (why.empty()) {
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("products all (on the GPU)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("for a free staging buffer"), std::string::npos) << r.output;
+  } else {
+    EXPECT_EQ(r.status, 1) << r.output;
+    EXPECT_NE(r.output.find("products.device: GPU backend not available: " + why),
+              std::string::npos)
+        << r.output;
+  }
+  expect_failure(common + "--products-device cuda", 2, "--products-device");
 }
 
 TEST(GlintBenchFind, RowsAndColumnsGiveTheFrameShape) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "glint/products/cluster_products.hpp"
 #include "glint/products/cluster_quantities.hpp"
 
 namespace glint::products {
@@ -93,11 +94,71 @@ ProductSums::ProductSums(const ProductSettings& settings, bool own_pixel_spectra
 
 namespace {
 
-/// An energy as the energy image accumulates it: ADU exactly, keV as micro-keV.
-inline int64_t fixed_energy(int32_t e) { return e; }
-inline int64_t fixed_energy(float e) { return std::llround(static_cast<double>(e) * 1e6); }
+/// Where a cluster's counts go on the CPU: this accumulator's tables (the per-pixel spectra
+/// shared with other accumulators incremented atomically).
+struct SumsSink {
+  ProductSums& s;
+  uint64_t* hitmap = nullptr;  ///< null without the hit map
+  int64_t* energy = nullptr;
+  uint32_t* slice = nullptr;   ///< the current frame's slice, if any
+  uint64_t* spectrum = nullptr;
+  uint32_t* pixel_spectra = nullptr;
+  bool atomic_pixels = false;
+  std::size_t bins = 0;
+  uint64_t* eta2 = nullptr;
+  uint64_t* eta3 = nullptr;
+  SubpixelImage* image = nullptr;
+
+  void counted(std::size_t pixel, int64_t e) {
+    ++s.clusters;
+    if (hitmap) {
+      ++hitmap[pixel];
+      energy[pixel] += e;
+    }
+    if (slice) ++slice[pixel];
+  }
+  void underflow() { ++s.underflow; }
+  void overflow() { ++s.overflow; }
+  void spectrum_bin(std::size_t b, std::size_t pixel) {
+    ++spectrum[b];
+    if (!pixel_spectra) return;
+    uint32_t& c = pixel_spectra[pixel * bins + b];
+    if (atomic_pixels) std::atomic_ref<uint32_t>(c).fetch_add(1, std::memory_order_relaxed);
+    else ++c;
+  }
+  void eta2_bin(std::size_t i) { ++eta2[i]; }
+  void eta2_outside() { ++s.eta2_outside; }
+  void eta3_bin(std::size_t i) { ++eta3[i]; }
+  void eta3_outside() { ++s.eta3_outside; }
+  void photon(double x, double y) { image->add(x, y); }
+  void subpixel_outside() { ++s.subpixel_outside; }
+};
 
 }  // namespace
+
+ClusterProductsView ProductSums::view() const {
+  ClusterProductsView p;
+  p.rows = s_.rows;
+  p.cols = s_.cols;
+  p.quadrant = s_.energy == EnergyKind::quadrant;
+  p.emin = s_.emin;
+  p.emax = s_.emax;
+  p.spectrum = spectrum_bins_.view();
+  p.eta = s_.eta;
+  p.eta2 = eta2_bins_.view();
+  p.eta3 = eta3_bins_.view();
+  p.eta_bins = s_.eta_bins;
+  if (s_.subpixel) {
+    const EtaCalibration& c = *s_.subpixel;
+    p.subpixel = true;
+    p.cal_x = c.eta_x().view();
+    p.cal_y = c.eta_y().view();
+    p.cal_e = c.energy().view();
+    p.ietax = c.ietax().data();
+    p.ietay = c.ietay().data();
+  }
+  return p;
+}
 
 template <typename T, int S>
 void ProductSums::add_clusters(const ClusterTable& table, uint64_t slice_origin,
@@ -105,74 +166,30 @@ void ProductSums::add_clusters(const ClusterTable& table, uint64_t slice_origin,
   // S: the cluster size known at compile time (the common 3 x 3: unrolled sums), 0 otherwise.
   const int size = S != 0 ? S : table.cluster_size();
   const int n = size * size;
-  const std::size_t cols = s_.cols, rows = s_.rows;
   const auto xs = table.x(), ys = table.y();
   const int32_t* data = table.data().data();
-  const bool quad = s_.energy == EnergyKind::quadrant;
-  const BinTable& sb = spectrum_bins_;
-  const uint32_t bins = s_.spectrum.bins;
-  const BinTable &e2 = eta2_bins_, &e3 = eta3_bins_;
-  const int64_t eta_bins = s_.eta_bins;
-  uint32_t* pixel_spectra_out = nullptr;
-  const bool atomic_pixels = !shared.empty();
-  if (s_.pixel_spectra) pixel_spectra_out = atomic_pixels ? shared.data() : pixel_spectra.data();
+  const ClusterProductsView p = view();
+  SumsSink sink{*this};
+  if (s_.hitmap) {
+    sink.hitmap = hitmap.data();
+    sink.energy = energy.data();
+  }
+  sink.spectrum = spectrum.data();
+  sink.bins = s_.spectrum.bins;
+  sink.atomic_pixels = !shared.empty();
+  if (s_.pixel_spectra)
+    sink.pixel_spectra = sink.atomic_pixels ? shared.data() : pixel_spectra.data();
+  sink.eta2 = eta2.data();
+  sink.eta3 = eta3.data();
+  if (subpixel) sink.image = &*subpixel;
   T buf[81];
   for (const FrameRecord& r : table.frames()) {
-    std::vector<uint32_t>* slice = nullptr;
-    if (s_.slice_frames > 0 && r.n_clusters > 0 && r.frame_number >= slice_origin) {
-      const uint64_t k = (r.frame_number - slice_origin) / s_.slice_frames;
-      auto& counts = slices_[k];
-      if (counts.empty()) counts.assign(s_.pixels(), 0);
-      slice = &counts;
-    }
+    sink.slice = nullptr;
+    if (s_.slice_frames > 0 && r.n_clusters > 0 && r.frame_number >= slice_origin)
+      sink.slice = slice((r.frame_number - slice_origin) / s_.slice_frames).data();
     const uint64_t end = r.first_cluster + r.n_clusters;
-    for (uint64_t i = r.first_cluster; i < end; ++i) {
-      const std::size_t x = xs[i], y = ys[i];
-      if (x >= cols || y >= rows) continue;  // not a pixel of these frames: never counted
-      const T* v = cluster_values<T>(data + i * n, buf, n);
-      T e;
-      Eta<T> eta2v{};
-      const bool need_eta2 = s_.eta || s_.subpixel;
-      if (need_eta2) eta2v = products::eta2(v, size);
-      if (quad) e = need_eta2 ? eta2v.sum : max_quadrant(v, size).sum;
-      else e = cluster_sum(v, size);
-      const double ed = static_cast<double>(e);
-      if (!(ed >= s_.emin && ed <= s_.emax)) continue;
-      ++clusters;
-      const std::size_t pixel = y * cols + x;
-      if (s_.hitmap) {
-        ++hitmap[pixel];
-        energy[pixel] += fixed_energy(e);
-      }
-      if (slice) ++(*slice)[pixel];
-      const int64_t b = sb.bin(ed);
-      if (b < 0) {
-        ++underflow;
-      } else if (b >= bins) {
-        ++overflow;
-      } else {
-        ++spectrum[static_cast<std::size_t>(b)];
-        if (pixel_spectra_out) {
-          uint32_t& c = pixel_spectra_out[pixel * bins + static_cast<std::size_t>(b)];
-          if (atomic_pixels) std::atomic_ref<uint32_t>(c).fetch_add(1, std::memory_order_relaxed);
-          else ++c;
-        }
-      }
-      if (s_.eta) {
-        const int64_t bx = e2.bin(eta2v.x), by = e2.bin(eta2v.y);
-        if (bx < 0 || by < 0 || bx >= eta_bins || by >= eta_bins) ++eta2_outside;
-        else ++eta2[static_cast<std::size_t>(by * eta_bins + bx)];
-        const Eta<T> eta3v = products::eta3(v, size);
-        const int64_t cx = e3.bin(eta3v.x), cy = e3.bin(eta3v.y);
-        if (cx < 0 || cy < 0 || cx >= eta_bins || cy >= eta_bins) ++eta3_outside;
-        else ++eta3[static_cast<std::size_t>(cy * eta_bins + cx)];
-      }
-      if (s_.subpixel) {
-        const auto p = s_.subpixel->position(xs[i], ys[i], eta2v);
-        if (p) subpixel->add(p->x, p->y);
-        else ++subpixel_outside;
-      }
-    }
+    for (uint64_t i = r.first_cluster; i < end; ++i)
+      add_cluster(p, cluster_values<T>(data + i * n, buf, n), size, xs[i], ys[i], sink);
   }
 }
 
@@ -227,6 +244,12 @@ void ProductSums::merge(const ProductSums& o) {
     if (mine.empty()) mine.assign(counts.size(), 0);
     add_into(mine, counts);
   }
+}
+
+std::vector<uint32_t>& ProductSums::slice(uint64_t k) {
+  auto& counts = slices_[k];
+  if (counts.empty()) counts.assign(s_.pixels(), 0);
+  return counts;
 }
 
 std::vector<uint32_t> ProductSums::take_slice(uint64_t k) {

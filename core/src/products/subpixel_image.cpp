@@ -34,6 +34,14 @@ void SubpixelImage::merge(const SubpixelImage& other) {
   outside_ += other.outside_;
 }
 
+void SubpixelImage::assign(std::span<const uint64_t> counts, uint64_t outside) {
+  if (counts.size() != counts_.size())
+    throw std::invalid_argument(fmt::format("sub-pixel image: {} counts given, {} x {} expected",
+                                            counts.size(), height_, width_));
+  counts_.assign(counts.begin(), counts.end());
+  outside_ = outside;
+}
+
 uint64_t SubpixelImage::total() const {
   return std::accumulate(counts_.begin(), counts_.end(), uint64_t{0});
 }

@@ -227,6 +227,9 @@ struct ProductsConfig {
   uint32_t subpixel_factor = 5;         ///< sub-pixels per pixel and axis
   bool cluster_energy = true;           ///< /entry/clusters/energy and energy_2x2
   int threads = -1;                     ///< worker threads; -1 ("auto"): min(4, cores / 4)
+  /// Where the products are accumulated: auto (the GPU when one is usable, else CPU workers) |
+  /// cpu | gpu (a GPU, an error at the run's start when none is usable).
+  std::string device = "auto";
   /// The spectrum's upper edge: spectrum_max, or its default for the frames' units.
   double spectrum_upper(bool calibrated) const {
     return spectrum_max > 0 ? spectrum_max : (calibrated ? 50.0 : 2000.0);

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "glint/detail/hd.hpp"
 #include "glint/products/cluster_quantities.hpp"
+#include "glint/rounded.hpp"
 
 namespace glint::products {
 
@@ -40,9 +42,9 @@ namespace detail {
 /// guess from the regular spacing, then moved to the unique k with (k == 0 || e[k] < v) and
 /// v <= e[k + 1], which is what the scan returns for such edges (tests compare both).
 /// `scale` is n / (e[n] - e[0]).
-inline std::size_t last_smaller_fast(const double* e, std::size_t n, double scale, double v) {
+GLINT_HD std::size_t last_smaller_fast(const double* e, std::size_t n, double scale, double v) {
   if (!(v <= e[n])) return n;  // above the last edge, or NaN: the scan runs to the end
-  const double g = (v - e[0]) * scale;
+  const double g = rounded::mul(rounded::sub(v, e[0]), scale);
   std::size_t k = 0;
   if (g >= static_cast<double>(n)) {
     k = n - 1;
@@ -56,13 +58,45 @@ inline std::size_t last_smaller_fast(const double* e, std::size_t n, double scal
 
 /// The bin [e[k], e[k + 1]) holding v (the cube's rule), or n when v is outside [e[0], e[n]) or
 /// NaN.
-inline std::size_t cube_bin(const double* e, std::size_t n, double scale, double v) {
+GLINT_HD std::size_t cube_bin(const double* e, std::size_t n, double scale, double v) {
   if (!(v >= e[0] && v < e[n])) return n;
-  const double g = (v - e[0]) * scale;
+  const double g = rounded::mul(rounded::sub(v, e[0]), scale);
   std::size_t k = g >= static_cast<double>(n) ? n - 1 : static_cast<std::size_t>(g);
   while (k > 0 && e[k] > v) --k;
   while (e[k + 1] <= v) ++k;  // stops: v < e[n]
   return k;
+}
+
+/// One axis of a calibration as its lookup reads it: n + 1 edges and n / (e[n] - e[0]).
+struct AxisView {
+  const double* edges = nullptr;
+  std::size_t bins = 0;
+  double scale = 0.0;
+};
+
+/// EtaCalibration's table index of (eta x, eta y, energy): bins by last_smaller on each axis,
+/// (ix * ny + iy) * ne + ie; false when one is out of bounds (aare throws there).
+GLINT_HD bool calibration_index(const AxisView& x, const AxisView& y, const AxisView& e,
+                                double ex, double ey, double energy, std::size_t& index) {
+  const std::size_t ie = last_smaller_fast(e.edges, e.bins, e.scale, energy);
+  const std::size_t ix = last_smaller_fast(x.edges, x.bins, x.scale, ex);
+  const std::size_t iy = last_smaller_fast(y.edges, y.bins, y.scale, ey);
+  if (ix >= x.bins || iy >= y.bins || ie >= e.bins) return false;
+  index = (ix * y.bins + iy) * e.bins + ie;
+  return true;
+}
+
+/// The eta2 position's offset of a corner (top left -1, -1; top right 0, -1; bottom left -1, 0;
+/// bottom right 0, 0).
+GLINT_HD void corner_offset(Corner c, double& dx, double& dy) {
+  dx = (c == Corner::top_left || c == Corner::bottom_left) ? -1.0 : 0.0;
+  dy = (c == Corner::top_left || c == Corner::top_right) ? -1.0 : 0.0;
+}
+
+/// Interpolator::interpolate<calculate_eta2>'s coordinate: p + 0.5 + table + offset, added in
+/// that order.
+GLINT_HD double eta2_coordinate(uint16_t p, double table, double offset) {
+  return rounded::add(rounded::add(rounded::add(static_cast<double>(p), 0.5), table), offset);
 }
 }  // namespace detail
 
@@ -83,6 +117,9 @@ class BinEdges {
   std::size_t cube_bin(double v) const {
     return detail::cube_bin(edges_.data(), bins(), scale_, v);
   }
+  /// bins() / (last edge - first edge) (0 where that is not finite): the lookups' first guess.
+  double scale() const { return scale_; }
+  detail::AxisView view() const { return {edges_.data(), bins(), scale_}; }
   bool operator==(const BinEdges& o) const { return edges_ == o.edges_; }
 
  private:
@@ -161,15 +198,10 @@ class EtaCalibration {
     std::size_t i = 0;
     if (!lookup(eta2.x, eta2.y, static_cast<double>(eta2.sum), i)) return std::nullopt;
     double dx = 0.0, dy = 0.0;
-    switch (eta2.corner) {
-      case Corner::top_left: dx = -1.0; dy = -1.0; break;
-      case Corner::top_right: dx = 0.0; dy = -1.0; break;
-      case Corner::bottom_left: dx = -1.0; dy = 0.0; break;
-      case Corner::bottom_right: dx = 0.0; dy = 0.0; break;
-    }
+    detail::corner_offset(eta2.corner, dx, dy);
     Photon p;
-    p.x = static_cast<double>(x) + 0.5 + ietax_[i] + dx;
-    p.y = static_cast<double>(y) + 0.5 + ietay_[i] + dy;
+    p.x = detail::eta2_coordinate(x, ietax_[i], dx);
+    p.y = detail::eta2_coordinate(y, ietay_[i], dy);
     p.energy = static_cast<double>(eta2.sum);
     return p;
   }
@@ -200,12 +232,7 @@ class EtaCalibration {
  private:
   /// The flat table index of (eta x, eta y, energy) by last_smaller; false when out of bounds.
   bool lookup(double ex, double ey, double energy, std::size_t& index) const {
-    const std::size_t ie = e_.last_smaller(energy);
-    const std::size_t ix = x_.last_smaller(ex);
-    const std::size_t iy = y_.last_smaller(ey);
-    if (ix >= nx() || iy >= ny() || ie >= ne()) return false;
-    index = (ix * ny() + iy) * ne() + ie;
-    return true;
+    return detail::calibration_index(x_.view(), y_.view(), e_.view(), ex, ey, energy, index);
   }
 
   BinEdges x_, y_, e_;

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "glint/cluster_table.hpp"
+#include "glint/products/accumulate.hpp"
+#include "glint/products/cluster_products.hpp"
 #include "glint/products/eta_calibration.hpp"
 #include "glint/products/subpixel_image.hpp"
 
@@ -55,16 +57,13 @@ class BinTable {
  public:
   explicit BinTable(const Binning& b);
   int64_t bin(double v) const {
-    if (!(v >= lo_)) return -1;
-    if (v > hi_ || (v == hi_ && !closed_)) return bins_;
-    if (v == hi_) return bins_ - 1;
-    auto i = static_cast<int64_t>((v - lo_) * scale_);
-    if (i < 0) i = 0;
-    if (i >= bins_) i = bins_ - 1;
-    while (i > 0 && v < edges_[static_cast<std::size_t>(i)]) --i;
-    while (i + 1 < bins_ && v >= edges_[static_cast<std::size_t>(i) + 1]) ++i;
-    return i;
+    return detail::table_bin(v, lo_, hi_, scale_, bins_, closed_, edges_.data());
   }
+  /// What the GPU accumulator uploads: the edges (bins + 1) and the first guess's scale.
+  std::span<const double> edges() const { return edges_; }
+  double scale() const { return scale_; }
+  /// The table as the per-cluster code reads it (this table's edges).
+  BinsView view() const { return {edges_.data(), lo_, hi_, scale_, bins_, closed_}; }
 
  private:
   double lo_, hi_, scale_;
@@ -142,6 +141,9 @@ class ProductSums {
   std::vector<uint32_t> take_slice(uint64_t k);
   /// Slices added to and not taken yet.
   const std::map<uint64_t, std::vector<uint32_t>>& slices() const { return slices_; }
+  /// Slice k's counts (rows * cols), made (zeros) when nothing was added to it yet: for an
+  /// accumulator that counts the slices itself (the GPU accumulator's host side).
+  std::vector<uint32_t>& slice(uint64_t k);
 
   uint64_t clusters = 0;  ///< clusters within the window
   uint64_t frames = 0;    ///< data frames added
@@ -159,6 +161,10 @@ class ProductSums {
   uint64_t subpixel_outside = 0;  ///< clusters whose eta fell outside the calibration
 
   friend bool operator==(const ProductSums&, const ProductSums&);
+
+  /// The settings and lookup tables add_cluster reads (pointers into these sums' bin tables and
+  /// the settings' calibration, valid while both live): what the GPU accumulator uploads.
+  ClusterProductsView view() const;
 
  private:
   template <typename T, int S>

@@ -6,6 +6,8 @@
 #include <span>
 #include <vector>
 
+#include "glint/products/accumulate.hpp"
+
 namespace glint::products {
 
 class SubpixelImage {
@@ -18,16 +20,13 @@ class SubpixelImage {
   /// [r, r + 1)) in sub-pixel (floor(y * f), floor(x * f)), products rounded in double. A
   /// position whose sub-pixel falls outside the image (or NaN) is counted in outside() only.
   void add(double x, double y) {
-    const double fx = x * factor_d_;
-    const double fy = y * factor_d_;
-    if (!(fx >= 0.0 && fx < width_d_ && fy >= 0.0 && fy < height_d_)) {
-      ++outside_;
-      return;
-    }
-    const auto c = static_cast<std::size_t>(fx);
-    const auto r = static_cast<std::size_t>(fy);
-    ++counts_[r * width_ + c];
+    std::size_t i = 0;
+    if (detail::subpixel_cell(x, y, factor_d_, width_d_, height_d_, width_, i)) ++counts_[i];
+    else ++outside_;
   }
+  /// Replaces the counts (rows * factor x cols * factor, else std::invalid_argument) and the
+  /// photons outside: the image as another accumulator (the GPU's) counted it.
+  void assign(std::span<const uint64_t> counts, uint64_t outside);
   /// Adds another image's counts (same rows, cols and factor; else std::invalid_argument).
   void merge(const SubpixelImage& other);
 

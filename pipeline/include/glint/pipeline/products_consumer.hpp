@@ -2,11 +2,14 @@
 // The science products of a run as a consumer of its clusters (config products:, docs/
 // products.md): hit map, energy image, hit maps per slice, spectra, eta distributions.
 //
-// It never slows the run's thread beyond a copy: each batch is copied into a bounded queue and
-// accumulated on worker threads, each into its own sums (the per-pixel spectra, too large to
-// keep per worker, are shared and incremented atomically). The sums are integers, merged at the
-// end, so the products do not depend on which worker took which batch. Products never drop: when
-// the queue is full the run's thread waits for room (docs/architecture.md).
+// It never slows the run's thread beyond a copy. On the CPU (products.device: cpu, or auto
+// without a usable GPU) each batch is copied into a bounded queue and accumulated on worker
+// threads, each into its own sums (the per-pixel spectra, too large to keep per worker, are
+// shared and incremented atomically). The sums are integers, merged at the end, so the products
+// do not depend on which worker took which batch. On a GPU (gpu::ProductsAccumulator) each batch
+// is copied into a pinned staging buffer and accumulated by a kernel on the accumulator's own
+// stream, with the same bits. Products never drop: when the queue (the staging buffers) is full
+// the run's thread waits for room (docs/architecture.md).
 //
 // Completed slices (products.slice_frames) are appended to the run file as they complete; every
 // other product is handed to the run file at the end (RunFileWriter::set_products) and written
@@ -24,11 +27,20 @@
 #include <utility>
 #include <vector>
 
+#include "glint/backend.hpp"
 #include "glint/pipeline/preview_image.hpp"
 #include "glint/pipeline/result_consumer.hpp"
 #include "glint/products/run_products.hpp"
 
+namespace glint::gpu {
+class ProductsAccumulator;
+}
+
 namespace glint::pipeline {
+
+/// products.device as a backend: auto | cpu | gpu (the values the configuration allows; any other
+/// throws std::invalid_argument naming the key and the allowed values).
+Backend products_backend(const config::ProductsConfig& cfg);
 
 /// The products' settings for a run with configuration `cfg` and finder `finder` (frame shape,
 /// cluster size, calibrated values).
@@ -57,8 +69,10 @@ class ProductsConsumer final : public ResultConsumer {
   ~ProductsConsumer() override;  ///< stops the workers (what is queued is abandoned)
 
   std::string_view name() const override { return "products"; }
-  /// Reads the settings, starts the workers. Throws std::invalid_argument for settings that do
-  /// not fit the run.
+  /// Reads the settings, chooses where to accumulate (products.device: the GPU the finder's
+  /// first gpu_id names, or the CPU), starts the workers or the GPU accumulator. Throws
+  /// std::invalid_argument for settings that do not fit the run, std::runtime_error for
+  /// products.device: gpu without a usable GPU or with too little device memory.
   void on_start(const RunContext& run) override;
   /// Copies the batch into the queue (waits while the queue is full), then appends the slices
   /// that the workers have completed. Rethrows what a worker failed with.
@@ -81,7 +95,10 @@ class ProductsConsumer final : public ResultConsumer {
   /// and copying batches into it.
   double wait_seconds() const;
   double copy_seconds() const;
+  /// CPU worker threads (0 on the GPU).
   unsigned threads() const { return threads_; }
+  /// Whether this run's products are accumulated on a GPU (set at on_start).
+  bool on_gpu() const { return on_gpu_; }
 
  private:
   struct Worker {
@@ -110,6 +127,9 @@ class ProductsConsumer final : public ResultConsumer {
   void write_completed_slices(bool all);
   void rethrow_failure();
   void stop_workers();
+  void on_batch_gpu(const FoundBatch& batch);
+  void on_end_gpu(const RunEnd& end);
+  void record_failure(const std::exception& e);
 
   FileSource file_source_;
   RunFileWriter* file_ = nullptr;
@@ -119,6 +139,9 @@ class ProductsConsumer final : public ResultConsumer {
   std::atomic<bool> started_{false};  ///< set once the settings and workers are in place
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<products::CountTable> shared_pixel_spectra_;  ///< with products.pixel_spectra
+  /// The GPU accumulator (products on a GPU) until on_end; read under result_mu_ by snapshots.
+  std::unique_ptr<gpu::ProductsAccumulator> gpu_;
+  bool on_gpu_ = false;
 
   mutable std::mutex mu_;
   std::condition_variable_any cv_;
