@@ -71,6 +71,9 @@ void print_products_timing(const BenchFindOptions& o, double fps_off, double fps
 
 /// The GPU benchmark; prints its figures and returns the exit status.
 int run_bench_find_gpu(const BenchFindOptions& options);
+/// The GPU benches' checks of the options and of the GPUs asked for: 0, or kExitUsage after
+/// printing what is wrong.
+int gpu_bench_usage_problem(const BenchFindOptions& options);
 /// The same for a detector of modules (--modules): one GPU finder per module, spread over --gpus.
 int run_bench_find_gpu_modules(const BenchFindOptions& options);
 

@@ -29,7 +29,7 @@
 
 namespace glint::tools {
 
-int run_bench_find_gpu(const BenchFindOptions& o) {
+int gpu_bench_usage_problem(const BenchFindOptions& o) {
   if (o.size == 0 || o.frames == 0 || o.batch < 1 || o.streams < 1 || o.gpus.empty()) {
     std::cerr << "glint bench find: --size, --frames, --batch and --streams must be positive and "
                  "--gpus must name at least one GPU\n";
@@ -42,6 +42,11 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
                                n_dev == 0 ? ": " + gpu::unavailable_reason() : std::string());
       return kExitUsage;
     }
+  return 0;
+}
+
+int run_bench_find_gpu(const BenchFindOptions& o) {
+  if (const int rc = gpu_bench_usage_problem(o)) return rc;
   const int n_gpus = static_cast<int>(o.gpus.size());
   const FinderParams params = bench_finder_params(o);
   gpu::GpuFinderOptions g;

@@ -34,18 +34,7 @@
 namespace glint::tools {
 
 int run_bench_find_gpu_modules(const BenchFindOptions& o) {
-  if (o.frames == 0 || o.batch < 1 || o.streams < 1 || o.gpus.empty()) {
-    std::cerr << "glint bench find: --frames, --batch and --streams must be positive and --gpus "
-                 "must name at least one GPU\n";
-    return kExitUsage;
-  }
-  const int n_dev = gpu::device_count();
-  for (int id : o.gpus)
-    if (id < 0 || id >= n_dev) {
-      std::cerr << fmt::format("glint bench find: GPU {} asked for, {} usable{}\n", id, n_dev,
-                               n_dev == 0 ? ": " + gpu::unavailable_reason() : std::string());
-      return kExitUsage;
-    }
+  if (const int rc = gpu_bench_usage_problem(o)) return rc;
   const FinderParams params = bench_finder_params(o);
   std::vector<ModuleRegion> regions;
   try {
