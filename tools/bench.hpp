@@ -64,10 +64,11 @@ synth::Config bench_frames_config(const BenchFindOptions& options);
 std::vector<uint16_t> synthesize(const synth::Generator& gen, uint64_t first, uint64_t count);
 
 /// Prints the run with the products against the run without them (frames/s each, the run
-/// thread's waits and copies) and one worker's cost per cluster.
+/// thread's waits and copies), the end of the run apart (`end_seconds`: merging or downloading
+/// the tables, once per run) and one worker's cost per cluster.
 void print_products_timing(const BenchFindOptions& o, double fps_off, double fps_on,
                            const pipeline::ProductsConsumer& products, uint64_t clusters,
-                           double ns_per_cluster);
+                           double ns_per_cluster, double end_seconds);
 
 /// The GPU benchmark; prints its figures and returns the exit status.
 int run_bench_find_gpu(const BenchFindOptions& options);

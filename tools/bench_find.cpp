@@ -55,7 +55,7 @@ Measurement measure(ClusterFinder& finder, std::span<const uint16_t> dark,
 
 void print_products_timing(const BenchFindOptions& o, double fps_off, double fps_on,
                            const pipeline::ProductsConsumer& products, uint64_t clusters,
-                           double ns_per_cluster) {
+                           double ns_per_cluster, double end_seconds) {
   const products::ProductSums sums = products.snapshot();
   const std::string where = products.on_gpu()
                                 ? std::string("on the GPU")
@@ -65,13 +65,14 @@ void print_products_timing(const BenchFindOptions& o, double fps_off, double fps
       "glint bench find: products {} ({}): {:.1f} frames/s, {:.1f} us/frame "
       "with them, {:.1f} frames/s without ({:+.1f} % with); the run's thread waited {:.3f} s "
       "for {} and spent {:.3f} s copying batches into it; {} of {} clusters "
-      "in the products, {} frames\n"
+      "in the products, {} frames; the end of the run (the tables merged or downloaded, once "
+      "per run) {:.3f} s\n"
       "glint bench find: one CPU products worker: {:.1f} ns per cluster (ProductSums::add on "
       "this thread, {:.1f} M clusters/s)\n",
       o.products, where, fps_on, 1e6 / fps_on, fps_off,
       100.0 * (fps_on - fps_off) / fps_off, products.wait_seconds(), queue,
       products.copy_seconds(),
-      sums.clusters, clusters, sums.frames, ns_per_cluster, 1e3 / ns_per_cluster);
+      sums.clusters, clusters, sums.frames, end_seconds, ns_per_cluster, 1e3 / ns_per_cluster);
 }
 
 config::ProductsConfig bench_products_config(const BenchFindOptions& o) {
@@ -138,9 +139,13 @@ int run_bench_find_cpu(const BenchFindOptions& o, bool with_reference, uint64_t 
           products.on_batch(pipeline::FoundBatch{t, {}});
           if (kept.size() < 64) kept.push_back(t);
         },
-        [&] { products.on_end(pipeline::RunEnd{}); });
+        [&] { products.drain(); });
+    const auto end_start = std::chrono::steady_clock::now();
+    products.on_end(pipeline::RunEnd{});
+    const double end_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - end_start).count();
     print_products_timing(o, fps, o.frames / on.seconds, products, on.clusters,
-                          products_ns_per_cluster(pc, p, kept));
+                          products_ns_per_cluster(pc, p, kept), end_seconds);
     if (on.clusters != m.clusters) return kExitFailure;
   }
   if (with_reference) {

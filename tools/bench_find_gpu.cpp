@@ -172,11 +172,17 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       {});
   pipeline::ProductsConsumer products({}, o.products_threads);
   products.on_start(pipeline::RunContext{cfg, 0, "", params, finder->description()});
+  // Timed until every batch is accumulated; the end of the run (merging or downloading the
+  // tables, once per run) is timed apart.
   const auto [fps_on, found_on] =
       timed([&](const ClusterTable& t) { products.on_batch(pipeline::FoundBatch{t, {}}); },
-            [&] { products.on_end(pipeline::RunEnd{}); });
+            [&] { products.drain(); });
+  const auto end_start = std::chrono::steady_clock::now();
+  products.on_end(pipeline::RunEnd{});
+  const double end_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - end_start).count();
   print_products_timing(o, fps_off, fps_on, products, found_on,
-                        products_ns_per_cluster(pc, params, kept));
+                        products_ns_per_cluster(pc, params, kept), end_seconds);
   // Every cluster of the pass with the products is in them (no energy window here). The pass
   // without them found about as many, not the same: the pedestal tracks on from pass to pass.
   (void)found_without;

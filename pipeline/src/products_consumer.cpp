@@ -392,6 +392,17 @@ void ProductsConsumer::on_end_gpu(const RunEnd& end) {
   rethrow_failure();
 }
 
+void ProductsConsumer::drain() {
+  if (!started_) return;
+  if (gpu_) {
+    gpu_->flush();
+  } else {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_below_ == next_seq_ || !failure_.empty(); });
+  }
+  rethrow_failure();
+}
+
 void ProductsConsumer::on_end(const RunEnd& end) {
   if (!started_) return;
   if (gpu_) {

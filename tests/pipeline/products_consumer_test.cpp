@@ -219,6 +219,35 @@ TEST(ProductsConsumer, PreviewImagesFollowTheRunAndNeedNoFile) {
   EXPECT_EQ(products.snapshot().clusters, want.clusters);
 }
 
+TEST(ProductsConsumer, DrainAccumulatesEverythingHandedInAndEndsNothing) {
+  const ClusterTable all = clusters();
+  config::Config cfg = products_config();
+  cfg.products.slice_frames = 0;
+  FinderParams finder;
+  finder.shape = {kRows, kCols};
+  ProductsConsumer products({}, 3, 1);  // a short queue: the batches wait for the workers
+  products.on_start(RunContext{cfg, 1, "", finder, "cpu"});
+  products.drain();  // nothing handed in yet
+  for (uint64_t f = 0; f < 100; f += 10) products.on_batch(FoundBatch{frames_of(all, f, f + 10), {}});
+  products.drain();
+  glint::testing::PlainProductParams p;
+  p.rows = kRows;
+  p.cols = kCols;
+  p.emin = 100;
+  p.emax = 1800;
+  p.calibration = &calibration();
+  p.subpixel_factor = 4;
+  const auto want = glint::testing::plain_products(frames_of(all, 0, 100), p, 5000);
+  products::ProductSums got = products.snapshot();
+  EXPECT_EQ(got.clusters, want.clusters);
+  EXPECT_EQ(got.frames, 100u);
+  EXPECT_EQ(got.hitmap, want.hitmap);
+  // Still running: more batches are taken after a drain.
+  products.on_batch(FoundBatch{frames_of(all, 100, 120), {}});
+  products.on_end(RunEnd{});
+  EXPECT_EQ(products.snapshot().frames, 120u);
+}
+
 TEST(ProductsConsumer, DeviceChoiceFollowsProductsDevice) {
   config::ProductsConfig pc;
   EXPECT_EQ(products_backend(pc), Backend::auto_select);  // the default

@@ -84,6 +84,11 @@ class ProductsConsumer final : public ResultConsumer {
   void on_end(const RunEnd& end) override;
   ConsumerStats stats() const override;
 
+  /// Returns once every batch handed in is accumulated (the workers idle, or the GPU's queue
+  /// done), without ending anything: what the products cost per frame, apart from on_end's
+  /// merge or download of the tables, which happens once per run. Rethrows a worker's failure.
+  void drain();
+
   /// The current hit map, energy image and spectrum as images for the live view (a merged copy
   /// of the workers' sums: safe from any thread, O(pixels x workers)). Empty before on_start.
   std::vector<PreviewImage> preview_images() const;
