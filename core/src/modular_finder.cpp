@@ -59,6 +59,14 @@ void extract_module(FrameShape image, const ModuleRegion& r, std::span<const uin
   copy_planes(image, r, n, images.data(), out.data(), true);
 }
 
+void place_module_planes(FrameShape image, const ModuleRegion& r, std::size_t planes,
+                         std::span<const double> module, std::span<double> image_planes) {
+  check_inside(image, r);
+  if (module.size() < planes * r.shape.pixels() || image_planes.size() < planes * image.pixels())
+    throw std::invalid_argument("place_module_planes: fewer values than the planes need");
+  copy_planes(image, r, planes, module.data(), image_planes.data(), false);
+}
+
 FinderParams module_params(const FinderParams& image, const ModuleRegion& r) {
   check_inside(image.shape, r);
   FinderParams p = image;
@@ -311,7 +319,7 @@ std::vector<double> ModularFinder::calibration_pedestal() const {
   const std::size_t planes = jungfrau::kStages;
   std::vector<double> image(planes * params_.shape.pixels(), 0.0);
   for (std::size_t k = 0; k < modules_.size(); ++k)
-    copy_planes(params_.shape, regions_[k], planes, parts[k].data(), image.data(), false);
+    place_module_planes(params_.shape, regions_[k], planes, parts[k], image);
   return image;
 }
 

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "glint/clust_file.hpp"
@@ -13,6 +15,7 @@
 #include "glint/modular_finder.hpp"
 #include "glint/pipeline/acquisition.hpp"
 #include "glint/pipeline/clust_file_consumer.hpp"
+#include "glint/pipeline/detector_pixels.hpp"
 #include "glint/pipeline/finder_factory.hpp"
 #include "glint/pipeline/run_file.hpp"
 #include "glint/pipeline/stream_simulator.hpp"
@@ -194,4 +197,55 @@ TEST(ModulesRun, OneReceiverHostsShareOfALargerDetector) {
   EXPECT_EQ(s.parts, 0u);
   EXPECT_EQ(s.bad_total, 10u);
   EXPECT_EQ(s.dark_frames + s.data_frames, 0u);
+}
+
+TEST(ModuleCalibration, OneGainFilePerModulePlacedInTheImage) {
+  // calibration.gain_file with {module}: module k's file is named by its id (first_module + k)
+  // and holds that module's G0, G1, G2 gains (float64, module-shaped).
+  const auto dir = std::filesystem::path(glint::testing::fresh_dir("module_gains"));
+  config::Config cfg = config::parse("", "test");
+  cfg.detector.type = "jungfrau";
+  cfg.detector.rows = 8;
+  cfg.detector.cols = 12;
+  cfg.detector.ports_x = 2;
+  cfg.detector.modules_x = 2;
+  cfg.detector.first_module = 4;
+  const FrameShape module{8, 6};
+  auto gain = [](uint32_t id, std::size_t stage, std::size_t i) {
+    return stage == 0 ? 40.0 + id + 1e-3 * static_cast<double>(i) : -1.5 - 0.1 * stage;
+  };
+  for (uint32_t id : {4u, 5u}) {
+    std::vector<double> values;
+    for (std::size_t s = 0; s < 3; ++s)
+      for (std::size_t i = 0; i < module.pixels(); ++i) values.push_back(gain(id, s, i));
+    std::ofstream(dir / fmt::format("M{}.bin", id), std::ios::binary)
+        .write(reinterpret_cast<const char*>(values.data()),
+               static_cast<std::streamsize>(values.size() * sizeof(double)));
+  }
+  cfg.calibration.gain_file = (dir / "M{module}.bin").string();
+  FinderParams p;
+  p.shape = {8, 12};
+  const FinderParams got = with_detector_pixels(cfg, p);
+  ASSERT_EQ(got.pixels, PixelMode::jungfrau_calibrated);
+  ASSERT_TRUE(got.calibration);
+  const std::size_t np = p.shape.pixels();
+  for (std::size_t s = 0; s < 3; ++s)
+    for (uint32_t y = 0; y < 8; ++y)
+      for (uint32_t x = 0; x < 12; ++x) {
+        const uint32_t id = 4 + x / 6;
+        ASSERT_EQ(got.calibration->gain[s * np + y * 12 + x], gain(id, s, y * 6 + x % 6))
+            << "stage " << s << " y " << y << " x " << x;
+      }
+
+  // A module's missing file is named; a whole-image pedestal file beside per-module gains is
+  // refused.
+  std::filesystem::remove(dir / "M5.bin");
+  try {
+    with_detector_pixels(cfg, p);
+    ADD_FAILURE() << "no error for a missing module file";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("M5.bin"), std::string::npos) << e.what();
+  }
+  cfg.calibration.pedestal_file = (dir / "pedestal.bin").string();
+  EXPECT_THROW(with_detector_pixels(cfg, p), std::runtime_error);
 }

@@ -39,6 +39,11 @@ void extract_module(FrameShape image, const ModuleRegion& r, std::span<const uin
 /// of the JUNGFRAU calibration tables).
 FinderParams module_params(const FinderParams& image, const ModuleRegion& r);
 
+/// Places `planes` module-shaped planes (back to back in `module`) into the image-shaped planes
+/// of `image` (back to back) at module `r`.
+void place_module_planes(FrameShape image, const ModuleRegion& r, std::size_t planes,
+                         std::span<const double> module, std::span<double> image_planes);
+
 /// Module `r`'s part of an image's pedestal, and back.
 PedestalState extract_pedestal(const PedestalState& image, const ModuleRegion& r);
 void place_pedestal(const PedestalState& module, const ModuleRegion& r, PedestalState& image);
