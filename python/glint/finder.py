@@ -116,7 +116,7 @@ class FindResult:
 
 def find(frames, n_dark, n_sigma=5.0, cluster_size=3, pedestal_window=1000, backend="auto",
          threads=0, batch=256, detector="generic", gain_file="", pedestal_file="", hg0=False,
-         mask=None, mask_from_dark=False, noisy_factor=None):
+         mask=None, mask_from_dark=False, noisy_factor=None, modules=(1, 1)):
     """Finds photon clusters in `frames`, as `glint find` does.
 
     frames           numpy uint16 array (N, rows, cols): raw detector frames; the first n_dark
@@ -140,11 +140,20 @@ def find(frames, n_dark, n_sigma=5.0, cluster_size=3, pedestal_window=1000, back
     mask_from_dark   also mask dead and noisy pixels found in the dark frames (JUNGFRAU: pixels
                      out of G0 in a dark frame), as `glint find --mask-from-dark`;
                      noisy_factor (5): noisy is noise > noisy_factor x the median noise
+    modules          (x, y): the frames are x by y modules side by side and stacked, each with
+                     its own pedestal and finder, as `glint find --modules X,Y` (clusters in
+                     image coordinates, module by module within a frame)
     Every backend gives the same bits. The GIL is released while the finder runs.
     Returns a FindResult. Raises ValueError for bad arguments, naming the argument.
     """
     ext = _extension()
     arr = np.asarray(frames)
+    try:
+        modules_x, modules_y = (int(v) for v in modules)
+    except (TypeError, ValueError):
+        raise ValueError(f"modules {modules!r}: expected (x, y), two positive integers") from None
+    if modules_x < 1 or modules_y < 1:
+        raise ValueError(f"modules {modules!r}: expected (x, y), two positive integers")
     if noisy_factor is not None and not mask_from_dark:
         raise ValueError("noisy_factor needs mask_from_dark=True (noisy pixels are found in the "
                          "dark frames)")
@@ -161,7 +170,8 @@ def find(frames, n_dark, n_sigma=5.0, cluster_size=3, pedestal_window=1000, back
         mask = mask.astype(np.uint32)
     out = ext.find(arr, int(n_dark), float(n_sigma), int(cluster_size), int(pedestal_window),
                    str(backend), int(threads), int(batch), str(detector), str(gain_file),
-                   str(pedestal_file), bool(hg0), mask, bool(mask_from_dark), noisy_factor)
+                   str(pedestal_file), bool(hg0), mask, bool(mask_from_dark), noisy_factor,
+                   modules_x, modules_y)
     frame_columns = out["frames"]
     return FindResult(
         clusters=_clusters(out["clusters"]),

@@ -73,8 +73,15 @@ py::dict cluster_columns(const glint::ClusterTable& table, bool float_values) {
 
 std::unique_ptr<glint::ClusterFinder> make_finder(const glint::FinderParams& params,
                                                   const std::string& backend, unsigned threads,
-                                                  int batch) {
-  if (backend == "reference") return glint::make_reference_finder(params, batch);
+                                                  int batch,
+                                                  std::vector<glint::ModuleRegion> regions) {
+  if (backend == "reference")
+    return glint::make_modular_finder(
+        params, std::move(regions),
+        [batch](const glint::FinderParams& p, std::size_t) {
+          return glint::make_reference_finder(p, batch);
+        },
+        false);
   glint::pipeline::FinderOptions options;
   try {
     options.backend = glint::pipeline::parse_backend(backend);
@@ -84,14 +91,15 @@ std::unique_ptr<glint::ClusterFinder> make_finder(const glint::FinderParams& par
   }
   options.threads = threads;
   options.batch_frames = batch;
-  return glint::pipeline::make_finder(params, options);
+  return glint::pipeline::make_module_finders(params, std::move(regions), options,
+                                              glint::pipeline::make_finder);
 }
 
 py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int cluster_size,
               uint32_t pedestal_window, const std::string& backend, unsigned threads, int batch,
               const std::string& detector, const std::string& gain_file,
               const std::string& pedestal_file, bool hg0, const std::optional<py::array>& mask,
-              bool mask_from_dark, double noisy_factor) {
+              bool mask_from_dark, double noisy_factor, uint32_t modules_x, uint32_t modules_y) {
   if (!py::dtype::of<uint16_t>().is(frames_in.dtype()))
     throw std::invalid_argument(fmt::format(
         "frames: must be uint16 (raw detector frames, N x rows x cols), got {}",
@@ -122,6 +130,12 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
           glint::jungfrau::load_calibration(params.shape, gain_file, pedestal_file, hg0);
   }
   glint::validate(params);
+  std::vector<glint::ModuleRegion> regions;
+  try {
+    regions = glint::module_grid(params.shape, modules_x, modules_y);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("modules: ") + e.what());
+  }
   if (n_dark < params.pedestal_window)
     throw std::invalid_argument(fmt::format(
         "n_dark {}: fewer dark frames than the pedestal window ({}); the first data frame would "
@@ -161,7 +175,7 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
   uint64_t masked_clusters = 0;
   {
     py::gil_scoped_release release;
-    auto finder = make_finder(params, backend, threads, batch);
+    auto finder = make_finder(params, backend, threads, batch, std::move(regions));
     description = finder->description();
     // Dark and data frames in chunks of whole batches, as glint find reads them.
     const uint64_t chunk = std::max<uint64_t>(16 * static_cast<uint64_t>(batch), 1);
@@ -293,7 +307,7 @@ PYBIND11_MODULE(_glint, m) {
         py::arg("cluster_size"), py::arg("pedestal_window"), py::arg("backend"),
         py::arg("threads"), py::arg("batch"), py::arg("detector"), py::arg("gain_file"),
         py::arg("pedestal_file"), py::arg("hg0"), py::arg("mask"), py::arg("mask_from_dark"),
-        py::arg("noisy_factor"));
+        py::arg("noisy_factor"), py::arg("modules_x"), py::arg("modules_y"));
   m.def("read_clust", &read_clust, py::arg("path"), py::arg("cluster_size"));
   m.def("gpu_unavailable_reason", [] { return glint::gpu::unavailable_reason(); },
         "Why the GPU backend cannot run here; empty when it can.");

@@ -185,3 +185,28 @@ def test_find_on_a_non_contiguous_array(ext, raw_frames):
     b = ext.find(np.ascontiguousarray(view), n_dark=1000, backend="cpu")
     assert np.array_equal(a.clusters, b.clusters)
     assert len(a.clusters) > 0
+
+
+def test_find_modules_each_as_found_alone(ext, raw_frames):
+    # Two modules side by side: each with its own pedestal and finder, so each module's clusters
+    # and pedestal are those of its half of the frames found alone.
+    both = ext.find(raw_frames, n_dark=1000, backend="cpu", modules=(2, 1))
+    half = raw_frames.shape[2] // 2
+    total = 0
+    for k, cols in enumerate((slice(0, half), slice(half, None))):
+        alone = ext.find(np.ascontiguousarray(raw_frames[:, :, cols]), n_dark=1000,
+                         backend="reference")
+        mine = both.clusters[(both.clusters["x"] >= k * half) & (both.clusters["x"] < (k + 1) * half)]
+        assert len(alone.clusters) > 20
+        assert np.array_equal(mine["x"] - k * half, alone.clusters["x"])
+        for name in ("frame_number", "y", "data"):
+            assert np.array_equal(mine[name], alone.clusters[name]), name
+        assert np.array_equal(both.pedestal[:, cols].view(np.uint8),
+                              np.ascontiguousarray(alone.pedestal).view(np.uint8))
+        total += len(alone.clusters)
+    assert len(both.clusters) == total
+    assert both.backend.startswith("2 modules: cpu")
+    with pytest.raises(ValueError, match="modules"):
+        ext.find(raw_frames, n_dark=1000, modules=(3, 1))
+    with pytest.raises(ValueError, match="modules"):
+        ext.find(raw_frames, n_dark=1000, modules=(0, 1))
