@@ -328,6 +328,8 @@ int run_find(FindArgs a) {
     meta.pixel_mask = masked;
     meta.cluster_energy = want_products && products_cfg.products.cluster_energy;
     meta.slice_frames = want_products ? products_cfg.products.slice_frames : 0;
+    meta.modules.modules_x = a.modules[0];  // recorded when more than one (as glintd)
+    meta.modules.modules_y = a.modules[1];
     h5.emplace(a.output, meta, a.overwrite);
   }
   // The products, as a glintd run makes them (the same consumer, on its worker threads).

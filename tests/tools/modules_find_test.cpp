@@ -5,11 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "glint/clust_file.hpp"
 #include "glint/modular_finder.hpp"
+#include "glint/pipeline/run_file.hpp"
 #include "glint/synthetic.hpp"
 #include "sim_frames.hpp"
 #include "test_data.hpp"
@@ -40,8 +42,8 @@ TEST_F(GlintFindModules, EachModuleAsFoundAlone) {
   glint::testing::write_frames(all, frames, n, c.shape.rows, c.shape.cols);
 
   ToolResult r = run_glint(fmt::format("find -q -i {} --dark 1000 --backend cpu --modules 2,2 "
-                                       "--clust {}",
-                                       all, path("all.clust")));
+                                       "--clust {} -o {}",
+                                       all, path("all.clust"), path("run.h5")));
   ASSERT_EQ(r.status, 0) << r.output;
   const glint::ClusterTable found = glint::read_clust(path("all.clust"), 3);
   ASSERT_EQ(found.n_frames(), 60u);
@@ -65,6 +67,21 @@ TEST_F(GlintFindModules, EachModuleAsFoundAlone) {
     total += alone.n_clusters();
   }
   EXPECT_EQ(found.n_clusters(), total);
+
+  // The run file records the modules: each cluster's module and its position in the module;
+  // in image coordinates they are the .clust file's clusters.
+  const auto run = glint::pipeline::read_run_file(path("run.h5"));
+  ASSERT_EQ(run.cluster_module.size(), found.n_clusters());
+  for (std::size_t i = 0; i < found.n_clusters(); ++i) {
+    const uint32_t k = (found.y()[i] / 20) * 2 + found.x()[i] / 30;
+    ASSERT_EQ(run.cluster_module[i], k) << i;
+    ASSERT_EQ(run.clusters.x()[i], found.x()[i] % 30) << i;
+    ASSERT_EQ(run.clusters.y()[i], found.y()[i] % 20) << i;
+  }
+  const glint::ClusterTable image = glint::pipeline::image_clusters(run);
+  EXPECT_TRUE(std::ranges::equal(image.x(), found.x()));
+  EXPECT_TRUE(std::ranges::equal(image.y(), found.y()));
+  EXPECT_TRUE(std::ranges::equal(image.data(), found.data()));
 
   r = run_glint(fmt::format("find -q -i {} --dark 1000 --modules 7,1 --clust {}", all,
                             path("bad.clust")));
