@@ -22,24 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using Hid = hdf5::Handle;
 
-/// HDF5's description of the most recent failure, one line (its printing is switched off).
-std::string hdf5_message() {
-  std::string text;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_DOWNWARD,
-      [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
-        auto* out = static_cast<std::string*>(data);
-        if (n < 2 && e->desc && *e->desc) {
-          if (!out->empty()) *out += "; ";
-          *out += e->desc;
-        }
-        return 0;
-      },
-      &text);
-  H5Eclear2(H5E_DEFAULT);
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  return text.empty() ? "HDF5 error" : text;
-}
+using detail::hdf5_message;
 
 bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
 bool has_link(hid_t loc, const std::string& name) {
@@ -390,6 +373,23 @@ std::vector<unsigned char> fill_bytes(hid_t type, double value) {
 
 /// A detector-shaped virtual dataset `name` in `parent` from each input's image-shaped `source`
 /// (its first two dimensions the image times `scale`, any further ones equal), placed at the
+
+/// Maps all of `in`'s dataset `source` (of `sdims`) into the virtual dataset being made
+/// (`dcpl`, its dataspace `vspace`) at `start`.
+void map_source(const Writer& w, hid_t dcpl, hid_t vspace, const Input& in,
+                const std::string& source, const std::vector<hsize_t>& start,
+                const std::vector<hsize_t>& sdims) {
+  Hid sspace(w.id(H5Screate_simple(static_cast<int>(sdims.size()), sdims.data(), nullptr),
+                  "dataspace"),
+             H5Sclose);
+  w.check(H5Sselect_hyperslab(vspace, H5S_SELECT_SET, start.data(), nullptr, sdims.data(),
+                              nullptr),
+          "selection");
+  w.check(H5Pset_virtual(dcpl, vspace, link_name(in.run.path, w.path).c_str(), source.c_str(),
+                         sspace.get()),
+          std::string("mapping ") + in.given + ":" + source);
+}
+
 /// input's detector origin; `fill` where no input maps.
 void place_images(const Writer& w, hid_t parent, const char* name, const std::string& source,
                   const std::vector<Input>& inputs, const std::array<uint32_t, 2>& detector,
@@ -405,16 +405,10 @@ void place_images(const Writer& w, hid_t parent, const char* name, const std::st
   w.check(H5Pset_fill_value(dcpl.get(), type.get(), fv.data()), "fill value");
   for (const Input& in : inputs) {
     std::vector<hsize_t> sdims = dims_of(in.file.get(), source);
-    Hid sspace(w.id(H5Screate_simple(rank, sdims.data(), nullptr), "dataspace"), H5Sclose);
     std::vector<hsize_t> start(rank, 0);
     start[0] = hsize_t{in.run.detector_origin[0]} * scale;
     start[1] = hsize_t{in.run.detector_origin[1]} * scale;
-    w.check(H5Sselect_hyperslab(vspace.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                sdims.data(), nullptr),
-            "selection");
-    w.check(H5Pset_virtual(dcpl.get(), vspace.get(), link_name(in.run.path, w.path).c_str(),
-                           source.c_str(), sspace.get()),
-            std::string("mapping ") + in.given + ":" + source);
+    map_source(w, dcpl.get(), vspace.get(), in, source, start, sdims);
   }
   Hid ds(w.id(H5Dcreate2(parent, name, type.get(), vspace.get(), H5P_DEFAULT, dcpl.get(),
                          H5P_DEFAULT),
@@ -456,15 +450,9 @@ void concatenate(const Writer& w, hid_t parent, const char* name, const std::str
     if (in.run.clusters == 0 || !has_link(in.file.get(), source)) continue;
     std::vector<hsize_t> sdims = dims;
     sdims[0] = in.run.clusters;
-    Hid sspace(w.id(H5Screate_simple(rank, sdims.data(), nullptr), "dataspace"), H5Sclose);
     std::vector<hsize_t> start(rank, 0);
     start[0] = in.run.cluster_offset;
-    w.check(H5Sselect_hyperslab(vspace.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                sdims.data(), nullptr),
-            "selection");
-    w.check(H5Pset_virtual(dcpl.get(), vspace.get(), link_name(in.run.path, w.path).c_str(),
-                           source.c_str(), sspace.get()),
-            std::string("mapping ") + in.given + ":" + source);
+    map_source(w, dcpl.get(), vspace.get(), in, source, start, sdims);
   }
   Hid ds(w.id(H5Dcreate2(parent, name, type.get(), vspace.get(), H5P_DEFAULT, dcpl.get(),
                          H5P_DEFAULT),

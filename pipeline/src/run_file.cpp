@@ -26,16 +26,13 @@
 #include "glint/pipeline/pixel_mask.hpp"
 
 namespace glint::pipeline {
-namespace {
 
-// --- HDF5 plumbing -------------------------------------------------------------------------
-
-using Hid = hdf5::Handle;
+namespace detail {
 
 /// One HDF5 error description as one line: HDF5 puts the wall-clock time (ctime(), which ends
 /// in a newline) into some ("unable to open file: time = Wed Dec  2 ...\n, name = ..."); that
 /// part says nothing about the failure and is left out, other control characters are escaped.
-std::string hdf5_description(std::string_view desc) {
+static std::string hdf5_description(std::string_view desc) {
   std::string text(desc);
   for (auto at = text.find("time = "); at != std::string::npos; at = text.find("time = ", at)) {
     auto end = text.find('\n', at);
@@ -49,7 +46,6 @@ std::string hdf5_description(std::string_view desc) {
   return log::one_line(text);
 }
 
-/// HDF5's own message for the most recent failure (its automatic printing is switched off).
 std::string hdf5_message() {
   std::string text;
   H5Ewalk2(
@@ -66,6 +62,16 @@ std::string hdf5_message() {
   H5Eclear2(H5E_DEFAULT);
   return text.empty() ? "HDF5 error" : text;
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::hdf5_message;
+
+// --- HDF5 plumbing -------------------------------------------------------------------------
+
+using Hid = hdf5::Handle;
 
 /// HDF5's clean-up at exit, which closes every identifier still open, is skipped: the files
 /// here are closed by their writers. H5dont_atexit works only before the library initialises,

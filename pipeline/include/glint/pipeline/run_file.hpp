@@ -397,4 +397,10 @@ PedestalState read_pedestal_state(const std::filesystem::path& path);
 void write_pedestal_file(const std::filesystem::path& path, const PedestalState& state,
                          const std::string& source, bool overwrite);
 
+namespace detail {
+/// HDF5's own message for its most recent failure as one line (its automatic printing is
+/// switched off); the error stack is cleared.
+std::string hdf5_message();
+}  // namespace detail
+
 }  // namespace glint::pipeline
