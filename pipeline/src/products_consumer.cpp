@@ -252,13 +252,7 @@ void ProductsConsumer::on_batch_gpu(const FoundBatch& batch) {
     wait_seconds_ = gpu_->wait_seconds();
     copy_seconds_ = gpu_->copy_seconds();
   }
-  if (settings_.slice_frames > 0 && last_frame_ >= origin_) {
-    const uint64_t complete = (last_frame_ - origin_ + 1) / settings_.slice_frames;
-    if (complete > slices_written_ &&
-        (complete_after_.empty() || complete_after_.back().second < complete))
-      complete_after_.emplace_back(seq + 1, complete);
-    write_completed_slices(false);
-  }
+  note_slices(seq);
 }
 
 void ProductsConsumer::on_batch(const FoundBatch& batch) {
@@ -319,13 +313,7 @@ void ProductsConsumer::on_batch(const FoundBatch& batch) {
   }
   const uint64_t seq = next_seq_ - 1;
   cv_.notify_all();
-  if (settings_.slice_frames > 0 && last_frame_ >= origin_) {
-    const uint64_t complete = (last_frame_ - origin_ + 1) / settings_.slice_frames;
-    if (complete > slices_written_ &&
-        (complete_after_.empty() || complete_after_.back().second < complete))
-      complete_after_.emplace_back(seq + 1, complete);
-    write_completed_slices(false);
-  }
+  note_slices(seq);
   rethrow_failure();
 }
 
@@ -390,6 +378,15 @@ void ProductsConsumer::on_end_gpu(const RunEnd& end) {
   }
   if (error) std::rethrow_exception(error);
   rethrow_failure();
+}
+
+void ProductsConsumer::note_slices(uint64_t seq) {
+  if (settings_.slice_frames == 0 || last_frame_ < origin_) return;
+  const uint64_t complete = (last_frame_ - origin_ + 1) / settings_.slice_frames;
+  if (complete > slices_written_ &&
+      (complete_after_.empty() || complete_after_.back().second < complete))
+    complete_after_.emplace_back(seq + 1, complete);
+  write_completed_slices(false);
 }
 
 void ProductsConsumer::drain() {

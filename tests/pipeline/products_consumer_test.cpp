@@ -182,6 +182,22 @@ TEST(ProductsConsumer, ProductsDoNotDependOnBatchesWorkersOrQueueLength) {
   }
 }
 
+namespace {
+
+/// The products_config() products of `t`, computed plainly from its clusters.
+auto plain_of_config(const ClusterTable& t) {
+  glint::testing::PlainProductParams p;
+  p.rows = kRows;
+  p.cols = kCols;
+  p.emin = 100;
+  p.emax = 1800;
+  p.calibration = &calibration();
+  p.subpixel_factor = 4;
+  return glint::testing::plain_products(t, p, 5000);
+}
+
+}  // namespace
+
 TEST(ProductsConsumer, PreviewImagesFollowTheRunAndNeedNoFile) {
   const ClusterTable all = clusters();
   config::Config cfg = products_config();
@@ -195,14 +211,7 @@ TEST(ProductsConsumer, PreviewImagesFollowTheRunAndNeedNoFile) {
   products.on_end(RunEnd{});
   const auto images = products.preview_images();
   ASSERT_EQ(images.size(), 4u);
-  glint::testing::PlainProductParams p;
-  p.rows = kRows;
-  p.cols = kCols;
-  p.emin = 100;
-  p.emax = 1800;
-  p.calibration = &calibration();
-  p.subpixel_factor = 4;
-  const auto want = glint::testing::plain_products(frames_of(all, 0, 100), p, 5000);
+  const auto want = plain_of_config(frames_of(all, 0, 100));
   EXPECT_EQ(images[0].frames, 100u);
   for (std::size_t i = 0; i < want.hitmap.size(); ++i) {
     ASSERT_EQ(images[0].values[i], static_cast<double>(want.hitmap[i]));
@@ -230,14 +239,7 @@ TEST(ProductsConsumer, DrainAccumulatesEverythingHandedInAndEndsNothing) {
   products.drain();  // nothing handed in yet
   for (uint64_t f = 0; f < 100; f += 10) products.on_batch(FoundBatch{frames_of(all, f, f + 10), {}});
   products.drain();
-  glint::testing::PlainProductParams p;
-  p.rows = kRows;
-  p.cols = kCols;
-  p.emin = 100;
-  p.emax = 1800;
-  p.calibration = &calibration();
-  p.subpixel_factor = 4;
-  const auto want = glint::testing::plain_products(frames_of(all, 0, 100), p, 5000);
+  const auto want = plain_of_config(frames_of(all, 0, 100));
   products::ProductSums got = products.snapshot();
   EXPECT_EQ(got.clusters, want.clusters);
   EXPECT_EQ(got.frames, 100u);

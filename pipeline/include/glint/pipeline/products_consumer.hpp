@@ -130,6 +130,9 @@ class ProductsConsumer final : public ResultConsumer {
   bool has_part() const { return job_.src != nullptr && job_.next < job_.parts.size(); }
   void work(Worker& w, std::stop_token st);
   void write_completed_slices(bool all);
+  /// After the batch of sequence number `seq` (run thread): the slices that are complete once
+  /// every batch up to it is accumulated are noted, and those already accumulated appended.
+  void note_slices(uint64_t seq);
   void rethrow_failure();
   void stop_workers();
   void on_batch_gpu(const FoundBatch& batch);
