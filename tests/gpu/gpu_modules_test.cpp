@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -122,19 +123,36 @@ TEST(GpuModules, EveryModuleAsTheCpuBackendOnEveryGridAndPath) {
   }
 }
 
-TEST(GpuModules, CalibratedJungfrauModulesAsTheCpuBackend) {
+TEST(GpuModules, JungfrauModulesG0OnlyAndCalibratedAsTheCpuBackend) {
   GLINT_REQUIRE_GPU();
   const glint::FrameShape shape{64, 128};
-  const Frames in = synth_frames(shape, 43, 100, 60, 30, /*jungfrau=*/true);
-  auto p = params(shape, 3);
-  p.pixels = glint::PixelMode::jungfrau_g0;
-  const auto regions = glint::module_grid(shape, 2, 2);
-  glint::ModularFinder want_f(p, regions, cpu(16), true);
-  const glint::ClusterTable want = stream(want_f, in, false);
-  ASSERT_GT(want.n_clusters(), 100u);
-  glint::ModularFinder got_f(p, regions, gpu(16, 2), false);
-  EXPECT_TRUE(stream(got_f, in, true) == want);
-  EXPECT_TRUE(got_f.pedestal() == want_f.pedestal());
+  const uint64_t seed = 43;
+  const Frames in = synth_frames(shape, seed, 100, 60, 30, /*jungfrau=*/true);
+  for (const auto mode : {glint::PixelMode::jungfrau_g0, glint::PixelMode::jungfrau_calibrated}) {
+    SCOPED_TRACE(std::string(glint::to_string(mode)));
+    auto p = params(shape, 3);
+    p.pixels = mode;
+    if (mode == glint::PixelMode::jungfrau_calibrated) {
+      // glint synth's gain maps and G1/G2 pedestals for these frames; G0 from the dark frames.
+      auto cal = std::make_shared<glint::jungfrau::Calibration>();
+      cal->shape = shape;
+      const std::vector<double> maps = glint::synth::jungfrau_gain_maps(shape, seed);
+      cal->gain.assign(maps.begin(), maps.begin() + static_cast<std::ptrdiff_t>(3 * shape.pixels()));
+      cal->pedestal = glint::synth::jungfrau_stage_pedestals(shape, seed);
+      cal->pedestal_from_dark[1] = cal->pedestal_from_dark[2] = false;
+      p.calibration = cal;
+    }
+    const auto regions = glint::module_grid(shape, 2, 2);
+    glint::ModularFinder want_f(p, regions, cpu(16), true);
+    const glint::ClusterTable want = stream(want_f, in, false);
+    ASSERT_GT(want.n_clusters(), 100u);
+    glint::ModularFinder got_f(p, regions, gpu(16, 2), false);
+    EXPECT_TRUE(stream(got_f, in, true) == want);
+    EXPECT_TRUE(got_f.pedestal() == want_f.pedestal());
+    const std::vector<double> a = got_f.calibration_pedestal(), b = want_f.calibration_pedestal();
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(double)));
+  }
 }
 
 TEST(GpuModules, TwoModuleGroupsOnOneGpuGiveTheBytesOfOneGroup) {
