@@ -102,6 +102,12 @@ void print_human(const std::string& cmd, const json& r) {
     std::cout << fmt::format("clusters   {}  masked {} (on {} masked pixels)\n",
                              num(r, "clusters"), num(r, "masked_clusters"),
                              num(r, "masked_pixels"));
+    if (r.contains("modules")) {
+      std::string line;
+      for (const auto& m : r["modules"])
+        line += fmt::format("  {}: {}", m.value("id", 0), m.value("clusters", uint64_t{0}));
+      std::cout << fmt::format("modules    clusters by module id{}\n", line);
+    }
     std::cout << fmt::format("rates      {:.1f} frames/s  {:.3f} GB/s  {:.0f} clusters/s\n",
                              rt.value("frames_per_s", 0.0), rt.value("bytes_per_s", 0.0) / 1e9,
                              rt.value("clusters_per_s", 0.0));

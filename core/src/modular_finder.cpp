@@ -169,6 +169,15 @@ void ModularFinder::each(const std::function<void(std::size_t)>& f) const {
   if (failure) std::rethrow_exception(failure);
 }
 
+std::size_t ModularFinder::module_of(uint32_t x, uint32_t y) const {
+  for (std::size_t k = 0; k < regions_.size(); ++k) {
+    const ModuleRegion& r = regions_[k];
+    if (x >= r.col0 && x - r.col0 < r.shape.cols && y >= r.row0 && y - r.row0 < r.shape.rows)
+      return k;
+  }
+  throw std::out_of_range(fmt::format("pixel ({}, {}) is in no module", x, y));
+}
+
 std::span<const std::span<uint16_t>> ModularFinder::module_staging() {
   for (std::size_t k = 0; k < modules_.size(); ++k) module_slots_[k] = modules_[k]->staging();
   input_ = Input::modules;

@@ -508,6 +508,14 @@ json Daemon::stats_json() const {
   j["clusters"] = s.clusters;
   j["masked_clusters"] = s.masked_clusters;
   j["masked_pixels"] = s.masked_pixels;
+  if (!s.module_clusters.empty()) {
+    // A detector of modules: clusters per module, by module id.
+    nlohmann::json modules = nlohmann::json::array();
+    for (std::size_t k = 0; k < s.module_clusters.size(); ++k)
+      modules.push_back({{"id", cfg_.detector.first_module + k},
+                         {"clusters", s.module_clusters[k]}});
+    j["modules"] = modules;
+  }
   j["messages"] = s.messages;
   j["bytes"] = s.bytes;
   j["end_messages"] = s.end_messages;

@@ -60,6 +60,7 @@ Acquisition::Acquisition(const config::Config& cfg, uint64_t run_index,
       preprocessing_(cfg_),
       copier_(copy_threads(cfg_.ingest.copy_threads), cfg_.detector, source_.assembler(),
               preprocessing_) {
+  counters_.count_modules(cfg_.detector.n_modules());
   // The run's consumers, in the order each batch reaches them (and the reverse at the end).
   run_file_ = &consumers_.add(std::make_unique<RunFileConsumer>());
   if (cfg_.output.clust) consumers_.add(std::make_unique<ClustFileConsumer>());
@@ -142,6 +143,8 @@ RunStats Acquisition::stats() const {
   s.missing = counters_.missing.load();
   s.clusters = counters_.clusters.load();
   s.masked_clusters = counters_.masked_clusters.load();
+  for (std::size_t k = 0; k < counters_.modules; ++k)
+    s.module_clusters.push_back(counters_.module_clusters[k].load());
   s.masked_pixels = masked_pixels_.load();
   s.rows_written = counters_.rows_written.load();
   s.recon_enabled = cfg_.reconstruction.enabled;

@@ -23,14 +23,22 @@ void FinderStage::deliver(const ClusterTable& batch) {
   if (in_flight_.empty()) throw std::logic_error("finder stage: a result nobody submitted");
   const std::vector<uint64_t> timestamps = std::move(in_flight_.front());
   in_flight_.pop_front();
+  const ClusterTable* handed = &batch;
   if (mask_.active()) {
     const uint64_t removed = mask_.apply(batch, kept_, removed_);
     consumers_.on_batch(FoundBatch{kept_, timestamps, removed_});
     counters_.masked_clusters.fetch_add(removed);
-    counters_.clusters.fetch_add(kept_.n_clusters());
+    handed = &kept_;
   } else {
     consumers_.on_batch(FoundBatch{batch, timestamps});
-    counters_.clusters.fetch_add(batch.n_clusters());
+  }
+  counters_.clusters.fetch_add(handed->n_clusters());
+  if (modular_ && counters_.modules == modular_->modules()) {
+    per_module_.assign(counters_.modules, 0);
+    for (std::size_t i = 0; i < handed->n_clusters(); ++i)
+      ++per_module_[modular_->module_of(handed->x()[i], handed->y()[i])];
+    for (std::size_t k = 0; k < per_module_.size(); ++k)
+      counters_.module_clusters[k].fetch_add(per_module_[k]);
   }
   counters_.data_frames.fetch_add(batch.n_frames());
   counters_.frames_processed.fetch_add(batch.n_frames());

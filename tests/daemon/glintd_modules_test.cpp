@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -121,6 +124,27 @@ TEST(GlintdModules, TwoDaemonsOnePartEachJoinedByAMasterFile) {
   ASSERT_FALSE(rb.end_time.empty());
   EXPECT_EQ(rt.clusters.n_clusters() + rb.clusters.n_clusters(), clusters);
   ASSERT_GT(rt.clusters.n_clusters(), 0u);
+  auto text = ctl({"stats"}, top.rig.dir / "stats_text.log");
+  ASSERT_EQ(text->wait_exit(10s), 0) << text->log();
+  const auto count_of = [](const pipeline::RunFileContents& run, uint16_t id) {
+    return std::count(run.cluster_module.begin(), run.cluster_module.end(), id);
+  };
+  EXPECT_NE(text->log().find(fmt::format("modules    clusters by module id  2: {}  3: {}",
+                                         count_of(rb, 2), count_of(rb, 3))),
+            std::string::npos)
+      << text->log();
+  // glint ctl stats counts each module's clusters, by module id, as the files hold them.
+  for (const auto& [d, run] : {std::pair{0, &rt}, std::pair{1, &rb}}) {
+    const json& mods = s["daemons"][d]["reply"]["modules"];
+    ASSERT_EQ(mods.size(), 2u) << s.dump();
+    for (std::size_t k = 0; k < 2; ++k) {
+      const auto id = mods[k]["id"].get<uint16_t>();
+      EXPECT_EQ(id, 2 * d + k);
+      EXPECT_EQ(mods[k]["clusters"].get<std::size_t>(),
+                static_cast<std::size_t>(std::count(run->cluster_module.begin(),
+                                                    run->cluster_module.end(), id)));
+    }
+  }
   ASSERT_EQ(rb.modules.size(), 2u);
   EXPECT_EQ(rb.modules[1], (pipeline::ModuleInfo{3, {0, 24}, {32, 24}, {32, 24}}));
   for (std::size_t i = 0; i < rb.clusters.n_clusters(); ++i) {

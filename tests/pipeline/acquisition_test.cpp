@@ -84,6 +84,7 @@ TEST(Acquisition, OnePortClustersEqualTheReferenceFinder) {
   EXPECT_EQ(r.stats.end_reason, "end of acquisition");
   EXPECT_GT(r.stats.clusters, 60u * 5);  // ~12 photons per frame
   EXPECT_EQ(r.stats.clusters, r.file.clusters.n_clusters());
+  EXPECT_TRUE(r.stats.module_clusters.empty()) << "one module: no per-module counts";
   EXPECT_FALSE(r.file.end_time.empty());
   EXPECT_NE(r.file.config_yaml.find("detector"), std::string::npos);
   ASSERT_TRUE(r.file.end_state.has_value());

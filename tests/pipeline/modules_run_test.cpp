@@ -96,6 +96,8 @@ void expect_each_module_as_found_alone(const Case& c, std::size_t frames) {
         << "module " << k << ": " << clusters_in(clust, regions[k]).n_clusters() << " clusters, "
         << alone.clusters.n_clusters() << " alone";
     EXPECT_TRUE(extract_pedestal(*f.end_state, regions[k]) == alone.pedestal);
+    ASSERT_EQ(s.module_clusters.size(), regions.size());
+    EXPECT_EQ(s.module_clusters[k], alone.clusters.n_clusters());
     total += alone.clusters.n_clusters();
     modules_with_clusters += alone.clusters.n_clusters() > 0;
   }

@@ -65,6 +65,8 @@ class ModularFinder final : public ClusterFinder {
   std::span<const ModuleRegion> regions() const { return regions_; }
   std::size_t modules() const { return modules_.size(); }
   ClusterFinder& module(std::size_t k) { return *modules_[k]; }
+  /// The module whose block holds pixel (x, y) of the image.
+  std::size_t module_of(uint32_t x, uint32_t y) const;
 
   /// The next batch's input slot as one slot per module (module-shaped frames back to back, room
   /// for batch_frames()): for a caller that writes each module's pixels where its finder reads

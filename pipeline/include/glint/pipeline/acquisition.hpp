@@ -72,6 +72,9 @@ struct RunStats {
   uint64_t restarts = 0;           ///< ports whose frameIndex restarted (a new acquisition)
   uint64_t clusters = 0;
   uint64_t masked_clusters = 0;    ///< clusters removed: centred on a masked pixel (mask.*)
+  /// A detector of modules: clusters per module (index k of detector.modules' grid, id
+  /// first_module + k); empty for one module.
+  std::vector<uint64_t> module_clusters;
   uint64_t masked_pixels = 0;      ///< pixels the run's mask masks, once it is final
   uint64_t rows_written = 0;
   std::array<uint64_t, kBadInputKinds> bad{};

@@ -77,6 +77,7 @@ class FinderStage {
   MaskFilter mask_;
   ClusterTable kept_;              ///< a batch without its masked clusters
   std::vector<uint32_t> removed_;  ///< masked clusters per frame of that batch
+  std::vector<uint64_t> per_module_;  ///< a batch's clusters per module
   DarkGainSwitches* dark_gains_ = nullptr;
 };
 

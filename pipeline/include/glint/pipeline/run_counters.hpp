@@ -2,7 +2,9 @@
 // The run's frame counters, shared by the stages that count (each counter has one writer, the
 // run's thread; any thread may read them).
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace glint::pipeline {
 
@@ -18,6 +20,14 @@ struct RunCounters {
   std::atomic<uint64_t> rows_written{0};      ///< rows handed to the consumers
   std::atomic<uint64_t> missing_unwritten{0}; ///< missing rows past run.max_missing_rows
   std::atomic<uint64_t> stream_stride{1};     ///< frame-number step of the stream (decimated: N)
+  /// Clusters handed on per module (a detector of modules; empty for one): set up once, before
+  /// the run's thread counts.
+  std::unique_ptr<std::atomic<uint64_t>[]> module_clusters;
+  std::size_t modules = 0;
+  void count_modules(std::size_t n) {
+    module_clusters = n > 1 ? std::make_unique<std::atomic<uint64_t>[]>(n) : nullptr;
+    modules = n > 1 ? n : 0;
+  }
 };
 
 }  // namespace glint::pipeline
