@@ -209,6 +209,15 @@ std::string metrics_text(const json& s, const std::optional<std::filesystem::spa
            consumer_dropped);
   e.family("glint_consumer_failed_total", "counter",
            "What each consumer failed to produce (logged).", consumer_failed);
+  // A detector of modules: each module's clusters (absent for one module).
+  std::vector<Sample> module_clusters;
+  if (s.contains("modules") && s["modules"].is_array())
+    for (const json& m : s["modules"])
+      module_clusters.push_back({label("module", std::to_string(m.value("id", 0))),
+                                 num(m, "/clusters")});
+  if (!module_clusters.empty())
+    e.family("glint_module_clusters_total", "counter",
+             "Clusters found in each module of the run's detector (module id).", module_clusters);
   std::vector<std::string> reasons;
   for (std::size_t k = 0; k < pipeline::kBadInputKinds; ++k)
     reasons.emplace_back(pipeline::to_string(static_cast<pipeline::BadInput>(k)));

@@ -104,6 +104,7 @@ json stats_reply() {
     "bytes": 384000000, "end_messages": 0, "masked_clusters": 37, "masked_pixels": 12,
     "stray_ends": 1, "restarts": 2, "missing_unwritten": 5, "stream_stride": 2,
     "ingest": {"frames_outside_run": 3, "held_parts": 4, "restarts": 2},
+    "modules": [{"id": 4, "clusters": 60000}, {"id": 5, "clusters": 63456}],
     "consumers": [{"name": "run file", "frames": 1100, "dropped": 0, "failed": 0},
                   {"name": "live view", "frames": 1090, "dropped": 7, "failed": 1}],
     "rates": {"window_s": 5.0, "frames_per_s": 250.5, "bytes_per_s": 8.0e7,
@@ -159,7 +160,8 @@ TEST(Metrics, ExpositionOfAStatsReply) {
   labelled("glint_consumer_frames_total", "consumer", {{"run file", 1100}, {"live view", 1090}});
   labelled("glint_consumer_dropped_total", "consumer", {{"run file", 0}, {"live view", 7}});
   labelled("glint_consumer_failed_total", "consumer", {{"run file", 0}, {"live view", 1}});
-  ASSERT_EQ(want.size(), 66u) << "every sample of the exposition is expected";
+  labelled("glint_module_clusters_total", "module", {{"4", 60000}, {"5", 63456}});
+  ASSERT_EQ(want.size(), 68u) << "every sample of the exposition is expected";
   EXPECT_EQ(m, want) << text;
   EXPECT_NE(text.find("glint_received_bytes_total 384000000\n"), std::string::npos) << text;
   EXPECT_NE(text.find("# TYPE glint_frames_total counter\n"), std::string::npos) << text;
@@ -174,6 +176,7 @@ TEST(Metrics, LabelValuesAreEscapedAndMissingKeysReadZero) {
   EXPECT_EQ(m.at(R"(glint_frames_total{outcome="data"})"), 0);
   EXPECT_EQ(m.at(R"(glint_run_state{state="idle"})"), 0);
   EXPECT_FALSE(m.contains("glint_output_free_bytes")) << "no disk figures when unknown";
+  EXPECT_EQ(text.find("glint_module_clusters_total"), std::string::npos) << "one module: none";
 }
 
 TEST(Metrics, GlintdServesTheRunsCountersOverHttp) {
