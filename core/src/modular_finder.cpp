@@ -136,9 +136,21 @@ ModularFinder::ModularFinder(const FinderParams& params, std::vector<ModuleRegio
     batch_frames_ = b;
   }
   pending_.resize(modules_.size());
+  spare_.resize(modules_.size());
   module_slots_.resize(modules_.size());
+  // A delivered table is valid during the call only: it is copied into a table merged before
+  // (its vectors keep their capacity), so that batches after the first allocate nothing. Each
+  // module's sink touches its own queues only (the modules may deliver at once).
   for (std::size_t k = 0; k < modules_.size(); ++k)
-    modules_[k]->set_sink([this, k](const ClusterTable& t) { pending_[k].push_back(t); });
+    modules_[k]->set_sink([this, k](const ClusterTable& t) {
+      if (spare_[k].empty()) {
+        pending_[k].push_back(t);
+      } else {
+        pending_[k].push_back(std::move(spare_[k].back()));
+        spare_[k].pop_back();
+        pending_[k].back() = t;
+      }
+    });
 }
 
 ModularFinder::~ModularFinder() {
@@ -230,7 +242,10 @@ void ModularFinder::deliver_complete() {
     for (std::size_t k = 0; k < modules_.size(); ++k) fronts[k] = &pending_[k].front();
     merged_.clear();
     merge(fronts, merged_);
-    for (auto& q : pending_) q.pop_front();
+    for (std::size_t k = 0; k < modules_.size(); ++k) {
+      spare_[k].push_back(std::move(pending_[k].front()));
+      pending_[k].pop_front();
+    }
     if (sink_) sink_(merged_);
   }
 }

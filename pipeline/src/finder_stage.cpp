@@ -56,11 +56,7 @@ void FinderStage::add(FramePtr f, FrameKind kind) {
       const auto slots = modular_->module_staging();
       module_slots_.assign(slots.begin(), slots.end());
     }
-    const auto regions = modular_->regions();
-    std::vector<uint16_t*> dsts(regions.size());
-    for (std::size_t k = 0; k < regions.size(); ++k)
-      dsts[k] = module_slots_[k].data() + i * regions[k].shape.pixels();
-    copier_.copy_modules(std::move(f), regions, std::move(dsts));  // and releases it
+    copier_.copy_modules(std::move(f), modular_->regions(), module_slots_, i);  // and releases it
   } else {
     if (slot_.empty()) slot_ = finder_->staging();  // may wait for that slot's old batch
     copier_.copy(std::move(f), slot_.subspan(i * pixels_, pixels_));  // and releases it

@@ -35,9 +35,10 @@ void FrameCopier::write(Task t) {
     t.frame->write_to(det_, t.dst);
     if (preprocessing_.active()) preprocessing_.apply(t.frame->frame_number, t.dst);
   } else {
-    for (std::size_t k = 0; k < t.regions.size(); ++k)
-      t.frame->write_region(det_, t.regions[k],
-                            std::span<uint16_t>(t.dsts[k], t.regions[k].shape.pixels()));
+    for (std::size_t k = 0; k < t.regions.size(); ++k) {
+      const std::size_t np = t.regions[k].shape.pixels();
+      t.frame->write_region(det_, t.regions[k], t.slots[k].subspan(t.index * np, np));
+    }
   }
   assembler_.release(std::move(t.frame));
 }
@@ -56,14 +57,14 @@ void FrameCopier::enqueue(Task t) {
 }
 
 void FrameCopier::copy(FramePtr f, std::span<uint16_t> dst) {
-  enqueue(Task{std::move(f), dst, {}, {}});
+  enqueue(Task{std::move(f), dst, {}, {}, 0});
 }
 
 void FrameCopier::copy_modules(FramePtr f, std::span<const ModuleRegion> regions,
-                               std::vector<uint16_t*> dsts) {
-  if (dsts.size() != regions.size())
-    throw std::logic_error("copy_modules: one destination per module expected");
-  enqueue(Task{std::move(f), {}, regions, std::move(dsts)});
+                               std::span<const std::span<uint16_t>> slots, std::size_t index) {
+  if (slots.size() != regions.size())
+    throw std::logic_error("copy_modules: one input slot per module expected");
+  enqueue(Task{std::move(f), {}, regions, slots, index});
 }
 
 void FrameCopier::wait() {

@@ -110,6 +110,7 @@ class ModularFinder final : public ClusterFinder {
   std::vector<uint16_t> image_slot_;
   std::vector<std::span<uint16_t>> module_slots_;
   std::vector<std::deque<ClusterTable>> pending_;  ///< per module: delivered, not yet merged
+  std::vector<std::vector<ClusterTable>> spare_;   ///< per module: merged tables to reuse
   ClusterTable merged_;
   ResultSink sink_;
 };

@@ -31,20 +31,22 @@ class FrameCopier {
 
   /// Writes `f`'s image into `dst` (one image), pre-processes it and releases `f`.
   void copy(FramePtr f, std::span<uint16_t> dst);
-  /// Writes each module's block of `f`'s image (regions[k]) where module k's finder reads it
-  /// (dsts[k], regions[k].shape pixels) and releases `f`. `regions` outlives the copy. (The
-  /// pre-processing stage sees whole images only; it is inactive on a detector of modules.)
+  /// Writes each module's block of `f`'s image (regions[k]) where module k's finder reads it,
+  /// as image `index` of its input slot slots[k], and releases `f`. `regions` and `slots`
+  /// outlive the copy (until wait()). (The pre-processing stage sees whole images only; it is
+  /// inactive on a detector of modules.)
   void copy_modules(FramePtr f, std::span<const ModuleRegion> regions,
-                    std::vector<uint16_t*> dsts);
+                    std::span<const std::span<uint16_t>> slots, std::size_t index);
   /// Returns once every copy handed in so far is done.
   void wait();
 
  private:
   struct Task {
     FramePtr frame;
-    std::span<uint16_t> dst;               ///< the image (no regions)
-    std::span<const ModuleRegion> regions;  ///< or each module's block ...
-    std::vector<uint16_t*> dsts;            ///< ... to its own place
+    std::span<uint16_t> dst;                     ///< the image (no regions)
+    std::span<const ModuleRegion> regions;        ///< or each module's block ...
+    std::span<const std::span<uint16_t>> slots;   ///< ... into its finder's slot ...
+    std::size_t index = 0;                        ///< ... as this image of the batch
   };
   void loop(std::stop_token st);
   void write(Task t);
