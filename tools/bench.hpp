@@ -75,6 +75,15 @@ int run_bench_find_gpu(const BenchFindOptions& options);
 /// The GPU benches' checks of the options and of the GPUs asked for: 0, or kExitUsage after
 /// printing what is wrong.
 int gpu_bench_usage_problem(const BenchFindOptions& options);
+
+/// The frames a GPU bench submits: its dark frames, and a pool of data frames (one batch per
+/// stream slot, at most 1024 frames) that fills every slot once and is then resubmitted.
+struct GpuBenchFrames {
+  synth::Config config;
+  std::vector<uint16_t> dark, pool;
+  std::size_t pool_frames = 0;
+};
+GpuBenchFrames gpu_bench_frames(const BenchFindOptions& options);
 /// The same for a detector of modules (--modules): one GPU finder per module, spread over --gpus.
 int run_bench_find_gpu_modules(const BenchFindOptions& options);
 

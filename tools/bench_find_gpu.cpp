@@ -45,6 +45,16 @@ int gpu_bench_usage_problem(const BenchFindOptions& o) {
   return 0;
 }
 
+GpuBenchFrames gpu_bench_frames(const BenchFindOptions& o) {
+  GpuBenchFrames f;
+  f.config = bench_frames_config(o);
+  const synth::Generator gen(f.config);
+  f.pool_frames = std::min<std::size_t>(static_cast<std::size_t>(o.streams) * o.batch, 1024);
+  f.dark = synthesize(gen, 0, f.config.dark_frames);
+  f.pool = synthesize(gen, f.config.dark_frames, f.pool_frames);
+  return f;
+}
+
 int run_bench_find_gpu(const BenchFindOptions& o) {
   if (const int rc = gpu_bench_usage_problem(o)) return rc;
   const int n_gpus = static_cast<int>(o.gpus.size());
@@ -55,20 +65,19 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
   g.devices = o.gpus;
   g.tuning = daemon::find_tuning_from_environment();
 
-  const synth::Config c = bench_frames_config(o);
-  const synth::Generator gen(c);
   const std::size_t np = params.shape.pixels();
   const std::size_t frame_bytes = np * sizeof(uint16_t);
-  const std::size_t pool_frames =
-      std::min<std::size_t>(static_cast<std::size_t>(o.streams) * o.batch, 1024);
   std::cout << fmt::format(
       "glint bench find (gpu): {}x{}, {}x{}, n_sigma {}, {} frames, ~{:.0f} photons/frame, batch "
       "{}, {} stream slot(s), {} GPU(s), pixels {}\n",
       params.shape.rows, params.shape.cols, o.cluster_size, o.cluster_size, o.n_sigma, o.frames,
       o.photons, o.batch, o.streams, n_gpus, to_string(params.pixels));
   std::cout.flush();
-  const std::vector<uint16_t> dark = synthesize(gen, 0, c.dark_frames);
-  const std::vector<uint16_t> pool = synthesize(gen, c.dark_frames, pool_frames);
+  const GpuBenchFrames input = gpu_bench_frames(o);
+  const synth::Config& c = input.config;
+  const std::vector<uint16_t>& dark = input.dark;
+  const std::vector<uint16_t>& pool = input.pool;
+  const std::size_t pool_frames = input.pool_frames;
 
   // The floor: one pinned bulk copy of a batch's bytes, in this run.
   const double floor_bps = gpu::measure_h2d_bytes_per_second(frame_bytes * o.batch, 20, o.gpus[0]);

@@ -47,12 +47,8 @@ int run_bench_find_gpu_modules(const BenchFindOptions& o) {
   std::vector<int> device(m);
   for (std::size_t k = 0; k < m; ++k) device[k] = pipeline::module_device(o.gpus, k, m);
 
-  const synth::Config c = bench_frames_config(o);
-  const synth::Generator gen(c);
   const std::size_t np = params.shape.pixels();
   const std::size_t frame_bytes = np * sizeof(uint16_t);
-  const std::size_t pool_frames =
-      std::min<std::size_t>(static_cast<std::size_t>(o.streams) * o.batch, 1024);
   std::cout << fmt::format(
       "glint bench find (gpu, modules): {}x{} as {} x {} modules of {}x{}, {}x{}, n_sigma {}, {} "
       "frames, ~{:.0f} photons/frame, batch {}, {} stream slot(s) per module, modules on GPUs "
@@ -61,8 +57,9 @@ int run_bench_find_gpu_modules(const BenchFindOptions& o) {
       regions[0].shape.cols, o.cluster_size, o.cluster_size, o.n_sigma, o.frames, o.photons,
       o.batch, o.streams, fmt::join(device, ", "));
   std::cout.flush();
-  const std::vector<uint16_t> dark = synthesize(gen, 0, c.dark_frames);
-  const std::vector<uint16_t> pool = synthesize(gen, c.dark_frames, pool_frames);
+  const GpuBenchFrames input = gpu_bench_frames(o);
+  const synth::Config& c = input.config;
+  const std::size_t pool_frames = input.pool_frames;
 
   // The floor: one pinned bulk copy of a batch of whole frames to one GPU, in this run.
   const double floor_bps = gpu::measure_h2d_bytes_per_second(frame_bytes * o.batch, 20, o.gpus[0]);
@@ -84,10 +81,10 @@ int run_bench_find_gpu_modules(const BenchFindOptions& o) {
     Module& mod = mods[k];
     mod.finder = gpu::make_gpu_finder(module_params(params, r), g);
     std::vector<uint16_t> mine(c.dark_frames * r.shape.pixels());
-    extract_module(params.shape, r, dark, c.dark_frames, mine);
+    extract_module(params.shape, r, input.dark, c.dark_frames, mine);
     mod.finder->push_dark(mine);
     mod.pool.resize(pool_frames * r.shape.pixels());
-    extract_module(params.shape, r, pool, pool_frames, mod.pool);
+    extract_module(params.shape, r, input.pool, pool_frames, mod.pool);
     mod.finder->set_view_sink([&mod](const gpu::GpuBatchView& v) { mod.clusters += v.n_clusters(); });
   }
 
