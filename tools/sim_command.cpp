@@ -111,14 +111,11 @@ void add_sim_command(CLI::App& app) {
         o.ports_x = c.detector.ports_x;
         o.ports_y = c.detector.ports_y;
         // One host's share of a larger detector: the headers place its ports in the whole one.
-        const auto& d = c.detector;
-        if ((d.whole_rows() != d.rows || d.whole_cols() != d.cols) &&
-            d.whole_rows() % d.port_rows() == 0 && d.whole_cols() % d.port_cols() == 0 &&
-            d.origin_row % d.port_rows() == 0 && d.origin_col % d.port_cols() == 0) {
-          o.whole_ports_x = d.whole_cols() / d.port_cols();
-          o.whole_ports_y = d.whole_rows() / d.port_rows();
-          o.port_row0 = d.origin_row / d.port_rows();
-          o.port_col0 = d.origin_col / d.port_cols();
+        if (const auto whole = c.detector.whole_ports()) {
+          o.whole_ports_x = whole->x;
+          o.whole_ports_y = whole->y;
+          o.port_row0 = whole->row0;
+          o.port_col0 = whole->col0;
         }
         o.endpoints = c.ingest.endpoints;
         o.dark_frames = c.pedestal.keep_previous ? 0 : c.pedestal.dark_frames;

@@ -11,25 +11,6 @@
 
 namespace glint::pipeline {
 
-namespace {
-
-/// The whole detector's port grid and this image's first port in it, when detector.placement
-/// puts this image in a larger detector on port boundaries.
-struct WholePorts {
-  uint32_t x, y, col0, row0;
-};
-std::optional<WholePorts> whole_detector_ports(const config::DetectorConfig& d) {
-  const uint32_t pr = d.port_rows(), pc = d.port_cols();
-  if (d.whole_rows() == d.rows && d.whole_cols() == d.cols) return std::nullopt;
-  if (d.whole_rows() % pr != 0 || d.whole_cols() % pc != 0 || d.origin_row % pr != 0 ||
-      d.origin_col % pc != 0)
-    return std::nullopt;
-  return WholePorts{d.whole_cols() / pc, d.whole_rows() / pr, d.origin_col / pc,
-                    d.origin_row / pr};
-}
-
-}  // namespace
-
 void BadInputLog::record(BadInput kind, const std::string& endpoint, const std::string& detail) {
   const auto k = static_cast<std::size_t>(kind);
   const auto now = std::chrono::steady_clock::now();
@@ -402,7 +383,7 @@ void Ingest::handle(std::size_t index, std::vector<zmq::message_t>& parts) {
   }
   // A detector read by several glintd (detector.placement): each receiver's header places its
   // port in the whole detector; this glintd's block of ports starts at its origin.
-  if (const auto whole = whole_detector_ports(det);
+  if (const auto whole = det.whole_ports();
       whole && h.detshape[0] == whole->x && h.detshape[1] == whole->y &&
       h.shape[0] == det.port_cols() && h.shape[1] == det.port_rows()) {
     if (h.row < whole->row0 || h.row - whole->row0 >= det.ports_y || h.column < whole->col0 ||

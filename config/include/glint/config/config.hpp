@@ -61,6 +61,20 @@ struct DetectorConfig {
   bool has_modules() const {
     return n_modules() > 1 || whole_rows() != rows || whole_cols() != cols || first_module != 0;
   }
+  /// The whole detector's port grid and this image's first port in it, as slsReceiver's headers
+  /// give them on every host, when the placement puts this image in a larger detector on port
+  /// boundaries; nullopt otherwise.
+  struct WholePorts {
+    uint32_t x, y, col0, row0;
+  };
+  std::optional<WholePorts> whole_ports() const {
+    const uint32_t pr = port_rows(), pc = port_cols();
+    if (whole_rows() == rows && whole_cols() == cols) return std::nullopt;
+    if (whole_rows() % pr != 0 || whole_cols() % pc != 0 || origin_row % pr != 0 ||
+        origin_col % pc != 0)
+      return std::nullopt;
+    return WholePorts{whole_cols() / pc, whole_rows() / pr, origin_col / pc, origin_row / pr};
+  }
 };
 
 /// JUNGFRAU calibration (detector.type jungfrau only). Without a gain file, clusters are found on
