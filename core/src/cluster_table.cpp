@@ -1,5 +1,6 @@
 #include "glint/cluster_table.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace glint {
@@ -67,6 +68,28 @@ void ClusterTable::reserve(std::size_t frames, std::size_t clusters) {
   x_.reserve(x_.size() + clusters);
   y_.reserve(y_.size() + clusters);
   data_.reserve(data_.size() + clusters * values_per_cluster());
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> split_by_clusters(
+    std::span<const FrameRecord> frames, std::size_t max_parts, std::size_t min_clusters) {
+  std::vector<std::pair<std::size_t, std::size_t>> parts;
+  if (frames.empty()) return parts;
+  uint64_t total = 0;
+  for (const FrameRecord& r : frames) total += r.n_clusters;
+  const std::size_t n_parts = std::clamp<std::size_t>(
+      total / std::max<std::size_t>(min_clusters, 1), 1,
+      std::max<std::size_t>(1, std::min(max_parts, frames.size())));
+  std::size_t start = 0;
+  uint64_t seen = 0;
+  for (std::size_t k = 0; k < frames.size() && parts.size() + 1 < n_parts; ++k) {
+    seen += frames[k].n_clusters;
+    if (seen * n_parts >= total * (parts.size() + 1)) {
+      parts.emplace_back(start, k + 1);
+      start = k + 1;
+    }
+  }
+  if (start < frames.size()) parts.emplace_back(start, frames.size());
+  return parts;
 }
 
 }  // namespace glint

@@ -377,22 +377,8 @@ void ProductsAccumulator::add(const ClusterTable& table, uint64_t slice_origin) 
   const int32_t* src = table.data().data();
   const uint16_t* sx = table.x().data();
   const uint16_t* sy = table.y().data();
-  const std::size_t max_parts =
-      std::max<std::size_t>(1, std::min<std::size_t>(m.pool.threads() + 1, frames.size()));
-  const std::size_t n_parts = std::clamp<std::size_t>(n / kClustersPerPart, 1, max_parts);
-  std::vector<std::pair<std::size_t, std::size_t>> parts;
-  {
-    std::size_t start = 0;
-    uint64_t seen = 0;
-    for (std::size_t k = 0; k < frames.size() && parts.size() + 1 < n_parts; ++k) {
-      seen += frames[k].n_clusters;
-      if (seen * n_parts >= n * (parts.size() + 1)) {
-        parts.emplace_back(start, k + 1);
-        start = k + 1;
-      }
-    }
-    if (start < frames.size()) parts.emplace_back(start, frames.size());
-  }
+  const std::vector<std::pair<std::size_t, std::size_t>> parts =
+      split_by_clusters(frames, m.pool.threads() + 1, kClustersPerPart);
   const std::vector<FrameRecord>& to = slot.frames;
   m.pool.run(parts.size(), [&](std::size_t part) {
     const auto [a, b] = parts[part];

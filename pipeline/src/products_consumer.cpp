@@ -273,23 +273,8 @@ void ProductsConsumer::on_batch(const FoundBatch& batch) {
   // Parts of about equal clusters, one for the run's thread and one per worker that is free
   // (small batches in one part).
   const ClusterTable& src = batch.clusters;
-  const std::size_t n_parts = std::clamp<std::size_t>(src.n_clusters() / kClustersPerPart, 1,
-                                                     std::min<std::size_t>(threads_ + 1,
-                                                                           frames.size()));
-  std::vector<std::pair<std::size_t, std::size_t>> parts;
-  {
-    std::size_t start = 0;
-    uint64_t seen = 0;
-    const uint64_t total = src.n_clusters();
-    for (std::size_t k = 0; k < frames.size() && parts.size() + 1 < n_parts; ++k) {
-      seen += frames[k].n_clusters;
-      if (seen * n_parts >= total * (parts.size() + 1)) {
-        parts.emplace_back(start, k + 1);
-        start = k + 1;
-      }
-    }
-    if (start < frames.size()) parts.emplace_back(start, frames.size());
-  }
+  std::vector<std::pair<std::size_t, std::size_t>> parts =
+      split_by_clusters(frames, threads_ + 1, kClustersPerPart);
   const uint64_t first_seq = next_seq_;
   next_seq_ += parts.size();
   last_frame_ = std::max(last_frame_, frames.back().frame_number);

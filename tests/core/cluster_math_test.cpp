@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "glint/cluster_math.hpp"
+#include "glint/cluster_table.hpp"
 
 namespace cm = glint::cluster_math;
 
@@ -55,4 +59,18 @@ TEST(ClusterMath, ClassifyFollowsTheSpecificationBranches) {
   EXPECT_EQ(cm::classify(4.0, 1.0, 15.0, 4.5, t), cm::PixelAction::update);
   // NaN noise: every comparison is false, so the pixel takes the update branch.
   EXPECT_EQ(cm::classify(100.0, std::nan(""), 500.0, 100.0, t), cm::PixelAction::update);
+}
+
+TEST(SplitByClusters, RangesOfAboutEqualClustersCoverEveryFrameOnce) {
+  std::vector<glint::FrameRecord> frames;
+  for (uint32_t k = 0; k < 10; ++k) frames.push_back({k, 0, k == 3 ? 600u : 100u});  // 1500
+  const auto parts = glint::split_by_clusters(frames, 3, 400);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0], (std::pair<std::size_t, std::size_t>{0, 4}));  // 900 >= 1500 / 3
+  EXPECT_EQ(parts[1], (std::pair<std::size_t, std::size_t>{4, 5}));  // 1000 >= 2 x 1500 / 3
+  EXPECT_EQ(parts[2], (std::pair<std::size_t, std::size_t>{5, 10}));
+  // Few clusters: one part; more parts asked than frames: one per frame at most.
+  EXPECT_EQ(glint::split_by_clusters(frames, 8, 2000).size(), 1u);
+  EXPECT_EQ(glint::split_by_clusters(std::span(frames).first(2), 8, 1).size(), 2u);
+  EXPECT_TRUE(glint::split_by_clusters({}, 4, 1).empty());
 }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "glint/jungfrau.hpp"
@@ -22,6 +23,13 @@ struct FrameRecord {
 /// (calibrated frames in keV, aare's Cluster<float, S, S>). Either way each value takes 4 bytes;
 /// float values are kept as their bit patterns in the int32 array.
 enum class ClusterValues : uint8_t { int32, float32 };
+
+/// Consecutive frame ranges [first, last) of `frames` that hold about equal numbers of clusters,
+/// for work shared among threads: as many as the clusters give at `min_clusters` a part, at most
+/// `max_parts` and at most one a frame, at least one (none for no frames). Every frame is in
+/// exactly one range, in order.
+std::vector<std::pair<std::size_t, std::size_t>> split_by_clusters(
+    std::span<const FrameRecord> frames, std::size_t max_parts, std::size_t min_clusters);
 
 class ClusterTable {
  public:
