@@ -263,9 +263,18 @@ void Acquisition::set_mask(const PedestalState& dark) {
 }
 
 void Acquisition::flush() {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
   finder_->drain();
+  const auto t1 = clock::now();
   consumers_.flush();  // the run file's writer flushes: readers see everything up to here
+  const auto t2 = clock::now();
   storage_checked(run_file_->last_storage_check());
+  const auto ms = [](auto a, auto b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  log::debug("run {}: flush: drain {:.1f} ms, consumers {:.1f} ms, {} images waiting",
+             run_index_, ms(t0, t1), ms(t1, t2), source_.assembler().counters().ready);
 }
 
 void Acquisition::storage_checked(const StorageCheck& check) {

@@ -1298,13 +1298,23 @@ StorageCheck RunFileWriter::flush() {
   Impl& m = *impl_;
   std::lock_guard io(m.io_mu);
   if (m.closed) return {};
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
   m.write([&] {
     m.ctx.check(H5Fflush(m.file.get(), H5F_SCOPE_LOCAL), "flushing (disk full?)");
     // Only once the rows are in the file: the count never covers a row that is not.
     m.write_flushed_rows();
   });
+  const auto t1 = clock::now();
+  const uint64_t since = m.appended_bytes - m.flushed_bytes;
   m.flushed_bytes = m.appended_bytes;
-  return m.check_storage();
+  StorageCheck check = m.check_storage();
+  const auto ms = [](auto a, auto b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  log::debug("{}: flushed {:.1f} MB in {:.1f} ms, storage check {:.1f} ms",
+             m.path.filename().string(), since / 1e6, ms(t0, t1), ms(t1, clock::now()));
+  return check;
 }
 
 StorageCheck RunFileWriter::check_storage() {
