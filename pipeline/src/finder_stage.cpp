@@ -11,6 +11,7 @@ FinderStage::FinderStage(std::unique_ptr<ClusterFinder> finder, FrameCopier& cop
       pixels_(finder_->params().shape.pixels()),
       capacity_(static_cast<std::size_t>(finder_->batch_frames())) {
   modular_ = dynamic_cast<ModularFinder*>(finder_.get());
+  copier_.set_streaming(finder_->staging_read_by_device());
   numbers_.reserve(capacity_);
   timestamps_.reserve(capacity_);
   finder_->set_sink([this](const ClusterTable& batch) { deliver(batch); });

@@ -31,12 +31,13 @@ void FrameAssembler::remember_dropped_locked(uint64_t fn) {
   while (dropped_recent_.size() > 4096) dropped_recent_.erase(dropped_recent_.begin());
 }
 
-void AssembledFrame::write_to(const config::DetectorConfig& det, std::span<uint16_t> out) const {
-  write_region(det, ModuleRegion{0, 0, {det.rows, det.cols}}, out);
+void AssembledFrame::write_to(const config::DetectorConfig& det, std::span<uint16_t> out,
+                              bool streaming) const {
+  write_region(det, ModuleRegion{0, 0, {det.rows, det.cols}}, out, streaming);
 }
 
 void AssembledFrame::write_region(const config::DetectorConfig& det, const ModuleRegion& region,
-                                  std::span<uint16_t> out) const {
+                                  std::span<uint16_t> out, bool streaming) const {
   const uint32_t prow = det.port_rows(), pcol = det.port_cols();
   if (region.row0 % prow != 0 || region.col0 % pcol != 0 || region.shape.rows % prow != 0 ||
       region.shape.cols % pcol != 0 || out.size() < region.shape.pixels())
@@ -48,12 +49,18 @@ void AssembledFrame::write_region(const config::DetectorConfig& det, const Modul
       continue;  // another module's port
     const std::size_t y0 = py - region.row0, x0 = px - region.col0;
     const PartPayload& pp = part[p];
+    if (pcol == region.shape.cols && !pp.rows_flipped && !pp.bytes.empty()) {
+      // The port's rows are whole rows of the block: one run of pixels.
+      decode_row(pp.bitmode, pp.bytes.data(), 0, std::size_t{prow} * pcol,
+                 out.data() + y0 * region.shape.cols, streaming);
+      continue;
+    }
     for (uint32_t r = 0; r < prow; ++r) {
       uint16_t* dst = out.data() + (y0 + r) * region.shape.cols + x0;
       // A flipped part's first row on the wire is the block's last (as the sls consumer does).
       const uint32_t src_row = pp.rows_flipped ? prow - 1 - r : r;
       if (pp.bytes.empty()) std::fill_n(dst, pcol, uint16_t{0});
-      else decode_row(pp.bitmode, pp.bytes.data(), std::size_t{src_row} * pcol, pcol, dst);
+      else decode_row(pp.bitmode, pp.bytes.data(), std::size_t{src_row} * pcol, pcol, dst, streaming);
     }
   }
 }

@@ -31,13 +31,16 @@ FrameCopier::~FrameCopier() {
 }
 
 void FrameCopier::write(Task t) {
+  const bool streaming = streaming_.load(std::memory_order_relaxed);
   if (t.regions.empty()) {
-    t.frame->write_to(det_, t.dst);
-    if (preprocessing_.active()) preprocessing_.apply(t.frame->frame_number, t.dst);
+    const bool pre = preprocessing_.active();  // reads the image back: keep it in the caches
+    t.frame->write_to(det_, t.dst, streaming && !pre);
+    if (pre) preprocessing_.apply(t.frame->frame_number, t.dst);
   } else {
     for (std::size_t k = 0; k < t.regions.size(); ++k) {
       const std::size_t np = t.regions[k].shape.pixels();
-      t.frame->write_region(det_, t.regions[k], t.slots[k].subspan(t.index * np, np));
+      t.frame->write_region(det_, t.regions[k], t.slots[k].subspan(t.index * np, np),
+                            streaming);
     }
   }
   assembler_.release(std::move(t.frame));

@@ -4,6 +4,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <limits>
 
 #include <fmt/format.h>
@@ -301,11 +305,39 @@ std::size_t payload_bytes(uint32_t bitmode, std::size_t pixels) {
   return pixels * (bitmode / 8);
 }
 
+void copy_streaming(void* dst, const void* src, std::size_t bytes) {
+#if defined(__x86_64__)
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  // Up to the first 16-byte boundary of dst, then 64 bytes per step, then the tail.
+  const std::size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+  }
+  std::memcpy(d, s, bytes);
+  _mm_sfence();  // the streamed stores are ordered before what this thread does next
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
 void decode_row(uint32_t bitmode, const std::byte* src, std::size_t first_pixel, std::size_t n,
-                uint16_t* dst) {
+                uint16_t* dst, bool streaming) {
   switch (bitmode) {
-    case 16:
-      std::memcpy(dst, src + first_pixel * 2, n * 2);  // x86/ARM little-endian hosts
+    case 16:  // x86/ARM little-endian hosts
+      if (streaming) copy_streaming(dst, src + first_pixel * 2, n * 2);
+      else std::memcpy(dst, src + first_pixel * 2, n * 2);
       return;
     case 8: {
       const auto* s = reinterpret_cast<const uint8_t*>(src) + first_pixel;

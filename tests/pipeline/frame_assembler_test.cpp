@@ -337,3 +337,56 @@ TEST(FrameAssembler, TwelveBitFlippedPartsAndDarkMarkers) {
   EXPECT_FALSE(f->dark_marked);
   a.release(std::move(f));
 }
+
+TEST(FrameAssembler, StreamedWritesOfImagesAndModulesEqualCachedOnes) {
+  // 2x2 ports: rows of a port are parts of image rows (row by row).
+  FrameAssembler a(det_2x2(), ingest(4));
+  for (uint32_t r = 0; r < 2; ++r)
+    for (uint32_t c = 0; c < 2; ++c) add(a, 1, r, c, static_cast<uint16_t>(100 * (2 * r + c + 1)));
+  auto f = a.pop(0ms);
+  ASSERT_NE(f, nullptr);
+  std::vector<uint16_t> cached(24, 0xFFFF), streamed(24, 0xFFFF);
+  f->write_to(det_2x2(), cached, false);
+  f->write_to(det_2x2(), streamed, true);
+  EXPECT_EQ(streamed, cached);
+  EXPECT_EQ(cached[3], 200);  // port (0, 1) starts at column 3
+  // A module of the bottom row of ports, and a column of ports as wide as the module: in the
+  // second, each port's rows are whole rows of the module (one run of pixels).
+  const ModuleRegion bottom{2, 0, {2, 6}};
+  std::vector<uint16_t> m_cached(12, 0xFFFF), m_streamed(12, 0xFFFF);
+  f->write_region(det_2x2(), bottom, m_cached, false);
+  f->write_region(det_2x2(), bottom, m_streamed, true);
+  EXPECT_EQ(m_streamed, m_cached);
+  EXPECT_EQ(m_cached, (std::vector<uint16_t>{300, 301, 302, 400, 401, 402,  //
+                                             303, 304, 305, 403, 404, 405}));
+  a.release(std::move(f));
+
+  config::DetectorConfig tall;  // 1 x 2 ports of 2 x 3: modules [1, 2]
+  tall.rows = 4;
+  tall.cols = 3;
+  tall.ports_x = 1;
+  tall.ports_y = 2;
+  FrameAssembler b(tall, ingest(4));
+  for (uint32_t r = 0; r < 2; ++r) {
+    SlsHeader h;
+    h.bitmode = 16;
+    h.detshape = {1, 2};
+    h.shape = {3, 2};
+    h.size = 12;
+    h.frame_number = 1;
+    h.row = r;
+    auto px = std::make_shared<std::vector<uint16_t>>(6);
+    for (int i = 0; i < 6; ++i) (*px)[i] = static_cast<uint16_t>(10 * (r + 1) + i);
+    b.add_part(h, PartPayload{px, std::as_bytes(std::span<const uint16_t>(*px)), 16});
+  }
+  auto g = b.pop(0ms);
+  ASSERT_NE(g, nullptr);
+  std::vector<uint16_t> top(6), low(6), whole(12);
+  g->write_region(tall, ModuleRegion{0, 0, {2, 3}}, top, true);
+  g->write_region(tall, ModuleRegion{2, 0, {2, 3}}, low, true);
+  g->write_to(tall, whole, true);
+  EXPECT_EQ(top, (std::vector<uint16_t>{10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(low, (std::vector<uint16_t>{20, 21, 22, 23, 24, 25}));
+  EXPECT_EQ(whole, (std::vector<uint16_t>{10, 11, 12, 13, 14, 15, 20, 21, 22, 23, 24, 25}));
+  b.release(std::move(g));
+}

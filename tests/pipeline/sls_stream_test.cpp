@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <chrono>
 #include <thread>
 #include <functional>
@@ -643,4 +645,28 @@ TEST(SlsStream, IngestSocketsRefuseOversizeParts) {
   EXPECT_GT(oversize(), before);
   EXPECT_EQ(ingest.counters().bad_total(), oversize());
   ingest.stop();
+}
+
+TEST(SlsStream, CopyStreamingCopiesExactlyAtEveryAlignmentAndLength) {
+  std::vector<std::byte> src(70'000), dst(src.size() + 64), want(dst.size());
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = std::byte(i * 131 + 7);
+  for (std::size_t so : {0, 1, 8}) {
+    for (std::size_t dof = 0; dof < 16; ++dof) {
+      for (std::size_t n : {0, 1, 15, 16, 63, 64, 65, 127, 200, 4096 + 3, 69'000}) {
+        std::fill(dst.begin(), dst.end(), std::byte{0xEE});
+        want = dst;
+        std::memcpy(want.data() + dof, src.data() + so, n);
+        copy_streaming(dst.data() + dof, src.data() + so, n);
+        ASSERT_EQ(dst, want) << "src offset " << so << ", dst offset " << dof << ", " << n
+                             << " bytes";
+      }
+    }
+  }
+  // decode_row's 16-bit pixels, streamed or not, are the same.
+  std::vector<uint16_t> a(1000, 1), b(1000, 2);
+  decode_row(16, src.data(), 3, 997, a.data() + 3, true);
+  decode_row(16, src.data(), 3, 997, b.data() + 3, false);
+  EXPECT_TRUE(std::equal(a.begin() + 3, a.end(), b.begin() + 3));
+  EXPECT_EQ(a[0], 1);
+  EXPECT_EQ(b[0], 2);
 }

@@ -92,6 +92,9 @@ class ClusterFinder {
   virtual void submit_dark(std::size_t n) = 0;
   /// Returns once every submitted batch's results have gone to the sink.
   virtual void flush() = 0;
+  /// Whether staging() is read by a device (pinned memory that a copy engine reads) rather than
+  /// by this CPU: a writer of the slot may then bypass the caches (non-temporal stores).
+  virtual bool staging_read_by_device() const { return false; }
   /// Where submitted batches' results go; an empty sink discards them. Throws what the sink
   /// throws, from the call that delivered the batch (submit, staging or flush).
   virtual void set_sink(ResultSink sink) = 0;

@@ -74,6 +74,9 @@ class ModularFinder final : public ClusterFinder {
   std::span<const std::span<uint16_t>> module_staging();
 
   const FinderParams& params() const override { return params_; }
+  bool staging_read_by_device() const override {
+    return modules_.front()->staging_read_by_device();
+  }
   int batch_frames() const override { return batch_frames_; }
   /// An image-shaped slot: submit copies each module's block into its finder's slot.
   std::span<uint16_t> staging() override;

@@ -78,6 +78,8 @@ class GpuClusterFinder : public ClusterFinder {
   /// The interface's sink: each batch's views are appended to a table the finder keeps (one copy,
   /// as append_clusters does) and handed on. Replaces a view sink.
   void set_sink(ResultSink sink) final;
+  /// The input slots are pinned staging, read by the GPU's copy engine.
+  bool staging_read_by_device() const final { return true; }
   /// Where streamed batches' results go as views (find() uses its own table meanwhile). Replaces
   /// the interface's sink.
   virtual void set_view_sink(Sink sink) = 0;

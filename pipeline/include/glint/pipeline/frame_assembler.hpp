@@ -46,11 +46,13 @@ struct AssembledFrame {
   /// its bitmode into its (row, column) block (a part with rows_flipped from its last row up),
   /// parts that never arrived as zeros. This is the one copy of the pixels between the socket and
   /// the finder's staging.
-  void write_to(const config::DetectorConfig& det, std::span<uint16_t> out) const;
+  /// `streaming`: `out` is read next by a device, not by this CPU (decode_row).
+  void write_to(const config::DetectorConfig& det, std::span<uint16_t> out,
+                bool streaming = false) const;
   /// Writes the block `region` of the image (whole ports: a module) into `out` (region.shape,
   /// row-major), as write_to does for the whole image.
   void write_region(const config::DetectorConfig& det, const ModuleRegion& region,
-                    std::span<uint16_t> out) const;
+                    std::span<uint16_t> out, bool streaming = false) const;
 };
 using FramePtr = std::unique_ptr<AssembledFrame>;
 

@@ -3,6 +3,7 @@
 // thread only orders frames and hands batches on; each copied image is pre-processed in place
 // (FramePreprocessing) and goes back to the assembler's pool at once. With no threads the copies
 // happen on the caller's thread.
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -39,6 +40,9 @@ class FrameCopier {
                     std::span<const std::span<uint16_t>> slots, std::size_t index);
   /// Returns once every copy handed in so far is done.
   void wait();
+  /// The destinations are read next by a device, not by this CPU (ClusterFinder::
+  /// staging_read_by_device): images are written with non-temporal stores, unless pre-processed.
+  void set_streaming(bool streaming) { streaming_ = streaming; }
 
  private:
   struct Task {
@@ -59,6 +63,7 @@ class FrameCopier {
   std::condition_variable cv_, done_cv_;
   std::deque<Task> tasks_;
   std::size_t outstanding_ = 0;
+  std::atomic<bool> streaming_{false};
   std::vector<std::jthread> threads_;  // last: stopped and joined first
 };
 

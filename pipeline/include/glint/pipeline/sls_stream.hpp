@@ -106,9 +106,16 @@ bool is_valid_bitmode(uint32_t bitmode);
 /// the payload `src`: 4, 8 and 12 bits widen, 16 copies (little-endian), 32 saturates at 65535.
 /// 4 bits: two pixels per byte, the first in the high nibble. 12 bits (EIGER): pixels 2k and
 /// 2k+1 in bytes b0 b1 b2 as the 24-bit little-endian value b0 | b1 << 8 | b2 << 16, pixel 2k
-/// in its low 12 bits (as slsDetectorPackage's consumers unpack it).
+/// in its low 12 bits (as slsDetectorPackage's consumers unpack it). `streaming`: `dst` is read
+/// next by a device (pinned staging), not by this CPU: 16-bit pixels are written with
+/// non-temporal stores (copy_streaming), which spares the caches and the read of `dst`.
 void decode_row(uint32_t bitmode, const std::byte* src, std::size_t first_pixel, std::size_t n,
-                uint16_t* dst);
+                uint16_t* dst, bool streaming = false);
+
+/// Copies `bytes` from `src` to `dst` with non-temporal stores where the CPU has them (x86-64),
+/// fenced before it returns, so that another thread that synchronises with this one afterwards
+/// sees the data; a plain memcpy elsewhere.
+void copy_streaming(void* dst, const void* src, std::size_t bytes);
 
 /// Encodes uint16 pixels into the stream's bitmode (the inverse of decode_row; 4, 8, 12 and 32
 /// bits as used by the simulator). Values that do not fit are saturated.
