@@ -158,3 +158,40 @@ TEST_F(GlintFindModules, FlippedModulesFoundNativeShownFlipped) {
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("'sideways' is not an orientation"), std::string::npos) << r.output;
 }
+
+TEST_F(GlintFindModules, PedestalFileOfFlippedModulesIsTheImage) {
+  // glint pedestal --module-orientation writes the image's pedestal (each module as the image
+  // shows it), which glint find --pedestal loads as glintd does.
+  glint::synth::Config c;
+  c.shape = {20, 30};
+  c.seed = 79;
+  c.dark_frames = 200;
+  const std::size_t n = 200;
+  std::vector<uint16_t> frames(n * c.shape.pixels());
+  glint::synth::Generator(c).fill_many(0, n, frames, 2);
+  const std::string all = path("dark.h5");
+  glint::testing::write_frames(all, frames, n, c.shape.rows, c.shape.cols);
+  ToolResult r = run_glint(fmt::format("pedestal -q -i {} --dark 200 --window 200 -o {}", all,
+                                       path("raw.h5")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_glint(fmt::format("pedestal -q -i {} --dark 200 --window 200 --modules 2,1 "
+                            "--module-orientation flip_cols,rotate_180 -o {}",
+                            all, path("image.h5")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto raw = glint::pipeline::read_pedestal_state(path("raw.h5"));
+  const auto image = glint::pipeline::read_pedestal_state(path("image.h5"));
+  ASSERT_EQ(image.shape, c.shape);
+  for (uint32_t y = 0; y < 20; ++y)
+    for (uint32_t x = 0; x < 15; ++x) {
+      // Module 0 (columns 0-14) mirrored left-right; module 1 (15-29) turned by 180 degrees.
+      ASSERT_EQ(image.sum[y * 30 + (14 - x)], raw.sum[y * 30 + x]) << y << " " << x;
+      ASSERT_EQ(image.sum[(19 - y) * 30 + (29 - x)], raw.sum[y * 30 + 15 + x]) << y << " " << x;
+      ASSERT_EQ(image.count[(19 - y) * 30 + (29 - x)], raw.count[y * 30 + 15 + x]);
+    }
+  EXPECT_NE(image.sum, raw.sum);
+  r = run_glint(fmt::format("pedestal -q -i {} --dark 200 --window 200 --modules 2,1 "
+                            "--module-orientation upside -o {}",
+                            all, path("bad.h5")));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("'upside' is not an orientation"), std::string::npos) << r.output;
+}
