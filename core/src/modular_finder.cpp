@@ -417,7 +417,8 @@ std::string ModularFinder::description() const {
     std::string d = m->description();
     if (std::find(names.begin(), names.end(), d) == names.end()) names.push_back(std::move(d));
   }
-  return fmt::format("{} modules: {}", modules_.size(), fmt::join(names, ", "));
+  return fmt::format("{} module{}: {}", modules_.size(), modules_.size() == 1 ? "" : "s",
+                     fmt::join(names, ", "));
 }
 
 std::unique_ptr<ClusterFinder> make_modular_finder(const FinderParams& params,

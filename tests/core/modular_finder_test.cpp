@@ -370,6 +370,17 @@ TEST(ModularFinder, OrientedPedestalAndTablesRoundTrip) {
   EXPECT_EQ(f.module(3).pedestal().sum[2 * 10], s.sum[8 * 20 + 19]);
   EXPECT_EQ(f.module(2).pedestal(), glint::extract_pedestal(s, f.regions()[2]));
 
+  // One module mounted flipped is a modular finder of one module (not the finder itself).
+  const std::vector<O> upside_down{O::flip_rows};
+  auto one = glint::make_modular_finder(p, glint::module_grid(p.shape, 1, 1, upside_down),
+                                        cpu_modules(1, 8), false);
+  ASSERT_NE(dynamic_cast<glint::ModularFinder*>(one.get()), nullptr);
+  EXPECT_EQ(one->description(), "1 module: " + f.module(0).description());
+  one->load_pedestal(s);
+  EXPECT_EQ(one->pedestal(), s);
+  EXPECT_EQ(dynamic_cast<glint::ModularFinder&>(*one).module(0).pedestal().sum[0],
+            s.sum[11 * 20]);  // native row 0 is image row 11
+
   // Image-shaped planes (JUNGFRAU gain or pedestal tables) to a module and back.
   const auto& r = f.regions()[0];
   std::vector<double> planes(2 * p.shape.pixels());
