@@ -110,6 +110,12 @@ void add_eta_calibrate_command(CLI::App& app) {
                                                                                  : "raw",
                                *values == ClusterValues::float32 ? "calibrated" : "raw"),
              kExitUsage);
+      // Modules mounted flipped: their windows as the image shows them, as the products (the
+      // sub-pixel image this calibration is for) see them; the file keeps them native.
+      if (std::any_of(f.modules.begin(), f.modules.end(), [](const pipeline::ModuleInfo& m) {
+            return m.orientation != ModuleOrientation::normal;
+          }))
+        f.clusters = pipeline::image_clusters(f);
       return f;
     };
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "frame_file.hpp"
@@ -56,6 +57,7 @@ struct FindArgs {
   uint32_t subpixel = 5;             ///< sub-pixels per pixel and axis
   unsigned products_threads = 0;     ///< 0: as glintd's products.threads auto
   std::vector<uint32_t> modules{1, 1};  ///< module grid [x, y] (detector.modules)
+  std::vector<std::string> module_orientation;  ///< one for all, or one per module
 };
 
 }  // namespace
@@ -169,6 +171,12 @@ std::string settings_yaml(const FindArgs& a, const std::string& backend) {
       a.modules == std::vector<uint32_t>{1, 1}
           ? std::string()
           : fmt::format("  modules: [{}, {}]\n", a.modules[0], a.modules[1]);
+  const bool all_normal = std::all_of(a.module_orientation.begin(), a.module_orientation.end(),
+                                      [](const std::string& o) { return o == "normal"; });
+  const std::string orientation =
+      all_normal
+          ? std::string()
+          : fmt::format("  module_orientation: [{}]\n", fmt::join(a.module_orientation, ", "));
   return fmt::format(
       "# glint find\ninput: {}\ndataset: {}\ndark_frames: {}\npedestal:\n  source: '{}'\n"
       "finder:\n  n_sigma: {}\n"
@@ -178,7 +186,7 @@ std::string settings_yaml(const FindArgs& a, const std::string& backend) {
       "products:\n  list: '{}'\n  energy_window: '{}'\n  energy: {}\n"
       "  subpixel: {{calibration: '{}', factor: {}}}\n",
       a.input, a.dataset, a.dark, a.pedestal_source, a.n_sigma, a.cluster_size, backend,
-      a.threads, a.detector, modules, a.gain_file, a.pedestal_file, a.hg0, a.mask,
+      a.threads, a.detector, modules + orientation, a.gain_file, a.pedestal_file, a.hg0, a.mask,
       a.mask_from_dark, a.noisy_factor, a.products, a.energy_window, a.energy, a.eta_calibration,
       a.subpixel);
 }
@@ -301,12 +309,31 @@ int run_find(FindArgs a) {
     if (!out.empty() && !a.overwrite && std::filesystem::exists(out))
       throw InputError(fmt::format("{} exists already (use --overwrite to replace it)", out));
 
+  std::vector<ModuleOrientation> orientations;
+  for (const std::string& name : a.module_orientation) {
+    const auto o = parse_module_orientation(name);
+    if (!o)
+      throw InputError(fmt::format("--module-orientation: '{}' is not an orientation (allowed: "
+                                   "{})", name, kModuleOrientations));
+    orientations.push_back(*o);
+  }
   std::vector<ModuleRegion> regions;
   try {
     regions = module_grid(params.shape, a.modules.at(0), a.modules.at(1));
   } catch (const std::exception& e) {
     throw InputError(std::string("--modules: ") + e.what());
   }
+  if (!orientations.empty()) {
+    try {
+      regions = module_grid(params.shape, a.modules.at(0), a.modules.at(1), orientations);
+    } catch (const std::exception& e) {
+      throw InputError(std::string("--module-orientation: ") + e.what());
+    }
+  }
+  const bool oriented = std::any_of(regions.begin(), regions.end(), [](const ModuleRegion& r) {
+    return r.orientation != ModuleOrientation::normal;
+  });
+  const std::vector<ModuleRegion> module_regions = regions;
   auto finder = pipeline::make_module_finders(params, std::move(regions), fo, pipeline::make_finder);
   // Dark frames given as well go on top of the loaded pedestal (tracking continues from it).
   if (loaded) finder->load_pedestal(*loaded);
@@ -330,6 +357,9 @@ int run_find(FindArgs a) {
     meta.slice_frames = want_products ? products_cfg.products.slice_frames : 0;
     meta.modules.modules_x = a.modules[0];  // recorded when more than one (as glintd)
     meta.modules.modules_y = a.modules[1];
+    if (oriented)
+      for (const ModuleRegion& r : module_regions)
+        meta.modules.orientations.push_back(r.orientation);
     h5.emplace(a.output, meta, a.overwrite);
   }
   // The products, as a glintd run makes them (the same consumer, on its worker threads).
@@ -353,7 +383,17 @@ int run_find(FindArgs a) {
     buf.resize(n * np);
     in.read(f, n, buf);
     finder->push_dark(buf);
-    if (dark_gains) dark_gains->add(buf);
+    if (dark_gains && oriented) {
+      // The frames hold each module natively: counted where the image shows its pixels.
+      std::vector<uint16_t> mine;
+      for (std::size_t k = 0; k < module_regions.size(); ++k) {
+        mine.resize(n * module_regions[k].shape.pixels());
+        extract_module(params.shape, module_regions[k], buf, n, mine);
+        dark_gains->add(mine, module_regions[k], k == 0);
+      }
+    } else if (dark_gains) {
+      dark_gains->add(buf);
+    }
     progress.update(f + n, 0);
   }
   // The mask, final once the dark frames are in: the same as glintd's (pipeline::MaskFilter).
@@ -519,6 +559,13 @@ void add_find_command(CLI::App& app) {
       ->delimiter(',')
       ->expected(2)
       ->capture_default_str();
+  cmd->add_option("--module-orientation", a->module_orientation,
+                  "with --modules: how each module is mounted, one for all or one per module "
+                  "(row-major), comma-separated: normal, flip_rows (upside down), flip_cols, "
+                  "rotate_180 (as glintd's detector.module_orientation). The frames hold each "
+                  "module as its ports send it; the clusters, pedestal and products show it "
+                  "flipped")
+      ->delimiter(',');
   cmd->add_option("--products-threads", a->products_threads,
                   "worker threads for the products, 0 = as glintd (min(4, cores / 4))")
       ->capture_default_str();

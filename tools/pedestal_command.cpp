@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "commands.hpp"
 #include "frame_file.hpp"
 #include "glint/cluster_finder.hpp"
+#include "glint/modular_finder.hpp"
 #include "glint/pipeline/run_file.hpp"
 
 namespace glint::tools {
@@ -26,6 +28,8 @@ void add_pedestal_command(CLI::App& app) {
     uint32_t window = 1000;
     unsigned threads = 0;
     bool overwrite = false, quiet = false;
+    std::vector<uint32_t> modules{1, 1};
+    std::vector<std::string> module_orientation;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("-i,--input", a->input, "HDF5 file with the frames")->required();
@@ -37,12 +41,26 @@ void add_pedestal_command(CLI::App& app) {
                   "generic or jungfrau (G0 pixels only are pushed, as glintd's G0-only mode)")
       ->capture_default_str();
   cmd->add_option("--threads", a->threads, "CPU threads, 0 = all cores")->capture_default_str();
+  cmd->add_option("--modules", a->modules,
+                  "module grid X,Y of the frames (as glintd's detector.modules), for "
+                  "--module-orientation")
+      ->delimiter(',')
+      ->expected(2)
+      ->capture_default_str();
+  cmd->add_option("--module-orientation", a->module_orientation,
+                  "how each module is mounted, one for all or one per module (row-major), "
+                  "comma-separated: normal, flip_rows, flip_cols, rotate_180 (as glintd's "
+                  "detector.module_orientation): the frames hold each module as its ports send "
+                  "it, the pedestal file is the image, each module shown flipped (as glintd "
+                  "loads it)")
+      ->delimiter(',');
   cmd->add_option("-o,--output", a->output, "pedestal file to create (HDF5)")->required();
   cmd->add_flag("--overwrite", a->overwrite, "replace an existing file");
   cmd->add_flag("-q,--quiet", a->quiet, "no summary line");
   cmd->callback([a] {
     std::unique_ptr<FrameFileReader> in;
     FinderParams params;
+    std::vector<ModuleRegion> regions;
     try {
       if (a->detector != "generic" && a->detector != "jungfrau")
         throw InputError("--detector " + a->detector + ": allowed are generic, jungfrau");
@@ -56,6 +74,19 @@ void add_pedestal_command(CLI::App& app) {
                                      a->dataset, a->input, in->frames()));
       if (!a->overwrite && std::filesystem::exists(a->output))
         throw InputError(a->output + " exists already (use --overwrite to replace it)");
+      std::vector<ModuleOrientation> orientations;
+      for (const std::string& o : a->module_orientation) {
+        const auto parsed = parse_module_orientation(o);
+        if (!parsed)
+          throw InputError(fmt::format("--module-orientation: '{}' is not an orientation "
+                                       "(allowed: {})", o, kModuleOrientations));
+        orientations.push_back(*parsed);
+      }
+      try {
+        regions = module_grid(params.shape, a->modules.at(0), a->modules.at(1), orientations);
+      } catch (const std::exception& e) {
+        throw InputError(std::string("--modules / --module-orientation: ") + e.what());
+      }
     } catch (const InputError& e) {
       fail("glint pedestal", e.what(), kExitUsage);
     } catch (const std::invalid_argument& e) {
@@ -72,7 +103,19 @@ void add_pedestal_command(CLI::App& app) {
         in->read(f, n, buf);
         finder->push_dark(buf);
       }
-      const PedestalState state = finder->pedestal();
+      PedestalState state = finder->pedestal();
+      if (std::any_of(regions.begin(), regions.end(), [](const ModuleRegion& r) {
+            return r.orientation != ModuleOrientation::normal;
+          })) {
+        // Each pixel's pedestal is its own: the frames' blocks, each module turned as the image
+        // shows it.
+        PedestalState image(state.shape, state.window);
+        for (const ModuleRegion& r : regions) {
+          const ModuleRegion native{r.row0, r.col0, r.shape, ModuleOrientation::normal};
+          place_pedestal(extract_pedestal(state, native), r, image);
+        }
+        state = std::move(image);
+      }
       pipeline::write_pedestal_file(
           a->output, state,
           fmt::format("{}:{} frames 0..{} ({})", a->input, a->dataset, a->dark - 1, a->detector),

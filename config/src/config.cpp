@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "glint/modular_finder.hpp"
 #include "glint/tv/forward_spec.hpp"
 #include "glint/tv/reconstructor.hpp"
 
@@ -263,6 +264,35 @@ void read_detector(Section s, DetectorConfig& d) {
   read_pair(s, "ports", "[x, y]: ports side by side and stacked", 1, 64, d.ports_x, d.ports_y);
   read_pair(s, "modules", "[x, y]: modules side by side and stacked", 1, 64, d.modules_x,
             d.modules_y);
+  if (auto n = s.child("module_orientation"); n.IsDefined() && !n.IsNull()) {
+    const char* expected = "one orientation for all modules, or a list with one per module "
+                           "(row-major), e.g. flip_rows or [flip_rows, normal]";
+    std::vector<std::string> names;
+    if (n.IsScalar()) {
+      names.push_back(n.Scalar());
+    } else if (n.IsSequence()) {
+      for (const auto& e : n) {
+        if (!e.IsScalar()) s.fail_key("module_orientation", fmt::format("expected {}", expected));
+        names.push_back(e.Scalar());
+      }
+    } else {
+      s.fail_key("module_orientation", fmt::format("expected {}", expected));
+    }
+    for (const std::string& name : names)
+      if (!parse_module_orientation(name))
+        s.fail_key("module_orientation",
+                   fmt::format("'{}' is not an orientation (allowed: {})", printable(name),
+                               kModuleOrientations));
+    if (names.size() != 1 && names.size() != d.n_modules())
+      s.fail_key("module_orientation",
+                 fmt::format("{} entries for the {} modules of detector.modules [{}, {}]: give "
+                             "one orientation for all modules, or one per module (row-major)",
+                             names.size(), d.n_modules(), d.modules_x, d.modules_y));
+    if (std::all_of(names.begin(), names.end(),
+                    [](const std::string& v) { return v == "normal"; }))
+      names.clear();
+    d.module_orientation = std::move(names);
+  }
   {
     Section p = s.section("placement");
     read_pair(p, "detector_shape", "[rows, cols] of the whole detector", 0, 1 << 20,
@@ -898,6 +928,11 @@ std::string to_yaml(const Config& c) {
   kv("pixel_type", c.detector.pixel_type);
   flow("ports", std::vector<uint32_t>{c.detector.ports_x, c.detector.ports_y});
   flow("modules", std::vector<uint32_t>{c.detector.modules_x, c.detector.modules_y});
+  // Written when set only: a run of normal modules records the configuration it always did.
+  if (c.detector.module_orientation.size() == 1)
+    kv("module_orientation", c.detector.module_orientation[0]);
+  else if (!c.detector.module_orientation.empty())
+    flow("module_orientation", c.detector.module_orientation);
   begin("placement");
   flow("detector_shape", std::vector<uint32_t>{c.detector.detector_rows, c.detector.detector_cols});
   flow("origin", std::vector<uint32_t>{c.detector.origin_row, c.detector.origin_col});

@@ -12,32 +12,80 @@
 
 namespace glint {
 
-std::vector<ModuleRegion> module_grid(FrameShape image, uint32_t mx, uint32_t my) {
+std::string_view to_string(ModuleOrientation o) {
+  switch (o) {
+    case ModuleOrientation::normal: return "normal";
+    case ModuleOrientation::flip_rows: return "flip_rows";
+    case ModuleOrientation::flip_cols: return "flip_cols";
+    case ModuleOrientation::rotate_180: return "rotate_180";
+  }
+  return "unknown";
+}
+
+std::optional<ModuleOrientation> parse_module_orientation(std::string_view name) {
+  for (auto o : {ModuleOrientation::normal, ModuleOrientation::flip_rows,
+                 ModuleOrientation::flip_cols, ModuleOrientation::rotate_180})
+    if (to_string(o) == name) return o;
+  return std::nullopt;
+}
+
+std::vector<ModuleRegion> module_grid(FrameShape image, uint32_t mx, uint32_t my,
+                                      std::span<const ModuleOrientation> orientations) {
   if (mx == 0 || my == 0 || image.cols % mx != 0 || image.rows % my != 0)
     throw std::invalid_argument(fmt::format("a grid of {} x {} modules does not divide the {}x{} "
                                             "(rows x cols) image evenly",
                                             mx, my, image.rows, image.cols));
+  const std::size_t n = std::size_t{mx} * my;
+  if (orientations.size() > 1 && orientations.size() != n)
+    throw std::invalid_argument(fmt::format("{} module orientations for {} modules: give one for "
+                                            "all modules or one per module",
+                                            orientations.size(), n));
   const FrameShape m{image.rows / my, image.cols / mx};
   std::vector<ModuleRegion> out;
   for (uint32_t gy = 0; gy < my; ++gy)
-    for (uint32_t gx = 0; gx < mx; ++gx) out.push_back(ModuleRegion{gy * m.rows, gx * m.cols, m});
+    for (uint32_t gx = 0; gx < mx; ++gx) {
+      const ModuleOrientation o = orientations.empty()       ? ModuleOrientation::normal
+                                  : orientations.size() == 1 ? orientations[0]
+                                                             : orientations[out.size()];
+      out.push_back(ModuleRegion{gy * m.rows, gx * m.cols, m, o});
+    }
   return out;
+}
+
+void orient_window(ModuleOrientation o, int size, std::span<int32_t> values) {
+  const auto s = static_cast<std::size_t>(size);
+  if (values.size() != s * s) throw std::invalid_argument("orient_window: not S x S values");
+  int32_t* v = values.data();
+  if (flips_rows(o))
+    for (std::size_t y = 0; y < s / 2; ++y)
+      std::swap_ranges(v + y * s, v + (y + 1) * s, v + (s - 1 - y) * s);
+  if (flips_cols(o))
+    for (std::size_t y = 0; y < s; ++y) std::reverse(v + y * s, v + (y + 1) * s);
 }
 
 namespace {
 
 /// Copies the region's values of each of `planes` image-shaped planes into module-shaped
-/// planes (to_module) or back.
+/// planes (to_module) or back, through the region's orientation (`oriented`; raw frames hold
+/// each module natively and are copied as they are).
 template <class T>
 void copy_planes(FrameShape image, const ModuleRegion& r, std::size_t planes, const T* from,
-                 T* to, bool to_module) {
+                 T* to, bool to_module, bool oriented = true) {
   const std::size_t ip = image.pixels(), mp = r.shape.pixels();
+  const ModuleOrientation o = oriented ? r.orientation : ModuleOrientation::normal;
   for (std::size_t p = 0; p < planes; ++p)
     for (uint32_t y = 0; y < r.shape.rows; ++y) {
+      // Native row y is image row image_y(y); a row mirrored left-right is copied reversed.
+      const uint32_t iy = flips_rows(o) ? r.row0 + r.shape.rows - 1 - y : r.row0 + y;
       const std::size_t mi = p * mp + std::size_t{y} * r.shape.cols;
-      const std::size_t ii = p * ip + std::size_t{r.row0 + y} * image.cols + r.col0;
-      if (to_module) std::copy_n(from + ii, r.shape.cols, to + mi);
-      else std::copy_n(from + mi, r.shape.cols, to + ii);
+      const std::size_t ii = p * ip + std::size_t{iy} * image.cols + r.col0;
+      if (flips_cols(o)) {
+        if (to_module) std::reverse_copy(from + ii, from + ii + r.shape.cols, to + mi);
+        else std::reverse_copy(from + mi, from + mi + r.shape.cols, to + ii);
+      } else {
+        if (to_module) std::copy_n(from + ii, r.shape.cols, to + mi);
+        else std::copy_n(from + mi, r.shape.cols, to + ii);
+      }
     }
 }
 
@@ -56,7 +104,7 @@ void extract_module(FrameShape image, const ModuleRegion& r, std::span<const uin
   check_inside(image, r);
   if (images.size() < n * image.pixels() || out.size() < n * r.shape.pixels())
     throw std::invalid_argument("extract_module: fewer pixels than the frames need");
-  copy_planes(image, r, n, images.data(), out.data(), true);
+  copy_planes(image, r, n, images.data(), out.data(), true, false);
 }
 
 void place_module_planes(FrameShape image, const ModuleRegion& r, std::size_t planes,
@@ -65,6 +113,14 @@ void place_module_planes(FrameShape image, const ModuleRegion& r, std::size_t pl
   if (module.size() < planes * r.shape.pixels() || image_planes.size() < planes * image.pixels())
     throw std::invalid_argument("place_module_planes: fewer values than the planes need");
   copy_planes(image, r, planes, module.data(), image_planes.data(), false);
+}
+
+void extract_module_planes(FrameShape image, const ModuleRegion& r, std::size_t planes,
+                           std::span<const double> image_planes, std::span<double> module) {
+  check_inside(image, r);
+  if (module.size() < planes * r.shape.pixels() || image_planes.size() < planes * image.pixels())
+    throw std::invalid_argument("extract_module_planes: fewer values than the planes need");
+  copy_planes(image, r, planes, image_planes.data(), module.data(), true);
 }
 
 FinderParams module_params(const FinderParams& image, const ModuleRegion& r) {
@@ -127,6 +183,9 @@ ModularFinder::ModularFinder(const FinderParams& params, std::vector<ModuleRegio
   }
   if (std::find(covered.begin(), covered.end(), 0) != covered.end())
     throw std::invalid_argument("the modules do not cover the whole image");
+  oriented_ = std::any_of(regions_.begin(), regions_.end(), [](const ModuleRegion& r) {
+    return r.orientation != ModuleOrientation::normal;
+  });
   for (std::size_t k = 0; k < regions_.size(); ++k) {
     modules_.push_back(make(module_params(params_, regions_[k]), k));
     const int b = modules_.back()->batch_frames();
@@ -272,13 +331,18 @@ void ModularFinder::merge(std::span<const ClusterTable* const> tables, ClusterTa
       const FrameRecord& r = t.frames()[f];
       if (r.frame_number != rec.frame_number)
         throw std::logic_error("modular finder: modules returned different frames");
-      const uint32_t dx = regions_[k].col0, dy = regions_[k].row0;
+      const ModuleRegion& m = regions_[k];
       for (std::size_t i = r.first_cluster; i < r.first_cluster + r.n_clusters; ++i) {
-        xs.push_back(static_cast<uint16_t>(t.x()[i] + dx));
-        ys.push_back(static_cast<uint16_t>(t.y()[i] + dy));
+        xs.push_back(static_cast<uint16_t>(m.image_x(t.x()[i])));
+        ys.push_back(static_cast<uint16_t>(m.image_y(t.y()[i])));
       }
       const auto values = t.data().subspan(r.first_cluster * vpc, std::size_t{r.n_clusters} * vpc);
+      const std::size_t at = data.size();
       data.insert(data.end(), values.begin(), values.end());
+      if (m.orientation != ModuleOrientation::normal)  // each window as the image shows it
+        for (std::size_t i = 0; i < r.n_clusters; ++i)
+          orient_window(m.orientation, out.cluster_size(),
+                        std::span<int32_t>(data).subspan(at + i * vpc, vpc));
       rec.n_clusters += r.n_clusters;
       if (t.has_gain_counts()) {
         const jungfrau::GainCounts& g = t.gain_counts()[f];
@@ -353,7 +417,8 @@ std::string ModularFinder::description() const {
     std::string d = m->description();
     if (std::find(names.begin(), names.end(), d) == names.end()) names.push_back(std::move(d));
   }
-  return fmt::format("{} modules: {}", modules_.size(), fmt::join(names, ", "));
+  return fmt::format("{} module{}: {}", modules_.size(), modules_.size() == 1 ? "" : "s",
+                     fmt::join(names, ", "));
 }
 
 std::unique_ptr<ClusterFinder> make_modular_finder(const FinderParams& params,

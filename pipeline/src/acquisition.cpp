@@ -193,7 +193,7 @@ void Acquisition::start() {
     mask_bits_.assign(shape.pixels(), 0);
   }
   std::unique_ptr<ClusterFinder> finder = make_module_finders(
-      finder_params(cfg_), module_grid(shape, cfg_.detector.modules_x, cfg_.detector.modules_y),
+      finder_params(cfg_), detector_modules(cfg_.detector),
       finder_options(cfg_, tuning_.find), make_finder_);
   const std::string backend = finder->description();
   {

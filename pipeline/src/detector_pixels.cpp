@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include <fmt/format.h>
+
 #include "glint/jungfrau.hpp"
 #include "glint/log.hpp"
 #include "glint/modular_finder.hpp"
@@ -39,7 +41,8 @@ std::shared_ptr<jungfrau::Calibration> load_module_calibrations(const config::Co
   image->shape = shape;
   image->gain.assign(jungfrau::kStages * shape.pixels(), 0.0);
   image->pedestal.assign(jungfrau::kStages * shape.pixels(), 0.0);
-  const auto regions = module_grid(shape, d.modules_x, d.modules_y);
+  // Each file is the module's native pixels: placed in the image through its orientation.
+  const auto regions = detector_modules(d);
   for (std::size_t k = 0; k < regions.size(); ++k) {
     const uint32_t id = d.first_module + static_cast<uint32_t>(k);
     const auto m = jungfrau::load_calibration(
@@ -54,6 +57,28 @@ std::shared_ptr<jungfrau::Calibration> load_module_calibrations(const config::Co
 }
 
 }  // namespace
+
+std::vector<ModuleOrientation> module_orientations(const config::DetectorConfig& d) {
+  std::vector<ModuleOrientation> out(d.n_modules(), ModuleOrientation::normal);
+  const auto& names = d.module_orientation;
+  if (names.size() > 1 && names.size() != out.size())
+    throw std::invalid_argument(fmt::format("detector.module_orientation: {} entries for {} "
+                                            "modules", names.size(), out.size()));
+  for (std::size_t k = 0; k < out.size() && !names.empty(); ++k) {
+    const std::string& name = names.size() == 1 ? names[0] : names[k];
+    const auto o = parse_module_orientation(name);
+    if (!o)
+      throw std::invalid_argument(fmt::format("detector.module_orientation: '{}' is not an "
+                                              "orientation (allowed: {})", name,
+                                              kModuleOrientations));
+    out[k] = *o;
+  }
+  return out;
+}
+
+std::vector<ModuleRegion> detector_modules(const config::DetectorConfig& d) {
+  return module_grid(FrameShape{d.rows, d.cols}, d.modules_x, d.modules_y, module_orientations(d));
+}
 
 FinderParams with_detector_pixels(const config::Config& cfg, FinderParams params) {
   if (cfg.detector.type != "jungfrau") return params;

@@ -174,6 +174,14 @@ Input inspect(const fs::path& path, const MasterOptions& options) {
       throw bad("/entry/instrument/detector/" + g + " lacks @module_id or @detector_origin");
     info.id = (*id)[0];
     info.detector_origin = {(*at)[0], (*at)[1]};
+    if (has_attr(m.get(), "orientation")) {
+      const std::string o = string_attr(m.get(), "orientation");
+      const auto parsed = parse_module_orientation(o);
+      if (!parsed)
+        throw bad(fmt::format("/entry/instrument/detector/{}: @orientation '{}' is none of {}", g,
+                              o, kModuleOrientations));
+      info.orientation = *parsed;
+    }
     for (auto [field, to] : {std::pair{"data_origin", &info.data_origin},
                              std::pair{"data_size", &info.data_size}}) {
       Hid ds(H5Dopen2(m.get(), field, H5P_DEFAULT), H5Dclose);
@@ -512,6 +520,10 @@ void write_master(Writer& w, std::vector<Input>& inputs, MasterSummary& sum) {
     if (in.end_time > end) end = in.end_time;
     all_closed = all_closed && in.run.closed;
   }
+  bool oriented = false;  // a module not mounted normal: every module records its orientation
+  for (const Input& in : inputs)
+    for (const ModuleInfo& m : in.run.modules)
+      oriented = oriented || m.orientation != ModuleOrientation::normal;
   if (!start.empty()) w.attr(entry.get(), "start_time", start);
   if (all_closed && !end.empty()) w.attr(entry.get(), "end_time", end);
   {
@@ -534,6 +546,22 @@ void write_master(Writer& w, std::vector<Input>& inputs, MasterSummary& sum) {
         w.attr<uint32_t>(g.get(), "module_id", std::span<const uint32_t>(&m.id, 1));
         w.attr<uint32_t>(g.get(), "detector_origin", m.detector_origin);
         w.attr(g.get(), "run", in.run.name);
+        if (oriented) {
+          // As the run file has it, with the module's axes placed in the detector. The
+          // detector-shaped images are the runs' images, already in the modules' orientation.
+          w.attr(g.get(), "orientation", std::string(to_string(m.orientation)));
+          const ModuleAxes axes = module_axes(m.orientation, m.detector_origin, m.data_size);
+          for (const auto& [name, vector] : {std::pair{"fast_pixel_direction", axes.fast},
+                                             std::pair{"slow_pixel_direction", axes.slow}}) {
+            w.array<double>(g.get(), name, {1.0}, "pixel");
+            Hid ds(w.id(H5Dopen2(g.get(), name, H5P_DEFAULT), std::string("dataset ") + name),
+                   H5Dclose);
+            w.attr(ds.get(), "transformation_type", "translation");
+            w.attr<double>(ds.get(), "vector", vector);
+            w.attr<double>(ds.get(), "offset", axes.offset);
+            w.attr(ds.get(), "offset_units", "pixel");
+          }
+        }
       }
     if (common_scale(inputs, "entry/instrument/detector/pixel_mask") == 1) {
       // Bit 0 (gap: no module there) where no run maps.
@@ -609,9 +637,14 @@ void write_master(Writer& w, std::vector<Input>& inputs, MasterSummary& sum) {
     w.strings_attr(clusters.get(), "runs", names);
     w.attr<uint64_t>(clusters.get(), "run_offsets", offsets);
     w.attr(clusters.get(), "description",
-           "the clusters of /entry/runs, one run after the other (rows run_offsets[i] to "
-           "run_offsets[i + 1]); x, y local to the module: in the detector at "
-           "instrument/detector/module_<module>/data_origin + (y, x)");
+           oriented ? "the clusters of /entry/runs, one run after the other (rows "
+                      "run_offsets[i] to run_offsets[i + 1]); x, y and data local and native "
+                      "to the module: in the detector at offset + x * fast + y * slow of "
+                      "instrument/detector/module_<module>/fast_pixel_direction and "
+                      "slow_pixel_direction (offset and vector attributes)"
+                    : "the clusters of /entry/runs, one run after the other (rows run_offsets[i] "
+                      "to run_offsets[i + 1]); x, y local to the module: in the detector at "
+                      "instrument/detector/module_<module>/data_origin + (y, x)");
   }
 }
 

@@ -38,10 +38,16 @@ void DarkGainSwitches::add(std::span<const uint16_t> frames, const ModuleRegion&
                                 "expected");
   for (std::size_t off = 0; off < frames.size(); off += np) {
     const uint16_t* f = frames.data() + off;
+    // The module's native frames, counted where the image shows each pixel (its orientation).
     for (uint32_t y = 0; y < region.shape.rows; ++y) {
-      uint32_t* c = counts_.data() + std::size_t{region.row0 + y} * shape_.cols + region.col0;
+      uint32_t* c = counts_.data() + std::size_t{region.image_y(y)} * shape_.cols;
       const uint16_t* row = f + std::size_t{y} * region.shape.cols;
-      for (uint32_t x = 0; x < region.shape.cols; ++x) c[x] += jungfrau::in_g0(row[x]) ? 0u : 1u;
+      if (flips_cols(region.orientation))
+        for (uint32_t x = 0; x < region.shape.cols; ++x)
+          c[region.image_x(x)] += jungfrau::in_g0(row[x]) ? 0u : 1u;
+      else
+        for (uint32_t x = 0; x < region.shape.cols; ++x)
+          c[region.col0 + x] += jungfrau::in_g0(row[x]) ? 0u : 1u;
     }
     if (count_frames) ++frames_;
   }

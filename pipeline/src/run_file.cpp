@@ -329,6 +329,24 @@ bool detach_from_disk(hid_t file) {
   return ok;
 }
 
+/// A module's orientation in its NXdetector_module group: @orientation and its native pixel
+/// axes (module_axes) as fast_pixel_direction and slow_pixel_direction.
+void write_module_orientation(const Context& c, hid_t g, ModuleOrientation o,
+                              std::array<uint32_t, 2> origin, std::array<uint32_t, 2> size) {
+  write_string_attr(c, g, "orientation", std::string(to_string(o)));
+  const ModuleAxes axes = module_axes(o, origin, size);
+  for (const auto& [name, vector] : {std::pair{"fast_pixel_direction", axes.fast},
+                                     std::pair{"slow_pixel_direction", axes.slow}}) {
+    const double pitch = 1.0;
+    Hid ds = write_array<double>(c, g, name, {1}, &pitch);
+    write_string_attr(c, ds.get(), "units", "pixel");
+    write_string_attr(c, ds.get(), "transformation_type", "translation");
+    write_numeric_attr<double>(c, ds.get(), "vector", vector);
+    write_numeric_attr<double>(c, ds.get(), "offset", axes.offset);
+    write_string_attr(c, ds.get(), "offset_units", "pixel");
+  }
+}
+
 /// Bytes a run file of this layout takes when created (the pedestal images are allocated then),
 /// with the reserve for its metadata: less free space than this, and a run does not start.
 uint64_t bytes_to_start(const RunMetadata& meta) {
@@ -357,6 +375,10 @@ void validate_modules(const RunMetadata& meta) {
     throw std::invalid_argument(fmt::format(
         "RunMetadata::modules: an image of {} x {} at ({}, {}) does not fit a detector of "
         "{} x {}", s.rows, s.cols, l.origin_row, l.origin_col, rows, cols));
+  if (!l.orientations.empty() && l.orientations.size() != l.n_modules())
+    throw std::invalid_argument(fmt::format(
+        "RunMetadata::modules: {} orientations for {} modules", l.orientations.size(),
+        l.n_modules()));
   if (uint64_t{l.first_module} + l.n_modules() > 65536)
     throw std::invalid_argument(fmt::format(
         "RunMetadata::modules: module ids {}..{} do not fit 16 bits", l.first_module,
@@ -389,8 +411,10 @@ struct RunFileWriter::Impl {
   ModuleLayout layout;
   bool modules = false;
   uint32_t module_rows = 0, module_cols = 0;
+  std::vector<ModuleRegion> regions;  ///< by index over the grid, with their orientations
   Hid c_module;
   std::vector<uint16_t> col_module, col_local_x, col_local_y;
+  std::vector<int32_t> col_native_data;  ///< the values native to their modules (oriented)
   // Each cluster's energies (RunMetadata::cluster_energy).
   bool cluster_energy = false;
   Hid c_energy, c_energy_2x2;
@@ -593,9 +617,11 @@ struct RunFileWriter::Impl {
     write_numeric_attr<uint32_t>(c, det, "detector_shape", whole);
     const std::array<uint32_t, 2> origin{layout.origin_row, layout.origin_col};
     write_numeric_attr<uint32_t>(c, det, "detector_origin", origin);
+    regions = module_grid(s, layout.modules_x, layout.modules_y, layout.orientations);
     for (uint32_t gy = 0; gy < layout.modules_y; ++gy)
       for (uint32_t gx = 0; gx < layout.modules_x; ++gx) {
-        const uint32_t id = layout.first_module + gy * layout.modules_x + gx;
+        const uint32_t k = gy * layout.modules_x + gx;
+        const uint32_t id = layout.first_module + k;
         const std::string name = fmt::format("module_{:02}", id);
         Hid g = make_group(c, det, name.c_str(), "NXdetector_module");
         const std::array<uint32_t, 2> data_origin{gy * module_rows, gx * module_cols};
@@ -606,6 +632,9 @@ struct RunFileWriter::Impl {
         write_array<uint32_t>(c, g.get(), "data_size", {2}, size.data());
         write_numeric_attr<uint32_t>(c, g.get(), "module_id", id);
         write_numeric_attr<uint32_t>(c, g.get(), "detector_origin", at);
+        // Only with a module mounted other than normal: a file of normal modules is as before.
+        if (layout.oriented())
+          write_module_orientation(c, g.get(), layout.orientation(k), data_origin, size);
       }
   }
 
@@ -965,10 +994,22 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
             "RunFileWriter::append: a cluster at x {}, y {} is outside the {} x {} image",
             xs[i], ys[i], m.finder.shape.rows, m.finder.shape.cols));
       const uint32_t gx = xs[i] / m.module_cols, gy = ys[i] / m.module_rows;
-      m.col_module[i] =
-          static_cast<uint16_t>(m.layout.first_module + gy * m.layout.modules_x + gx);
-      m.col_local_x[i] = static_cast<uint16_t>(xs[i] - gx * m.module_cols);
-      m.col_local_y[i] = static_cast<uint16_t>(ys[i] - gy * m.module_rows);
+      const uint32_t k = gy * m.layout.modules_x + gx;
+      m.col_module[i] = static_cast<uint16_t>(m.layout.first_module + k);
+      // The module's native coordinates (its orientation undone).
+      m.col_local_x[i] = static_cast<uint16_t>(m.regions[k].native_x(xs[i]));
+      m.col_local_y[i] = static_cast<uint16_t>(m.regions[k].native_y(ys[i]));
+    }
+    if (m.layout.oriented()) {
+      // And each window as the module read it.
+      const auto d = table.data();
+      m.col_native_data.assign(d.begin(), d.end());
+      const std::size_t vpc = table.values_per_cluster();
+      for (hsize_t i = 0; i < n; ++i) {
+        const uint32_t k = m.col_module[i] - m.layout.first_module;
+        orient_window(m.regions[k].orientation, table.cluster_size(),
+                      std::span<int32_t>(m.col_native_data).subspan(i * vpc, vpc));
+      }
     }
   }
   m.resize_frame_columns(recs.size());
@@ -1000,7 +1041,8 @@ void RunFileWriter::append(const ClusterTable& table, std::span<const uint64_t> 
                   m.col_module.data());
     // A float table holds its values' bit patterns: written as they are, as float32.
     append_rows(m.ctx, m.c_data.get(), m.float_clusters ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32,
-                m.clusters, n, cd, table.data().data());
+                m.clusters, n, cd,
+                m.modules && m.layout.oriented() ? m.col_native_data.data() : table.data().data());
     append_rows(m.ctx, m.c_event_id.get(), H5T_NATIVE_UINT32, m.clusters, n, {},
                 m.col_event_id.data());
     if (m.cluster_energy) {
@@ -1637,6 +1679,13 @@ void read_modules(const Context& c, hid_t det, RunFileContents& out) {
     m.data_origin = {origin[0], origin[1]};
     m.data_size = {size[0], size[1]};
     m.detector_origin = pair(g.get(), "detector_origin");
+    if (has_attr(g.get(), "orientation")) {
+      const std::string o = read_string_attr(c, g.get(), "orientation");
+      const auto parsed = parse_module_orientation(o);
+      if (!parsed)
+        c.fail(fmt::format("{}: @orientation '{}' is none of {}", where, o, kModuleOrientations));
+      m.orientation = *parsed;
+    }
     out.modules.push_back(m);
   }
   std::sort(out.modules.begin(), out.modules.end(),
@@ -1672,8 +1721,15 @@ ClusterTable shifted_clusters(const RunFileContents& run, bool detector) {
                                     "describe (/entry/instrument/detector/module_<id>)", i, id));
     const ModuleInfo& m = *known;
     const auto& o = detector ? m.detector_origin : m.data_origin;
-    xs[i] = static_cast<uint16_t>(xs[i] + o[1]);
-    ys[i] = static_cast<uint16_t>(ys[i] + o[0]);
+    // Native (x, y) of the module where its block shows it, then at the block's origin.
+    const ModuleRegion r{0, 0, {m.data_size[0], m.data_size[1]}, m.orientation};
+    xs[i] = static_cast<uint16_t>(r.image_x(xs[i]) + o[1]);
+    ys[i] = static_cast<uint16_t>(r.image_y(ys[i]) + o[0]);
+    if (m.orientation != ModuleOrientation::normal) {
+      const std::size_t vpc = t.values_per_cluster();
+      orient_window(m.orientation, t.cluster_size(),
+                    std::span<int32_t>(t.data_mut()).subspan(i * vpc, vpc));
+    }
   }
   return t;
 }
@@ -1809,6 +1865,17 @@ const ModuleInfo& RunFileContents::module(uint32_t id) const {
   for (const ModuleInfo& m : modules)
     if (m.id == id) return m;
   throw std::out_of_range(fmt::format("the run file has no module {}", id));
+}
+
+ModuleAxes module_axes(ModuleOrientation o, std::array<uint32_t, 2> origin,
+                       std::array<uint32_t, 2> size) {
+  const bool fr = flips_rows(o), fc = flips_cols(o);
+  ModuleAxes a;
+  a.fast = {fc ? -1.0 : 1.0, 0.0, 0.0};
+  a.slow = {0.0, fr ? -1.0 : 1.0, 0.0};
+  a.offset = {static_cast<double>(origin[1] + (fc ? size[1] - 1 : 0)),
+              static_cast<double>(origin[0] + (fr ? size[0] - 1 : 0)), 0.0};
+  return a;
 }
 
 ClusterTable image_clusters(const RunFileContents& run) { return shifted_clusters(run, false); }

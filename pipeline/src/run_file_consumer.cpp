@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "glint/log.hpp"
+#include "glint/pipeline/detector_pixels.hpp"
 
 namespace glint::pipeline {
 
@@ -43,6 +44,7 @@ ModuleLayout module_layout(const config::DetectorConfig& d) {
   l.origin_row = d.origin_row;
   l.origin_col = d.origin_col;
   l.first_module = d.first_module;
+  if (!d.module_orientation.empty()) l.orientations = module_orientations(d);
   return l;
 }
 

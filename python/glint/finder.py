@@ -116,7 +116,8 @@ class FindResult:
 
 def find(frames, n_dark, n_sigma=5.0, cluster_size=3, pedestal_window=1000, backend="auto",
          threads=0, batch=256, detector="generic", gain_file="", pedestal_file="", hg0=False,
-         mask=None, mask_from_dark=False, noisy_factor=None, modules=(1, 1)):
+         mask=None, mask_from_dark=False, noisy_factor=None, modules=(1, 1),
+         module_orientation="normal"):
     """Finds photon clusters in `frames`, as `glint find` does.
 
     frames           numpy uint16 array (N, rows, cols): raw detector frames; the first n_dark
@@ -143,6 +144,11 @@ def find(frames, n_dark, n_sigma=5.0, cluster_size=3, pedestal_window=1000, back
     modules          (x, y): the frames are x by y modules side by side and stacked, each with
                      its own pedestal and finder, as `glint find --modules X,Y` (clusters in
                      image coordinates, module by module within a frame)
+    module_orientation  how each module is mounted, one value for all or a sequence with one
+                     per module (row-major): "normal", "flip_rows" (upside down), "flip_cols",
+                     "rotate_180", as `glint find --module-orientation`. The frames hold each
+                     module as its ports send it; the clusters (x, y and data), the pedestal and
+                     the mask show it flipped
     Every backend gives the same bits. The GIL is released while the finder runs.
     Returns a FindResult. Raises ValueError for bad arguments, naming the argument.
     """
@@ -154,6 +160,8 @@ def find(frames, n_dark, n_sigma=5.0, cluster_size=3, pedestal_window=1000, back
         raise ValueError(f"modules {modules!r}: expected (x, y), two positive integers") from None
     if modules_x < 1 or modules_y < 1:
         raise ValueError(f"modules {modules!r}: expected (x, y), two positive integers")
+    orientation = ([module_orientation] if isinstance(module_orientation, str)
+                   else [str(v) for v in module_orientation])
     if noisy_factor is not None and not mask_from_dark:
         raise ValueError("noisy_factor needs mask_from_dark=True (noisy pixels are found in the "
                          "dark frames)")
@@ -171,7 +179,7 @@ def find(frames, n_dark, n_sigma=5.0, cluster_size=3, pedestal_window=1000, back
     out = ext.find(arr, int(n_dark), float(n_sigma), int(cluster_size), int(pedestal_window),
                    str(backend), int(threads), int(batch), str(detector), str(gain_file),
                    str(pedestal_file), bool(hg0), mask, bool(mask_from_dark), noisy_factor,
-                   modules_x, modules_y)
+                   modules_x, modules_y, orientation)
     frame_columns = out["frames"]
     return FindResult(
         clusters=_clusters(out["clusters"]),

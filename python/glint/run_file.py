@@ -35,23 +35,37 @@ def _text(value):
     return value
 
 
+ORIENTATIONS = ("normal", "flip_rows", "flip_cols", "rotate_180")
+
+
 class Module:
     """One module of the detector (/entry/instrument/detector/module_<id>, NXdetector_module):
     `id`, `data_origin` (row, col) of the module in the file's image, `data_size` (rows, cols),
-    `detector_origin` (row, col) of the module in the whole detector."""
+    `detector_origin` (row, col) of the module in the whole detector, `orientation` how the
+    image shows the module's native pixels (normal, flip_rows: upside down, flip_cols: mirrored
+    left-right, rotate_180; docs/modules.md)."""
 
-    def __init__(self, id, data_origin, data_size, detector_origin):
+    def __init__(self, id, data_origin, data_size, detector_origin, orientation="normal"):
         self.id = id
         self.data_origin = data_origin
         self.data_size = data_size
         self.detector_origin = detector_origin
+        self.orientation = orientation
+
+    @property
+    def flips_rows(self):
+        return self.orientation in ("flip_rows", "rotate_180")
+
+    @property
+    def flips_cols(self):
+        return self.orientation in ("flip_cols", "rotate_180")
 
     def __eq__(self, other):
         return isinstance(other, Module) and vars(self) == vars(other)
 
     def __repr__(self):
         return (f"Module({self.id}, data_origin {self.data_origin}, data_size {self.data_size}, "
-                f"detector_origin {self.detector_origin})")
+                f"detector_origin {self.detector_origin}, orientation {self.orientation})")
 
 
 class Product:
@@ -209,9 +223,10 @@ class RunFile:
 
     def clusters(self, chunk=1 << 20, coordinates="file"):
         """Iterates over /entry/clusters in structured arrays of up to `chunk` rows
-        (cluster_dtype()). `coordinates`: "file" (x, y as stored: local to the module in a file
-        that records modules), "image" (in the file's image, frame_shape) or "detector" (in
-        the whole detector, detector_shape)."""
+        (cluster_dtype()). `coordinates`: "file" (x, y and data as stored: local and native to
+        the module in a file that records modules), "image" (in the file's image, frame_shape)
+        or "detector" (in the whole detector, detector_shape); in both, a module mounted flipped
+        (Module.orientation) has x, y and each cluster's data flipped as the image shows it."""
         if coordinates not in ("file", "image", "detector"):
             raise ValueError(f"coordinates '{coordinates}': allowed are file, image, detector")
         dtype = self.cluster_dtype()
@@ -230,8 +245,20 @@ class RunFile:
         for m in modules:
             row[m.id], col[m.id] = getattr(m, key)
         out = part.copy()
-        out["x"] = part["x"] + col[ids]
-        out["y"] = part["y"] + row[ids]
+        x = part["x"].astype(np.int64)
+        y = part["y"].astype(np.int64)
+        for m in modules:
+            if m.orientation == "normal":
+                continue
+            mine = ids == m.id
+            if m.flips_rows:
+                y[mine] = m.data_size[0] - 1 - y[mine]
+                out["data"][mine] = out["data"][mine][:, ::-1, :]
+            if m.flips_cols:
+                x[mine] = m.data_size[1] - 1 - x[mine]
+                out["data"][mine] = out["data"][mine][:, :, ::-1]
+        out["x"] = x + col[ids]
+        out["y"] = y + row[ids]
         return out
 
     def cluster_energy(self, kind="sum"):
@@ -280,10 +307,15 @@ class RunFile:
                 continue
             if _text(item.attrs.get("NX_class")) != "NXdetector_module":
                 continue
+            orientation = _text(item.attrs.get("orientation", "normal"))
+            if orientation not in ORIENTATIONS:
+                raise ValueError(f"{self.path}: {item.name}: @orientation '{orientation}' is "
+                                   f"none of {', '.join(ORIENTATIONS)}")
             out.append(Module(int(item.attrs["module_id"]),
                               tuple(int(v) for v in item["data_origin"][()]),
                               tuple(int(v) for v in item["data_size"][()]),
-                              tuple(int(v) for v in item.attrs["detector_origin"])))
+                              tuple(int(v) for v in item.attrs["detector_origin"]),
+                              orientation))
         if not out:
             out.append(Module(0, (0, 0), self.shape, self.detector_origin))
         return sorted(out, key=lambda m: m.id)

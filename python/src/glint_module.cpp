@@ -99,7 +99,8 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
               uint32_t pedestal_window, const std::string& backend, unsigned threads, int batch,
               const std::string& detector, const std::string& gain_file,
               const std::string& pedestal_file, bool hg0, const std::optional<py::array>& mask,
-              bool mask_from_dark, double noisy_factor, uint32_t modules_x, uint32_t modules_y) {
+              bool mask_from_dark, double noisy_factor, uint32_t modules_x, uint32_t modules_y,
+              const std::vector<std::string>& module_orientation) {
   if (!py::dtype::of<uint16_t>().is(frames_in.dtype()))
     throw std::invalid_argument(fmt::format(
         "frames: must be uint16 (raw detector frames, N x rows x cols), got {}",
@@ -136,6 +137,25 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("modules: ") + e.what());
   }
+  std::vector<glint::ModuleOrientation> orientations;
+  for (const std::string& name : module_orientation) {
+    const auto o = glint::parse_module_orientation(name);
+    if (!o)
+      throw std::invalid_argument(fmt::format("module_orientation: '{}' is not an orientation "
+                                              "(allowed: {})", name,
+                                              glint::kModuleOrientations));
+    orientations.push_back(*o);
+  }
+  try {
+    regions = glint::module_grid(params.shape, modules_x, modules_y, orientations);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("module_orientation: ") + e.what());
+  }
+  const bool oriented =
+      std::any_of(regions.begin(), regions.end(), [](const glint::ModuleRegion& r) {
+        return r.orientation != glint::ModuleOrientation::normal;
+      });
+  const std::vector<glint::ModuleRegion> module_regions = regions;
   if (n_dark < params.pedestal_window)
     throw std::invalid_argument(fmt::format(
         "n_dark {}: fewer dark frames than the pedestal window ({}); the first data frame would "
@@ -183,7 +203,17 @@ py::dict find(const py::array& frames_in, uint64_t n_dark, double n_sigma, int c
       const uint64_t n = std::min(chunk, n_dark - f);
       const std::span<const uint16_t> dark(pixels + f * np, n * np);
       finder->push_dark(dark);
-      if (dark_gains) dark_gains->add(dark);
+      if (dark_gains && oriented) {
+        // The frames hold each module natively: counted where the image shows its pixels.
+        std::vector<uint16_t> mine;
+        for (std::size_t k = 0; k < module_regions.size(); ++k) {
+          mine.resize(n * module_regions[k].shape.pixels());
+          glint::extract_module(params.shape, module_regions[k], dark, n, mine);
+          dark_gains->add(mine, module_regions[k], k == 0);
+        }
+      } else if (dark_gains) {
+        dark_gains->add(dark);
+      }
     }
     // The mask is final once the dark frames are in (pipeline::MaskFilter, as glint find).
     glint::pipeline::MaskFilter mask_filter;
@@ -307,7 +337,8 @@ PYBIND11_MODULE(_glint, m) {
         py::arg("cluster_size"), py::arg("pedestal_window"), py::arg("backend"),
         py::arg("threads"), py::arg("batch"), py::arg("detector"), py::arg("gain_file"),
         py::arg("pedestal_file"), py::arg("hg0"), py::arg("mask"), py::arg("mask_from_dark"),
-        py::arg("noisy_factor"), py::arg("modules_x"), py::arg("modules_y"));
+        py::arg("noisy_factor"), py::arg("modules_x"), py::arg("modules_y"),
+        py::arg("module_orientation"));
   m.def("read_clust", &read_clust, py::arg("path"), py::arg("cluster_size"));
   m.def("gpu_unavailable_reason", [] { return glint::gpu::unavailable_reason(); },
         "Why the GPU backend cannot run here; empty when it can.");

@@ -2,6 +2,7 @@
 // Helpers shared by the tests: synthetic runs through any finder, SHA-256 digests of data and files.
 #include <openssl/evp.h>
 
+#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -80,17 +81,30 @@ inline ClusterTable run_finder(ClusterFinder& finder, const SyntheticRun& run,
   return out;
 }
 
-/// The clusters of `t` centred in module `r`, moved to the module's coordinates, one record per
-/// frame of `t` (a detector of modules against each module found alone).
+/// The clusters of `t` (in image coordinates and orientation) centred in module `r`, moved to the
+/// module's native coordinates and orientation, one record per frame of `t` (a detector of
+/// modules against each module found alone).
 inline ClusterTable clusters_in(const ClusterTable& t, const ModuleRegion& r) {
   ClusterTable out(t.cluster_size(), t.value_type(), t.has_gain_counts());
+  std::vector<int32_t> values;
   for (const FrameRecord& rec : t.frames()) {
     out.begin_frame(rec.frame_number);
     for (std::size_t i = rec.first_cluster; i < rec.first_cluster + rec.n_clusters; ++i) {
       const uint32_t x = t.x()[i], y = t.y()[i];
-      if (x >= r.col0 && x < r.col0 + r.shape.cols && y >= r.row0 && y < r.row0 + r.shape.rows)
-        out.add_cluster(static_cast<uint16_t>(x - r.col0), static_cast<uint16_t>(y - r.row0),
-                        t.cluster_data(i));
+      if (x < r.col0 || x >= r.col0 + r.shape.cols || y < r.row0 || y >= r.row0 + r.shape.rows)
+        continue;
+      const auto d = t.cluster_data(i);
+      values.assign(d.begin(), d.end());
+      orient_window(r.orientation, t.cluster_size(), values);
+      const auto nx = static_cast<uint16_t>(r.native_x(x));
+      const auto ny = static_cast<uint16_t>(r.native_y(y));
+      if (t.value_type() == ClusterValues::int32) {
+        out.add_cluster(nx, ny, values);
+      } else {
+        std::vector<float> f(values.size());
+        for (std::size_t k = 0; k < f.size(); ++k) f[k] = std::bit_cast<float>(values[k]);
+        out.add_cluster(nx, ny, f);
+      }
     }
   }
   return out;

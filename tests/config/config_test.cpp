@@ -185,6 +185,20 @@ TEST(Config, BadValuesNameKeyLineAndAllowed) {
       {"detector:\n  ports: [1]\n", "detector.ports", 2, "[x, y]"},
       {"detector:\n  ports: [1, 2]\n  modules: [1, 3]\n", "detector.modules", 3, "whole ports"},
       {"detector:\n  modules: [0, 1]\n", "detector.modules", 2, "1 to 64"},
+      {"detector:\n  ports: [2, 1]\n  modules: [2, 1]\n  module_orientation: upside_down\n",
+       "detector.module_orientation", 4,
+       "'upside_down' is not an orientation (allowed: normal, flip_rows, flip_cols, rotate_180)"},
+      {"detector:\n  ports: [2, 1]\n  modules: [2, 1]\n  module_orientation: [flip_rows, up]\n",
+       "detector.module_orientation", 4, "'up' is not an orientation"},
+      {"detector:\n  ports: [2, 2]\n  modules: [2, 2]\n"
+       "  module_orientation: [flip_rows, normal, normal]\n",
+       "detector.module_orientation", 4,
+       "3 entries for the 4 modules of detector.modules [2, 2]: give one orientation for all "
+       "modules, or one per module"},
+      {"detector:\n  module_orientation: []\n", "detector.module_orientation", 2,
+       "0 entries for the 1 modules"},
+      {"detector:\n  module_orientation: {a: 1}\n", "detector.module_orientation", 2,
+       "one orientation for all modules, or a list"},
       {"detector:\n  placement:\n    origin: [300, 0]\n    detector_shape: [600, 400]\n"
        "    first_module: 1\n  rows: 400\n",
        "detector.placement.origin", 3, "outside the 600x400 detector"},
@@ -290,8 +304,10 @@ TEST(Config, ToYamlRoundTripsEveryValue) {
   c.mask.file = "/data/m.h5:/entry/mask";
   c.mask.from_dark = true;
   c.mask.noisy_factor = 7.5;
+  c.detector.module_orientation = {"flip_rows", "normal"};
   const auto b = gc::parse(gc::to_yaml(c));
   EXPECT_EQ(gc::to_yaml(b), gc::to_yaml(c));
+  EXPECT_EQ(b.detector.module_orientation, (std::vector<std::string>{"flip_rows", "normal"}));
   EXPECT_EQ(b.detector.rows, 512u);
   EXPECT_EQ(b.detector.ports_y, 2u);
   EXPECT_EQ(b.detector.n_modules(), 2u);
@@ -938,4 +954,23 @@ TEST(Config, ProductsDefaultsValuesAndErrors) {
     EXPECT_EQ(e.line(), b.line) << b.yaml;
     EXPECT_NE(std::string(e.what()).find(b.what), std::string::npos) << e.what();
   }
+}
+
+TEST(Config, ModuleOrientation) {
+  const char* grid = "detector:\n  rows: 400\n  ports: [2, 2]\n  modules: [2, 2]\n";
+  // One value for all modules, a list with one per module; all normal is the default (and is
+  // not written back, so that such a run records the configuration it always did).
+  EXPECT_TRUE(gc::parse("").detector.module_orientation.empty());
+  const auto one = gc::parse(std::string(grid) + "  module_orientation: rotate_180\n");
+  EXPECT_EQ(one.detector.module_orientation, std::vector<std::string>{"rotate_180"});
+  EXPECT_NE(gc::to_yaml(one).find("module_orientation: rotate_180"), std::string::npos);
+  const auto each = gc::parse(std::string(grid) +
+                              "  module_orientation: [flip_rows, flip_rows, normal, flip_cols]\n");
+  EXPECT_EQ(each.detector.module_orientation,
+            (std::vector<std::string>{"flip_rows", "flip_rows", "normal", "flip_cols"}));
+  const auto normal =
+      gc::parse(std::string(grid) + "  module_orientation: [normal, normal, normal, normal]\n");
+  EXPECT_TRUE(normal.detector.module_orientation.empty());
+  EXPECT_EQ(gc::to_yaml(normal), gc::to_yaml(gc::parse(grid)));
+  EXPECT_EQ(gc::to_yaml(gc::parse(grid)).find("module_orientation"), std::string::npos);
 }

@@ -4,9 +4,9 @@ base classes it ships, offline), and the NXevent_data fields are checked value b
 
 nxcheck reports nothing as an error in these files. Its warnings are glint's own metadata,
 which the base classes do not define and NeXus allows (docs/file-layout.md): the attributes of
-/entry and /entry/instrument/detector, the module_id and detector_origin attributes of the
-NXdetector_module groups, the /entry/config and /entry/flushed_rows fields, and the
-reconstruction's tables and parameters in /entry/reconstruction (NXprocess).
+/entry and /entry/instrument/detector, the module_id, detector_origin and orientation
+attributes of the NXdetector_module groups, the /entry/config and /entry/flushed_rows fields,
+and the reconstruction's tables and parameters in /entry/reconstruction (NXprocess).
 Every other warning fails the test, as does any error.
 
 The validator comes from scripts/setup.sh (a virtual environment, GLINT_NEXUS_VENV, default
@@ -34,9 +34,9 @@ GLINT_ENTRY_ATTRS = {"start_time", "end_time", "program_name", "program_version"
 GLINT_DETECTOR_ATTRS = {"frame_shape", "pixel_type", "detector_type", "source", "n_sigma",
                         "cluster_size", "backend", "pedestal_window",
                         "modules", "module_grid", "detector_shape", "detector_origin"}
-# Of each NXdetector_module group (/entry/instrument/detector/module_<id>): its id and its place
-# in the whole detector.
-GLINT_MODULE_ATTRS = {"module_id", "detector_origin"}
+# Of each NXdetector_module group (/entry/instrument/detector/module_<id>): its id, its place
+# in the whole detector and its orientation (the NeXus pixel directions are fields of the class).
+GLINT_MODULE_ATTRS = {"module_id", "detector_origin", "orientation"}
 ACCEPTED = {("/entry", f'"@{a}" is not defined as an attribute in NXentry')
             for a in GLINT_ENTRY_ATTRS}
 ACCEPTED |= {("/entry/instrument/detector", f'"@{a}" is not defined as an attribute in NXdetector')
@@ -156,13 +156,15 @@ def glint_ctl(endpoint, *args, check=True):
 @pytest.fixture(scope="module")
 def module_run(tmp_path_factory):
     """A run file written by glintd on two modules (detector.modules [2, 1]) that are modules 4
-    and 5 of a larger detector (detector.placement), from `glint sim` (2 ports)."""
+    and 5 of a larger detector (detector.placement), the second mounted upside down
+    (detector.module_orientation), from `glint sim` (2 ports)."""
     work = tmp_path_factory.mktemp("nexus_modules")
     runs = work / "runs"
     control = f"tcp://127.0.0.1:{free_port()}"
     config = work / "glintd.yaml"
     config.write_text(f"""
 detector: {{rows: 32, cols: 48, ports: [2, 1], modules: [2, 1],
+           module_orientation: [normal, flip_rows],
            placement: {{detector_shape: [64, 96], origin: [32, 48], first_module: 4}}}}
 ingest:
   endpoints: [tcp://127.0.0.1:{free_port()}, tcp://127.0.0.1:{free_port()}]
@@ -326,6 +328,13 @@ def test_module_run_file_is_nexus(module_run):
             assert list(g["data_origin"][()]) == [0, 24 * k]
             assert list(g["data_size"][()]) == [32, 24]
             assert list(g.attrs["detector_origin"]) == [32, 48 + 24 * k]
+            # Module 5 upside down: its native rows run up the image from its last row.
+            assert g.attrs["orientation"] == ("normal", "flip_rows")[k]
+            fast, slow = g["fast_pixel_direction"], g["slow_pixel_direction"]
+            assert fast.attrs["transformation_type"] == "translation"
+            assert list(fast.attrs["vector"]) == [1, 0, 0]
+            assert list(slow.attrs["vector"]) == [0, (1, -1)[k], 0]
+            assert list(slow.attrs["offset"]) == [24 * k, (0, 31)[k], 0]
         c = f["entry/clusters"]
         assert len(c["module"]) == len(c["x"]) > 0
         assert set(np.unique(c["module"][()])) <= {4, 5}

@@ -287,3 +287,50 @@ TEST_F(MasterFile, ARunThatNeverClosedIsRefusedUnlessAllowed) {
   EXPECT_EQ(sum.runs[1].clusters, open.clusters.n_clusters());  // flushed
   writer->close(nullptr);
 }
+
+TEST_F(MasterFile, CarriesEachModulesOrientation) {
+  // The top half's module 1 mounted upside down, the bottom half's modules normal: every module
+  // group of the master records its orientation, its axes placed in the detector.
+  for (int k : {0, 1}) {
+    ModuleRun r = half_of_four_modules(k);
+    if (k == 0) r.layout.orientations = {ModuleOrientation::normal, ModuleOrientation::flip_rows};
+    write_module_run(half(k), r);
+  }
+  const fs::path master = dir / "master.h5";
+  write_master_file({half(0), half(1)}, master);
+  const RunFileContents top = read_run_file(half(0));
+  ASSERT_EQ(top.modules.size(), 2u);
+  EXPECT_EQ(top.modules[1].orientation, ModuleOrientation::flip_rows);
+
+  Handle f(H5Fopen(master.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  ASSERT_TRUE(f.valid());
+  auto text = [&](const char* object) {
+    Handle a(H5Aopen_by_name(f.get(), object, "orientation", H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    EXPECT_TRUE(a.valid()) << object;
+    if (!a.valid()) return std::string();
+    Handle type = hdf5::string_type();
+    char* p = nullptr;
+    H5Aread(a.get(), type.get(), &p);
+    std::string s = p ? p : "";
+    H5free_memory(p);
+    return s;
+  };
+  auto doubles = [&](const char* object, const char* name) {
+    Handle a(H5Aopen_by_name(f.get(), object, name, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    std::vector<double> v(3, -7.0);
+    EXPECT_TRUE(a.valid()) << object << " @" << name;
+    if (a.valid()) H5Aread(a.get(), H5T_NATIVE_DOUBLE, v.data());
+    return v;
+  };
+  EXPECT_EQ(text("entry/instrument/detector/module_01"), "flip_rows");
+  EXPECT_EQ(text("entry/instrument/detector/module_00"), "normal");
+  EXPECT_EQ(text("entry/instrument/detector/module_03"), "normal");
+  // Module 1: 4 x 3 at detector (0, 3); its native row 0 is detector row 3.
+  const char* slow = "entry/instrument/detector/module_01/slow_pixel_direction";
+  EXPECT_EQ(doubles(slow, "vector"), (std::vector<double>{0, -1, 0}));
+  EXPECT_EQ(doubles(slow, "offset"), (std::vector<double>{3, 3, 0}));
+  // Module 3 (normal, bottom half at detector (4, 3)).
+  const char* fast3 = "entry/instrument/detector/module_03/fast_pixel_direction";
+  EXPECT_EQ(doubles(fast3, "vector"), (std::vector<double>{1, 0, 0}));
+  EXPECT_EQ(doubles(fast3, "offset"), (std::vector<double>{3, 4, 0}));
+}

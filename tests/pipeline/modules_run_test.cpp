@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -66,28 +67,48 @@ Alone find_alone(const Case& c, const RunFileContents& f, const ModuleRegion& r)
   return out;
 }
 
-/// Runs `c` and checks every module against the module found alone.
-void expect_each_module_as_found_alone(const Case& c, std::size_t frames) {
+/// The clusters the run file holds for module `id` (x, y and values native to it), one record
+/// per data frame row.
+ClusterTable file_module_clusters(const RunFileContents& f, uint32_t id) {
+  ClusterTable out(f.clusters.cluster_size(), f.clusters.value_type());
+  for (const FrameRow& row : f.frames) {
+    if (row.flags != 0) continue;
+    out.begin_frame(row.frame_number);
+    for (uint64_t i = row.cluster_offset; i < row.cluster_offset + row.n_clusters; ++i)
+      if (f.cluster_module.at(i) == id)
+        out.add_cluster(f.clusters.x()[i], f.clusters.y()[i], f.clusters.cluster_data(i));
+  }
+  return out;
+}
+
+/// Runs `c` and checks every module against the module found alone; returns the run file.
+RunFileContents expect_each_module_as_found_alone(const Case& c, std::size_t frames) {
   Acquisition run(c.cfg, 1, std::nullopt);
   const SimReport sent = run_stream_simulator(c.sim);
   EXPECT_TRUE(sent.subscribers_seen);
-  ASSERT_TRUE(run.wait(30s)) << "the run did not end on the end message";
+  if (!run.wait(30s)) {
+    ADD_FAILURE() << "the run did not end on the end message";
+    return RunFileContents();
+  }
   const RunStats s = run.stats();
-  ASSERT_EQ(s.error, "");
+  EXPECT_EQ(s.error, "");
   EXPECT_EQ(s.incomplete, 0u);
   EXPECT_EQ(s.parts, frames * c.cfg.detector.n_ports());
   EXPECT_NE(s.backend.find(fmt::format("{} modules: {}", c.cfg.detector.n_modules(),
                                       c.cfg.finder.backend)),
             std::string::npos)
       << s.backend;
-  const RunFileContents f = read_run_file(run.file());
-  ASSERT_EQ(f.frames.size(), frames);
-  ASSERT_TRUE(f.end_state.has_value());
+  RunFileContents f = read_run_file(run.file());
+  EXPECT_EQ(f.frames.size(), frames);
+  if (!f.end_state) {
+    ADD_FAILURE() << "no end pedestal";
+    return f;
+  }
   const ClusterTable clust = read_clust(clust_file_path(run.file()), c.cfg.finder.cluster_size);
   EXPECT_EQ(clust.n_frames(), s.data_frames);
   EXPECT_EQ(clust.n_clusters(), s.clusters);
-  const FrameShape shape{c.cfg.detector.rows, c.cfg.detector.cols};
-  const auto regions = module_grid(shape, c.cfg.detector.modules_x, c.cfg.detector.modules_y);
+  // The modules with their orientations: the .clust file and the pedestal are the image's.
+  const auto regions = detector_modules(c.cfg.detector);
   std::size_t total = 0, modules_with_clusters = 0;
   for (std::size_t k = 0; k < regions.size(); ++k) {
     SCOPED_TRACE(fmt::format("module {}", k));
@@ -96,13 +117,29 @@ void expect_each_module_as_found_alone(const Case& c, std::size_t frames) {
         << "module " << k << ": " << clusters_in(clust, regions[k]).n_clusters() << " clusters, "
         << alone.clusters.n_clusters() << " alone";
     EXPECT_TRUE(extract_pedestal(*f.end_state, regions[k]) == alone.pedestal);
-    ASSERT_EQ(s.module_clusters.size(), regions.size());
+    // The run file holds each module's clusters as the module found them.
+    if (f.cluster_module.empty()) continue;
+    const uint32_t id = c.cfg.detector.first_module + static_cast<uint32_t>(k);
+    EXPECT_TRUE(file_module_clusters(f, id) == alone.clusters) << "module " << k;
+    EXPECT_EQ(f.module(id).orientation, regions[k].orientation);
+    EXPECT_EQ(f.module(id).region(), (ModuleRegion{regions[k].row0, regions[k].col0,
+                                                   regions[k].shape, regions[k].orientation}));
+    if (s.module_clusters.size() != regions.size()) {
+      ADD_FAILURE() << "clusters of " << s.module_clusters.size() << " modules";
+      continue;
+    }
     EXPECT_EQ(s.module_clusters[k], alone.clusters.n_clusters());
     total += alone.clusters.n_clusters();
     modules_with_clusters += alone.clusters.n_clusters() > 0;
   }
   EXPECT_EQ(clust.n_clusters(), total);
   EXPECT_EQ(modules_with_clusters, regions.size());
+  // In image coordinates and orientation, the file's clusters are the .clust file's.
+  const ClusterTable image = image_clusters(f);
+  EXPECT_TRUE(std::ranges::equal(image.x(), clust.x()));
+  EXPECT_TRUE(std::ranges::equal(image.y(), clust.y()));
+  EXPECT_TRUE(std::ranges::equal(image.data(), clust.data()));
+  return f;
 }
 
 }  // namespace
@@ -116,6 +153,45 @@ TEST(ModulesRun, TwoModulesEachAsFoundAlone) {
   c.cfg.ingest.reorder_frames = 200;
   c.sim.image.photons = 20;
   expect_each_module_as_found_alone(c, 80);
+}
+
+TEST(ModulesRun, ModuleUpsideDownFoundNativeShownFlipped) {
+  // Two modules side by side, the second mounted upside down (flip_rows): its finder reads the
+  // rows as its port sends them; the image, the .clust file and the pedestal show it flipped.
+  Case c = glint::testing::small_detector_run("modules_flipped", 2, 1, 2);
+  c.cfg.detector.modules_x = 2;
+  c.cfg.detector.module_orientation = {"normal", "flip_rows"};
+  c.cfg.output.clust = true;
+  c.cfg.ingest.copy_threads = 2;
+  c.cfg.ingest.reorder_frames = 200;
+  c.sim.image.photons = 20;
+  const RunFileContents f = expect_each_module_as_found_alone(c, 80);
+  ASSERT_EQ(f.modules.size(), 2u);
+  EXPECT_EQ(f.modules[0].orientation, ModuleOrientation::normal);
+  EXPECT_EQ(f.modules[1].orientation, ModuleOrientation::flip_rows);
+
+  // A cluster of module 1 at native (x, y) is at image (32 + x, 47 - y), its window upside down.
+  const ClusterTable image = image_clusters(f);
+  const int S = f.clusters.cluster_size();
+  std::size_t checked = 0;
+  for (std::size_t i = 0; i < f.clusters.n_clusters(); ++i) {
+    if (f.cluster_module[i] != 1) continue;
+    EXPECT_EQ(image.x()[i], 32 + f.clusters.x()[i]);
+    EXPECT_EQ(image.y()[i], 47 - f.clusters.y()[i]);
+    const auto native = f.clusters.cluster_data(i), shown = image.cluster_data(i);
+    for (int r = 0; r < S; ++r)
+      for (int col = 0; col < S; ++col)
+        EXPECT_EQ(shown[static_cast<std::size_t>(r * S + col)],
+                  native[static_cast<std::size_t>((S - 1 - r) * S + col)]);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0u);
+  // Module 0 is as it was: local coordinates are image ones.
+  for (std::size_t i = 0; i < f.clusters.n_clusters(); ++i)
+    if (f.cluster_module[i] == 0) {
+      EXPECT_EQ(image.x()[i], f.clusters.x()[i]);
+      EXPECT_EQ(image.y()[i], f.clusters.y()[i]);
+    }
 }
 
 TEST(ModulesRun, Jungfrau4MGeometryAtSmallSizeEndToEnd) {
@@ -238,6 +314,25 @@ TEST(ModuleCalibration, OneGainFilePerModulePlacedInTheImage) {
         ASSERT_EQ(got.calibration->gain[s * np + y * 12 + x], gain(id, s, y * 6 + x % 6))
             << "stage " << s << " y " << y << " x " << x;
       }
+
+  // Modules mounted upside down: each file is the module's native rows, the image shows them
+  // flipped.
+  cfg.detector.module_orientation = {"flip_rows"};
+  const FinderParams flipped = with_detector_pixels(cfg, p);
+  for (std::size_t s = 0; s < 3; ++s)
+    for (uint32_t y = 0; y < 8; ++y)
+      for (uint32_t x = 0; x < 12; ++x) {
+        const uint32_t id = 4 + x / 6;
+        ASSERT_EQ(flipped.calibration->gain[s * np + y * 12 + x],
+                  gain(id, s, (7 - y) * 6 + x % 6))
+            << "stage " << s << " y " << y << " x " << x;
+      }
+  // Each module's finder gets its file back as it was (module_params undoes the flip).
+  const auto regions = detector_modules(cfg.detector);
+  const FinderParams m5 = module_params(flipped, regions[1]);
+  for (std::size_t i = 0; i < module.pixels(); ++i)
+    ASSERT_EQ(m5.calibration->gain[i], gain(5, 0, i)) << i;
+  cfg.detector.module_orientation.clear();
 
   // A module's missing file is named; a whole-image pedestal file beside per-module gains is
   // refused.

@@ -90,6 +90,26 @@ TEST(PixelMask, GainSwitchesInTheDarkAreOverResponding) {
   EXPECT_THROW(g.add(std::vector<uint16_t>(3, 0)), std::invalid_argument);
 }
 
+TEST(PixelMask, ModuleDarkFramesCountWhereTheImageShowsThePixel) {
+  // A 2 x 6 image of two 2 x 3 modules; module 1 (columns 3-5) mounted turned by 180 degrees.
+  // Its native frames' pixel (x 0, y 0) is image pixel (row 1, column 5).
+  const FrameShape shape{2, 6};
+  const auto regions = module_grid(shape, 2, 1,
+                                   std::vector<ModuleOrientation>{ModuleOrientation::normal,
+                                                                  ModuleOrientation::rotate_180});
+  DarkGainSwitches g(shape);
+  const std::vector<uint16_t> module0{0x4000, 1, 1,   // native (0, 0) in G1
+                                      1, 1, 1};
+  const std::vector<uint16_t> module1{0x4000, 1, 1,   // native (0, 0) in G1
+                                      1, 0xC000, 1};  // native (1, 1) in G2
+  g.add(module0, regions[0], true);
+  g.add(module1, regions[1], false);
+  EXPECT_EQ(g.frames(), 1u);
+  EXPECT_EQ(std::vector<uint32_t>(g.counts().begin(), g.counts().end()),
+            (std::vector<uint32_t>{1, 0, 0, 0, 1, 0,
+                                   0, 0, 0, 0, 0, 1}));
+}
+
 TEST(PixelMask, FilterRemovesExactlyTheClustersCentredOnMaskedPixels) {
   const FrameShape shape{4, 5};
   ClusterTable in(3, ClusterValues::int32, /*gain_counts=*/true);

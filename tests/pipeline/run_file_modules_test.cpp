@@ -5,6 +5,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -292,4 +293,116 @@ TEST_F(RunFileModules, AClusterOutsideTheImageIsRefused) {
   t.add_cluster(6, 0, cluster_values(1));
   EXPECT_THROW(w.append(t), std::invalid_argument);
   EXPECT_EQ(w.clusters_written(), 0u);
+}
+
+namespace {
+
+std::vector<double> read_double_attr(hid_t file, const char* object, const char* name) {
+  Handle attr(H5Aopen_by_name(file, object, name, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  EXPECT_TRUE(attr.valid()) << object << " @" << name;
+  if (!attr.valid()) return {};
+  Handle space(H5Aget_space(attr.get()), H5Sclose);
+  std::vector<double> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space.get())));
+  EXPECT_GE(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, v.data()), 0);
+  return v;
+}
+
+std::string read_string_attr(hid_t file, const char* object, const char* name) {
+  Handle attr(H5Aopen_by_name(file, object, name, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  EXPECT_TRUE(attr.valid()) << object << " @" << name;
+  if (!attr.valid()) return {};
+  Handle type = hdf5::string_type();
+  char* p = nullptr;
+  EXPECT_GE(H5Aread(attr.get(), type.get(), &p), 0);
+  std::string s = p ? p : "";
+  H5free_memory(p);
+  return s;
+}
+
+}  // namespace
+
+TEST_F(RunFileModules, FlippedModulesStoreNativeCoordinatesAndValues) {
+  // Module 0 upside down, module 1 turned by 180 degrees (modules of 4 x 3 at columns 0 and 3).
+  const fs::path file = dir / "flipped.h5";
+  RunMetadata meta = metadata({4, 6});
+  meta.modules.modules_x = 2;
+  meta.modules.orientations = {ModuleOrientation::flip_rows, ModuleOrientation::rotate_180};
+  const ClusterTable table = image_table();  // image coordinates and orientation
+  {
+    RunFileWriter w(file, meta);
+    w.append(table);
+    w.close(nullptr);
+  }
+  // (0, 0) -> module 0 native (0, 3); (2, 3) -> (2, 0); (3, 0) -> module 1 native (2, 3);
+  // (5, 3) -> (0, 0); (4, 1) -> (1, 2). Windows as the modules read them.
+  const std::vector<int32_t> upside_down{106, 107, 108, 103, 104, 105, 100, 101, 102};
+  std::vector<int32_t> turned = cluster_values(3);
+  std::reverse(turned.begin(), turned.end());
+  {
+    Handle f = open_file(file);
+    ASSERT_TRUE(f.valid());
+    EXPECT_EQ(read_dataset<uint16_t>(f.get(), "entry/clusters/x"),
+              (std::vector<uint16_t>{0, 2, 2, 0, 1}));
+    EXPECT_EQ(read_dataset<uint16_t>(f.get(), "entry/clusters/y"),
+              (std::vector<uint16_t>{3, 0, 3, 0, 2}));
+    EXPECT_EQ(read_dataset<uint16_t>(f.get(), "entry/clusters/module"),
+              (std::vector<uint16_t>{0, 0, 1, 1, 1}));
+    // event_id stays the image pixel.
+    EXPECT_EQ(read_dataset<uint32_t>(f.get(), "entry/clusters/event_id"),
+              (std::vector<uint32_t>{0, 20, 3, 23, 10}));
+    const auto data = read_dataset<int32_t>(f.get(), "entry/clusters/data");
+    ASSERT_EQ(data.size(), 45u);
+    EXPECT_EQ(std::vector<int32_t>(data.begin(), data.begin() + 9), upside_down);
+    EXPECT_EQ(std::vector<int32_t>(data.begin() + 18, data.begin() + 27), turned);
+    const char* m0 = "entry/instrument/detector/module_00";
+    const char* m1 = "entry/instrument/detector/module_01";
+    EXPECT_EQ(read_string_attr(f.get(), m0, "orientation"), "flip_rows");
+    EXPECT_EQ(read_string_attr(f.get(), m1, "orientation"), "rotate_180");
+    // NeXus axes in image pixels: native (x, y) is at offset + x * fast + y * slow.
+    const std::string f0 = std::string(m0) + "/fast_pixel_direction";
+    const std::string s0 = std::string(m0) + "/slow_pixel_direction";
+    const std::string f1 = std::string(m1) + "/fast_pixel_direction";
+    const std::string s1 = std::string(m1) + "/slow_pixel_direction";
+    EXPECT_EQ(read_double_attr(f.get(), f0.c_str(), "vector"), (std::vector<double>{1, 0, 0}));
+    EXPECT_EQ(read_double_attr(f.get(), s0.c_str(), "vector"), (std::vector<double>{0, -1, 0}));
+    EXPECT_EQ(read_double_attr(f.get(), s0.c_str(), "offset"), (std::vector<double>{0, 3, 0}));
+    EXPECT_EQ(read_double_attr(f.get(), f1.c_str(), "vector"), (std::vector<double>{-1, 0, 0}));
+    EXPECT_EQ(read_double_attr(f.get(), s1.c_str(), "vector"), (std::vector<double>{0, -1, 0}));
+    EXPECT_EQ(read_double_attr(f.get(), f1.c_str(), "offset"), (std::vector<double>{5, 3, 0}));
+    EXPECT_EQ(read_string_attr(f.get(), f1.c_str(), "transformation_type"), "translation");
+    EXPECT_EQ(read_dataset<double>(f.get(), f1.c_str()), std::vector<double>{1.0});
+  }
+  const RunFileContents r = read_run_file(file);
+  ASSERT_EQ(r.modules.size(), 2u);
+  EXPECT_EQ(r.modules[0].orientation, ModuleOrientation::flip_rows);
+  EXPECT_EQ(r.modules[1].orientation, ModuleOrientation::rotate_180);
+  EXPECT_EQ(r.modules[1].region(), (ModuleRegion{0, 3, {4, 3}, ModuleOrientation::rotate_180}));
+  EXPECT_EQ(vec(r.clusters.x()), (std::vector<uint16_t>{0, 2, 2, 0, 1}));
+  // Back in the image: the coordinates and windows that were written.
+  const ClusterTable image = image_clusters(r);
+  EXPECT_EQ(vec(image.x()), vec(table.x()));
+  EXPECT_EQ(vec(image.y()), vec(table.y()));
+  EXPECT_EQ(vec(image.data()), vec(table.data()));
+  const ClusterTable whole = detector_clusters(r);
+  EXPECT_EQ(vec(whole.x()), vec(table.x()));
+  EXPECT_EQ(vec(whole.data()), vec(table.data()));
+
+  // One module mounted flipped is recorded as a module.
+  const fs::path one = dir / "one_flipped.h5";
+  RunMetadata single = metadata({4, 6});
+  single.modules.orientations = {ModuleOrientation::flip_cols};
+  {
+    RunFileWriter w(one, single);
+    w.append(table);
+    w.close(nullptr);
+  }
+  const RunFileContents s = read_run_file(one);
+  ASSERT_EQ(s.modules.size(), 1u);
+  EXPECT_EQ(s.modules[0].orientation, ModuleOrientation::flip_cols);
+  EXPECT_EQ(vec(s.clusters.x()), (std::vector<uint16_t>{5, 3, 2, 0, 1}));
+  EXPECT_EQ(vec(image_clusters(s).x()), vec(table.x()));
+
+  // Orientations that are not one per module are refused.
+  meta.modules.orientations = {ModuleOrientation::flip_rows};
+  EXPECT_THROW(RunFileWriter(dir / "bad.h5", meta), std::invalid_argument);
 }

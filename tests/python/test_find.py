@@ -210,3 +210,32 @@ def test_find_modules_each_as_found_alone(ext, raw_frames):
         ext.find(raw_frames, n_dark=1000, modules=(3, 1))
     with pytest.raises(ValueError, match="modules"):
         ext.find(raw_frames, n_dark=1000, modules=(0, 1))
+
+
+def test_find_module_upside_down_found_native_shown_flipped(ext, raw_frames):
+    # The right module mounted upside down: its finder reads its frames as they are, so its
+    # clusters are those found alone; the result shows them (x, y and data) and its pedestal
+    # flipped.
+    both = ext.find(raw_frames, n_dark=1000, backend="cpu", modules=(2, 1),
+                    module_orientation=["normal", "flip_rows"])
+    rows, half = raw_frames.shape[1], raw_frames.shape[2] // 2
+    right = both.clusters[both.clusters["x"] >= half]
+    alone = ext.find(np.ascontiguousarray(raw_frames[:, :, half:]), n_dark=1000,
+                     backend="reference")
+    assert len(alone.clusters) > 20
+    # In the module's own order within each frame: mapped back, they are the module's clusters.
+    assert np.array_equal(right["x"] - half, alone.clusters["x"])
+    assert np.array_equal(rows - 1 - right["y"], alone.clusters["y"])
+    assert np.array_equal(right["frame_number"], alone.clusters["frame_number"])
+    assert np.array_equal(right["data"][:, ::-1, :], alone.clusters["data"])
+    assert not np.array_equal(right["data"], alone.clusters["data"])
+    assert np.array_equal(both.pedestal[::-1, half:].view(np.uint8),
+                          np.ascontiguousarray(alone.pedestal).view(np.uint8))
+    # The left module is untouched.
+    plain = ext.find(raw_frames, n_dark=1000, backend="cpu", modules=(2, 1))
+    left = both.clusters[both.clusters["x"] < half]
+    assert np.array_equal(left, plain.clusters[plain.clusters["x"] < half])
+    with pytest.raises(ValueError, match="module_orientation"):
+        ext.find(raw_frames, n_dark=1000, modules=(2, 1), module_orientation=["flip_rows"] * 3)
+    with pytest.raises(ValueError, match="'sideways' is not an orientation"):
+        ext.find(raw_frames, n_dark=1000, modules=(2, 1), module_orientation="sideways")

@@ -157,3 +157,34 @@ def test_products_are_read_as_written(glint, raw_run, tmp_path):
         volume, info = run.volume()
         assert info == {"index": 1, "first_frame": 1100, "last_frame": 1299, "slices": 2}
         assert np.array_equal(volume, written["volume"][1, :2])
+
+
+def test_flipped_modules_read_native_and_in_the_image(glint, ext, glint_bin, raw_run, raw_frames,
+                                                      tmp_path):
+    """A run of two modules, the right one turned by 180 degrees: the file holds its clusters
+    native to it; in image coordinates they are glint.find's clusters (x, y and data flipped)."""
+    from conftest import run_glint
+    path = tmp_path / "turned.h5"
+    run_glint(glint_bin, "find", "-q", "-i", raw_run["frames"], "--dark", 1000, "--backend",
+              "cpu", "--modules", "2,1", "--module-orientation", "normal,rotate_180",
+              "--output", path)
+    found = ext.find(raw_frames, n_dark=1000, backend="cpu", modules=(2, 1),
+                     module_orientation=("normal", "rotate_180"))
+    rows, cols = raw_run["shape"]
+    with glint.RunFile(path) as run:
+        assert [m.orientation for m in run.modules] == ["normal", "rotate_180"]
+        assert run.modules[1] == glint.Module(1, (0, cols // 2), (rows, cols // 2), (0, cols // 2),
+                                              "rotate_180")
+        local = np.concatenate(list(run.clusters()))
+        image = np.concatenate(list(run.clusters(coordinates="image")))
+        whole_detector = np.concatenate(list(run.clusters(coordinates="detector")))
+    assert len(image) == len(found.clusters) > 20
+    for name in ("frame_number", "x", "y", "data"):
+        assert np.array_equal(image[name], found.clusters[name]), name
+        assert np.array_equal(whole_detector[name], found.clusters[name]), name
+    turned = local["module"] == 1
+    assert turned.any()
+    assert np.array_equal(image["x"][turned], cols - 1 - local["x"][turned])
+    assert np.array_equal(image["y"][turned], rows - 1 - local["y"][turned])
+    assert np.array_equal(image["data"][turned], local["data"][turned][:, ::-1, ::-1])
+    assert np.array_equal(image["data"][~turned], local["data"][~turned])

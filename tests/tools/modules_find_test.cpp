@@ -89,3 +89,109 @@ TEST_F(GlintFindModules, EachModuleAsFoundAlone) {
   EXPECT_NE(r.output.find("--modules"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("7 x 1 modules"), std::string::npos) << r.output;
 }
+
+TEST_F(GlintFindModules, FlippedModulesFoundNativeShownFlipped) {
+  // Modules 1 (flip_rows) and 2 (rotate_180) of a 2 x 2 grid mounted flipped: each module's
+  // clusters are still `glint find` on its frames alone; the image shows them flipped.
+  glint::synth::Config c;
+  c.shape = {40, 60};
+  c.seed = 78;
+  c.dark_frames = 1000;
+  c.photons = 25;
+  const std::size_t n = 1040;
+  std::vector<uint16_t> frames(n * c.shape.pixels());
+  glint::synth::Generator(c).fill_many(0, n, frames, 2);
+  const std::string all = path("all.h5");
+  glint::testing::write_frames(all, frames, n, c.shape.rows, c.shape.cols);
+
+  ToolResult r = run_glint(fmt::format(
+      "find -q -i {} --dark 1000 --backend cpu --modules 2,2 "
+      "--module-orientation normal,flip_rows,rotate_180,normal --clust {} -o {}",
+      all, path("all.clust"), path("run.h5")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const glint::ClusterTable found = glint::read_clust(path("all.clust"), 3);
+  using O = glint::ModuleOrientation;
+  const auto regions = glint::module_grid(
+      c.shape, 2, 2, std::vector<O>{O::normal, O::flip_rows, O::rotate_180, O::normal});
+  const auto run = glint::pipeline::read_run_file(path("run.h5"));
+  ASSERT_EQ(run.modules.size(), 4u);
+  for (std::size_t k = 0; k < regions.size(); ++k) {
+    const auto& m = regions[k];
+    EXPECT_EQ(run.modules[k].orientation, m.orientation);
+    std::vector<uint16_t> mine(n * m.shape.pixels());
+    glint::extract_module(c.shape, m, frames, n, mine);
+    const std::string file = path(fmt::format("module{}.h5", k));
+    glint::testing::write_frames(file, mine, n, m.shape.rows, m.shape.cols);
+    const std::string clust = path(fmt::format("module{}.clust", k));
+    r = run_glint(fmt::format("find -q -i {} --dark 1000 --backend cpu --clust {}", file, clust));
+    ASSERT_EQ(r.status, 0) << r.output;
+    const glint::ClusterTable alone = glint::read_clust(clust, 3);
+    ASSERT_GT(alone.n_clusters(), 10u);
+    // Mapped back to the module's native coordinates and windows: those found alone.
+    const glint::ClusterTable got = glint::testing::clusters_in(found, m);
+    EXPECT_TRUE(got == alone) << "module " << k << ": " << got.n_clusters() << " clusters, "
+                              << alone.n_clusters() << " alone";
+  }
+  // Module 1 (rows 0-19, columns 30-59, upside down): in the run file native, in the image
+  // flipped; image_clusters() gives the .clust file's clusters back.
+  std::size_t seen = 0;
+  for (std::size_t i = 0; i < found.n_clusters(); ++i) {
+    if (run.cluster_module[i] != 1) continue;
+    ASSERT_EQ(found.x()[i], 30 + run.clusters.x()[i]) << i;
+    ASSERT_EQ(found.y()[i], 19 - run.clusters.y()[i]) << i;
+    ++seen;
+  }
+  EXPECT_GT(seen, 0u);
+  const glint::ClusterTable image = glint::pipeline::image_clusters(run);
+  EXPECT_TRUE(std::ranges::equal(image.x(), found.x()));
+  EXPECT_TRUE(std::ranges::equal(image.y(), found.y()));
+  EXPECT_TRUE(std::ranges::equal(image.data(), found.data()));
+
+  r = run_glint(fmt::format("find -q -i {} --dark 1000 --modules 2,2 --module-orientation "
+                            "flip_rows,normal --clust {}",
+                            all, path("bad.clust")));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--module-orientation"), std::string::npos) << r.output;
+  r = run_glint(fmt::format("find -q -i {} --dark 1000 --modules 2,2 --module-orientation "
+                            "sideways --clust {}",
+                            all, path("bad.clust")));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("'sideways' is not an orientation"), std::string::npos) << r.output;
+}
+
+TEST_F(GlintFindModules, PedestalFileOfFlippedModulesIsTheImage) {
+  // glint pedestal --module-orientation writes the image's pedestal (each module as the image
+  // shows it), which glint find --pedestal loads as glintd does.
+  glint::synth::Config c;
+  c.shape = {20, 30};
+  c.seed = 79;
+  c.dark_frames = 200;
+  const std::size_t n = 200;
+  std::vector<uint16_t> frames(n * c.shape.pixels());
+  glint::synth::Generator(c).fill_many(0, n, frames, 2);
+  const std::string all = path("dark.h5");
+  glint::testing::write_frames(all, frames, n, c.shape.rows, c.shape.cols);
+  ToolResult r = run_glint(fmt::format("pedestal -q -i {} --dark 200 --window 200 -o {}", all,
+                                       path("raw.h5")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_glint(fmt::format("pedestal -q -i {} --dark 200 --window 200 --modules 2,1 "
+                            "--module-orientation flip_cols,rotate_180 -o {}",
+                            all, path("image.h5")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto raw = glint::pipeline::read_pedestal_state(path("raw.h5"));
+  const auto image = glint::pipeline::read_pedestal_state(path("image.h5"));
+  ASSERT_EQ(image.shape, c.shape);
+  for (uint32_t y = 0; y < 20; ++y)
+    for (uint32_t x = 0; x < 15; ++x) {
+      // Module 0 (columns 0-14) mirrored left-right; module 1 (15-29) turned by 180 degrees.
+      ASSERT_EQ(image.sum[y * 30 + (14 - x)], raw.sum[y * 30 + x]) << y << " " << x;
+      ASSERT_EQ(image.sum[(19 - y) * 30 + (29 - x)], raw.sum[y * 30 + 15 + x]) << y << " " << x;
+      ASSERT_EQ(image.count[(19 - y) * 30 + (29 - x)], raw.count[y * 30 + 15 + x]);
+    }
+  EXPECT_NE(image.sum, raw.sum);
+  r = run_glint(fmt::format("pedestal -q -i {} --dark 200 --window 200 --modules 2,1 "
+                            "--module-orientation upside -o {}",
+                            all, path("bad.h5")));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("'upside' is not an orientation"), std::string::npos) << r.output;
+}

@@ -47,6 +47,10 @@ struct DetectorConfig {
   uint32_t n_modules() const { return modules_x * modules_y; }
   uint32_t module_rows() const { return rows / modules_y; }
   uint32_t module_cols() const { return cols / modules_x; }
+  /// How each module is mounted (detector.module_orientation): normal, flip_rows, flip_cols or
+  /// rotate_180 (glint::ModuleOrientation's names). Empty: all normal; one entry: all modules;
+  /// otherwise one per module, row-major over the grid. Never all "normal" (that is empty).
+  std::vector<std::string> module_orientation;
   /// Where this image sits in a larger detector read by several glintd (detector.placement):
   /// the whole detector's shape (0: this image), this image's origin in it, and the id of its
   /// first module (ids run row-major over the module grid from there).

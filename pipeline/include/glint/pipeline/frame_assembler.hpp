@@ -50,7 +50,8 @@ struct AssembledFrame {
   void write_to(const config::DetectorConfig& det, std::span<uint16_t> out,
                 bool streaming = false) const;
   /// Writes the block `region` of the image (whole ports: a module) into `out` (region.shape,
-  /// row-major), as write_to does for the whole image.
+  /// row-major), as write_to does for the whole image: the module's native pixels as its ports
+  /// send them (region.orientation is not applied; docs/modules.md, "Orientation").
   void write_region(const config::DetectorConfig& det, const ModuleRegion& region,
                     std::span<uint16_t> out, bool streaming = false) const;
 };

@@ -30,10 +30,14 @@ class FrameCopier {
   FrameCopier(const FrameCopier&) = delete;
   FrameCopier& operator=(const FrameCopier&) = delete;
 
-  /// Writes `f`'s image into `dst` (one image), pre-processes it and releases `f`.
+  /// Writes `f`'s image into `dst` (one image), pre-processes it and releases `f`. (Only for a
+  /// finder that is not a ModularFinder: one module mounted normal, whose raw frame is the
+  /// image.)
   void copy(FramePtr f, std::span<uint16_t> dst);
   /// Writes each module's block of `f`'s image (regions[k]) where module k's finder reads it,
-  /// as image `index` of its input slot slots[k], and releases `f`. `regions` and `slots`
+  /// as image `index` of its input slot slots[k], and releases `f`. The block is written as the
+  /// ports deliver it, the module's native order, whatever regions[k].orientation: the finder
+  /// reads native frames, ModularFinder turns its results into the image. `regions` and `slots`
   /// outlive the copy (until wait()). (The pre-processing stage sees whole images only; it is
   /// inactive on a detector of modules.)
   void copy_modules(FramePtr f, std::span<const ModuleRegion> regions,

@@ -38,8 +38,9 @@ class DarkGainSwitches {
   explicit DarkGainSwitches(FrameShape shape) : shape_(shape), counts_(shape.pixels(), 0) {}
   /// Adds whole raw frames (a multiple of the frame's pixels).
   void add(std::span<const uint16_t> frames);
-  /// Adds whole frames of one module (`region` of the image); they count as frames when
-  /// `count_frames` (once per image: for its first module).
+  /// Adds whole frames of one module (`region` of the image; the module's native frames, counted
+  /// where its orientation shows each pixel); they count as frames when `count_frames` (once per
+  /// image: for its first module).
   void add(std::span<const uint16_t> frames, const ModuleRegion& region, bool count_frames);
   FrameShape shape() const { return shape_; }
   uint64_t frames() const { return frames_; }

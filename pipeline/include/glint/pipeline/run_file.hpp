@@ -11,11 +11,14 @@
 //                               uint32, NXdetector bits (pixel_mask_bit_meanings()), 0 until
 //                               written at the end of the dark frames
 //   /entry/instrument/detector/module_<id>  (RunMetadata::modules, when recorded: more than one
-//                               module, or a part of a larger detector) NXdetector_module per
-//                               module: data_origin, data_size, @module_id, @detector_origin;
-//                               the detector gets @modules, @module_grid, @detector_shape,
-//                               @detector_origin, and /entry/clusters module u16 (the cluster's
-//                               module id; x, y are then local to the module)
+//                               module, a part of a larger detector, or a module not mounted
+//                               normal) NXdetector_module per module: data_origin, data_size,
+//                               @module_id, @detector_origin; with a module not mounted normal,
+//                               each also @orientation and fast_pixel_direction,
+//                               slow_pixel_direction (module_axes); the detector gets @modules,
+//                               @module_grid, @detector_shape, @detector_origin, and
+//                               /entry/clusters module u16 (the cluster's module id; x, y and
+//                               data are then local and native to the module)
 //   /entry/frames               frame_number u64, timestamp u64, cluster_offset u64,
 //                               n_clusters u32, flags u8 (one row per frame, in order);
 //                               masked_clusters u32 with a pixel mask (clusters removed)
@@ -76,6 +79,7 @@
 // set in its superblock. It opens in SWMR read mode as it is (read_run_file; h5py:
 // File(path, "r", libver="latest", swmr=True)); for a plain open (h5dump, HDFView) run
 // `h5clear -s FILE` once.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <filesystem>
@@ -89,6 +93,7 @@
 
 #include "glint/cluster_finder.hpp"
 #include "glint/cluster_table.hpp"
+#include "glint/modular_finder.hpp"
 #include "glint/pedestal.hpp"
 #include "glint/pipeline/storage_guard.hpp"
 #include "glint/products/run_products.hpp"
@@ -141,12 +146,24 @@ struct ModuleLayout {
   uint32_t detector_rows = 0, detector_cols = 0;
   uint32_t origin_row = 0, origin_col = 0;
   uint32_t first_module = 0;
+  /// How each module is mounted (index k as above); empty: all normal.
+  std::vector<ModuleOrientation> orientations;
   uint32_t n_modules() const { return modules_x * modules_y; }
-  /// Whether a file of frames of `shape` records its modules (config's has_modules()).
+  /// Module k's orientation.
+  ModuleOrientation orientation(std::size_t k) const {
+    return orientations.empty() ? ModuleOrientation::normal : orientations.at(k);
+  }
+  /// Whether a module is mounted other than normal.
+  bool oriented() const {
+    return std::any_of(orientations.begin(), orientations.end(),
+                       [](ModuleOrientation o) { return o != ModuleOrientation::normal; });
+  }
+  /// Whether a file of frames of `shape` records its modules (config's has_modules(), or a
+  /// module not mounted normal).
   bool recorded(FrameShape shape) const {
     return n_modules() > 1 || (detector_rows != 0 && detector_rows != shape.rows) ||
            (detector_cols != 0 && detector_cols != shape.cols) || origin_row != 0 ||
-           origin_col != 0 || first_module != 0;
+           origin_col != 0 || first_module != 0 || oriented();
   }
   friend bool operator==(const ModuleLayout&, const ModuleLayout&) = default;
 };
@@ -157,8 +174,25 @@ struct ModuleInfo {
   std::array<uint32_t, 2> data_origin{};      ///< (row, col) in the file's image
   std::array<uint32_t, 2> data_size{};        ///< (rows, cols)
   std::array<uint32_t, 2> detector_origin{};  ///< (row, col) in the whole detector
+  /// How the image shows the module (@orientation; normal when the file has none). The
+  /// clusters' x, y and values in the file are the module's native ones.
+  ModuleOrientation orientation = ModuleOrientation::normal;
+  /// The module's block of the file's image.
+  ModuleRegion region() const {
+    return ModuleRegion{data_origin[0], data_origin[1], {data_size[0], data_size[1]}, orientation};
+  }
   friend bool operator==(const ModuleInfo&, const ModuleInfo&) = default;
 };
+
+/// A module's native pixel axes as NeXus writes them (fast_pixel_direction, slow_pixel_direction
+/// of NXdetector_module), in pixels along the axes of the image: x its columns, y its rows. The
+/// image pixel (column, row) of native pixel (x, y) is offset + x * fast + y * slow (the first two
+/// components; the third is 0). `origin` (row, col) and `size` (rows, cols): the module's block.
+struct ModuleAxes {
+  std::array<double, 3> fast{}, slow{}, offset{};
+};
+ModuleAxes module_axes(ModuleOrientation o, std::array<uint32_t, 2> origin,
+                       std::array<uint32_t, 2> size);
 
 struct RunMetadata {
   std::string config_yaml;          ///< the run's effective configuration
@@ -177,8 +211,9 @@ struct RunMetadata {
   /// > 0: /entry/hitmap_slices is created with the file (append_hitmap_slice).
   uint32_t slice_frames = 0;
   /// The modules of the image (default: one, nothing recorded). When recorded, the clusters
-  /// handed to append() in image coordinates are stored with x, y local to their module and
-  /// the module's id in /entry/clusters/module.
+  /// handed to append() in image coordinates and orientation are stored with x, y local to
+  /// their module and the module's id in /entry/clusters/module, x, y and values in the
+  /// module's native orientation.
   ModuleLayout modules;
 };
 
@@ -371,16 +406,19 @@ struct RunFileContents {
   std::array<uint32_t, 2> detector_shape{};   ///< /entry/instrument/detector's detector_shape
   std::array<uint32_t, 2> detector_origin{};  ///< this file's image in the detector
   /// /entry/clusters/module per cluster row (the id of its module); `clusters` then holds x, y
-  /// local to that module, as the file does. image_clusters() and detector_clusters() give
-  /// them in the image's and in the detector's coordinates.
+  /// local to that module and values native to it, as the file does. image_clusters() and
+  /// detector_clusters() give them in the image's and in the detector's coordinates, through
+  /// each module's orientation (x, y and the values as the image shows them).
   std::vector<uint16_t> cluster_module;
   /// The module of that id (std::out_of_range when the file has none).
   const ModuleInfo& module(uint32_t id) const;
 };
 
-/// The clusters of `run` with x, y in its image (frame_shape) coordinates.
+/// The clusters of `run` with x, y in its image (frame_shape) coordinates and values in the
+/// image's orientation.
 ClusterTable image_clusters(const RunFileContents& run);
-/// The clusters of `run` with x, y in the whole detector's coordinates.
+/// The clusters of `run` with x, y in the whole detector's coordinates (values as
+/// image_clusters()).
 ClusterTable detector_clusters(const RunFileContents& run);
 
 /// Reads a run file (also one still being written, through SWMR). Throws OutputError.
