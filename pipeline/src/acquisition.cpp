@@ -265,7 +265,13 @@ void Acquisition::set_mask(const PedestalState& dark) {
 void Acquisition::flush() {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  finder_->drain();
+  // While results come back, the file is flushed with what they hold. A drain would hand the
+  // finder a partial batch and wait for every batch in flight and its consumers: with large
+  // images (a JUNGFRAU 4M's batches hold seconds of frames) the run stood still for up to half a
+  // second, and the images piled up meanwhile. When nothing came back since the last flush (a
+  // slow stream, a pause), the finder is drained, so that what was received reaches the file.
+  if (counters_.rows_written.load() == rows_at_flush_) finder_->drain();
+  rows_at_flush_ = counters_.rows_written.load();
   const auto t1 = clock::now();
   consumers_.flush();  // the run file's writer flushes: readers see everything up to here
   const auto t2 = clock::now();

@@ -146,6 +146,7 @@ class Acquisition {
   void set_mask(const PedestalState& dark);  ///< the mask is final: filter and file get it
   void acquire();           ///< moves frames through the chain until the run ends
   void flush();             ///< makes what was written durable (output.flush_interval_ms)
+  uint64_t rows_at_flush_ = 0;  ///< RunCounters::rows_written at the last flush
   void finish();            ///< drains the chain and ends the consumers
   void fail(const std::string& why, bool fatal);  ///< the error state, the file closed
   void storage_checked(const StorageCheck& check);  ///< disk_low or a lost file ends the run
