@@ -25,21 +25,46 @@ namespace {
 class GlintFindModules : public glint::testing::ScratchDirTest {
  protected:
   GlintFindModules() : ScratchDirTest("glint_find_modules_test") {}
+
+  /// `n` synthetic frames of `shape` (`dark` of them dark, then ~`photons` per frame), written
+  /// to `name` in the scratch directory; returned.
+  std::vector<uint16_t> synth_file(const std::string& name, glint::FrameShape shape,
+                                   uint64_t seed, uint64_t dark, std::size_t n,
+                                   double photons = 0) {
+    glint::synth::Config c;
+    c.shape = shape;
+    c.seed = seed;
+    c.dark_frames = dark;
+    if (photons > 0) c.photons = photons;
+    std::vector<uint16_t> frames(n * shape.pixels());
+    glint::synth::Generator(c).fill_many(0, n, frames, 2);
+    glint::testing::write_frames(path(name), frames, n, shape.rows, shape.cols);
+    return frames;
+  }
+
+  /// Module k (`m` of `image`) of the `n` frames, found alone by `glint find` (1000 dark).
+  glint::ClusterTable found_alone(std::size_t k, const glint::ModuleRegion& m,
+                                  glint::FrameShape image, std::span<const uint16_t> frames,
+                                  std::size_t n) {
+    std::vector<uint16_t> mine(n * m.shape.pixels());
+    glint::extract_module(image, m, frames, n, mine);
+    const std::string file = path(fmt::format("module{}.h5", k));
+    glint::testing::write_frames(file, mine, n, m.shape.rows, m.shape.cols);
+    const std::string clust = path(fmt::format("module{}.clust", k));
+    const ToolResult r =
+        run_glint(fmt::format("find -q -i {} --dark 1000 --backend cpu --clust {}", file, clust));
+    EXPECT_EQ(r.status, 0) << r.output;
+    return glint::read_clust(clust, 3);
+  }
 };
 
 }  // namespace
 
 TEST_F(GlintFindModules, EachModuleAsFoundAlone) {
-  glint::synth::Config c;
-  c.shape = {40, 60};
-  c.seed = 77;
-  c.dark_frames = 1000;
-  c.photons = 25;
+  const glint::FrameShape shape{40, 60};
   const std::size_t n = 1060;
-  std::vector<uint16_t> frames(n * c.shape.pixels());
-  glint::synth::Generator(c).fill_many(0, n, frames, 2);
+  const std::vector<uint16_t> frames = synth_file("all.h5", shape, 77, 1000, n, 25);
   const std::string all = path("all.h5");
-  glint::testing::write_frames(all, frames, n, c.shape.rows, c.shape.cols);
 
   ToolResult r = run_glint(fmt::format("find -q -i {} --dark 1000 --backend cpu --modules 2,2 "
                                        "--clust {} -o {}",
@@ -48,17 +73,10 @@ TEST_F(GlintFindModules, EachModuleAsFoundAlone) {
   const glint::ClusterTable found = glint::read_clust(path("all.clust"), 3);
   ASSERT_EQ(found.n_frames(), 60u);
   std::size_t total = 0;
-  const auto regions = glint::module_grid(c.shape, 2, 2);
+  const auto regions = glint::module_grid(shape, 2, 2);
   for (std::size_t k = 0; k < regions.size(); ++k) {
     const auto& m = regions[k];
-    std::vector<uint16_t> mine(n * m.shape.pixels());
-    glint::extract_module(c.shape, m, frames, n, mine);
-    const std::string file = path(fmt::format("module{}.h5", k));
-    glint::testing::write_frames(file, mine, n, m.shape.rows, m.shape.cols);
-    const std::string clust = path(fmt::format("module{}.clust", k));
-    r = run_glint(fmt::format("find -q -i {} --dark 1000 --backend cpu --clust {}", file, clust));
-    ASSERT_EQ(r.status, 0) << r.output;
-    const glint::ClusterTable alone = glint::read_clust(clust, 3);
+    const glint::ClusterTable alone = found_alone(k, m, shape, frames, n);
     ASSERT_GT(alone.n_clusters(), 100u);
     // The module's clusters in the whole run, moved to the module's coordinates.
     const glint::ClusterTable got = glint::testing::clusters_in(found, m);
@@ -93,16 +111,10 @@ TEST_F(GlintFindModules, EachModuleAsFoundAlone) {
 TEST_F(GlintFindModules, FlippedModulesFoundNativeShownFlipped) {
   // Modules 1 (flip_rows) and 2 (rotate_180) of a 2 x 2 grid mounted flipped: each module's
   // clusters are still `glint find` on its frames alone; the image shows them flipped.
-  glint::synth::Config c;
-  c.shape = {40, 60};
-  c.seed = 78;
-  c.dark_frames = 1000;
-  c.photons = 25;
+  const glint::FrameShape shape{40, 60};
   const std::size_t n = 1040;
-  std::vector<uint16_t> frames(n * c.shape.pixels());
-  glint::synth::Generator(c).fill_many(0, n, frames, 2);
+  const std::vector<uint16_t> frames = synth_file("all.h5", shape, 78, 1000, n, 25);
   const std::string all = path("all.h5");
-  glint::testing::write_frames(all, frames, n, c.shape.rows, c.shape.cols);
 
   ToolResult r = run_glint(fmt::format(
       "find -q -i {} --dark 1000 --backend cpu --modules 2,2 "
@@ -112,20 +124,13 @@ TEST_F(GlintFindModules, FlippedModulesFoundNativeShownFlipped) {
   const glint::ClusterTable found = glint::read_clust(path("all.clust"), 3);
   using O = glint::ModuleOrientation;
   const auto regions = glint::module_grid(
-      c.shape, 2, 2, std::vector<O>{O::normal, O::flip_rows, O::rotate_180, O::normal});
+      shape, 2, 2, std::vector<O>{O::normal, O::flip_rows, O::rotate_180, O::normal});
   const auto run = glint::pipeline::read_run_file(path("run.h5"));
   ASSERT_EQ(run.modules.size(), 4u);
   for (std::size_t k = 0; k < regions.size(); ++k) {
     const auto& m = regions[k];
     EXPECT_EQ(run.modules[k].orientation, m.orientation);
-    std::vector<uint16_t> mine(n * m.shape.pixels());
-    glint::extract_module(c.shape, m, frames, n, mine);
-    const std::string file = path(fmt::format("module{}.h5", k));
-    glint::testing::write_frames(file, mine, n, m.shape.rows, m.shape.cols);
-    const std::string clust = path(fmt::format("module{}.clust", k));
-    r = run_glint(fmt::format("find -q -i {} --dark 1000 --backend cpu --clust {}", file, clust));
-    ASSERT_EQ(r.status, 0) << r.output;
-    const glint::ClusterTable alone = glint::read_clust(clust, 3);
+    const glint::ClusterTable alone = found_alone(k, m, shape, frames, n);
     ASSERT_GT(alone.n_clusters(), 10u);
     // Mapped back to the module's native coordinates and windows: those found alone.
     const glint::ClusterTable got = glint::testing::clusters_in(found, m);
@@ -162,15 +167,10 @@ TEST_F(GlintFindModules, FlippedModulesFoundNativeShownFlipped) {
 TEST_F(GlintFindModules, PedestalFileOfFlippedModulesIsTheImage) {
   // glint pedestal --module-orientation writes the image's pedestal (each module as the image
   // shows it), which glint find --pedestal loads as glintd does.
-  glint::synth::Config c;
-  c.shape = {20, 30};
-  c.seed = 79;
-  c.dark_frames = 200;
+  const glint::FrameShape shape{20, 30};
   const std::size_t n = 200;
-  std::vector<uint16_t> frames(n * c.shape.pixels());
-  glint::synth::Generator(c).fill_many(0, n, frames, 2);
+  const std::vector<uint16_t> frames = synth_file("dark.h5", shape, 79, 200, n);
   const std::string all = path("dark.h5");
-  glint::testing::write_frames(all, frames, n, c.shape.rows, c.shape.cols);
   ToolResult r = run_glint(fmt::format("pedestal -q -i {} --dark 200 --window 200 -o {}", all,
                                        path("raw.h5")));
   ASSERT_EQ(r.status, 0) << r.output;
@@ -180,7 +180,7 @@ TEST_F(GlintFindModules, PedestalFileOfFlippedModulesIsTheImage) {
   ASSERT_EQ(r.status, 0) << r.output;
   const auto raw = glint::pipeline::read_pedestal_state(path("raw.h5"));
   const auto image = glint::pipeline::read_pedestal_state(path("image.h5"));
-  ASSERT_EQ(image.shape, c.shape);
+  ASSERT_EQ(image.shape, shape);
   for (uint32_t y = 0; y < 20; ++y)
     for (uint32_t x = 0; x < 15; ++x) {
       // Module 0 (columns 0-14) mirrored left-right; module 1 (15-29) turned by 180 degrees.
