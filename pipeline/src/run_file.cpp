@@ -1437,6 +1437,12 @@ void RunFileWriter::close(const PedestalState* end) {
   // HDF5 truncated the file to its end at close, and with it the space claimed beyond.
   m.guard->claim_for_reopen();
   Hid fapl = make_fapl();
+  // A reader that has the file open in SWMR mode (a live h5py session, a viewer) holds HDF5's
+  // shared lock on it: the exclusive lock of a plain open would fail, and the end time, the end
+  // reason and the products would never reach the file. This is glintd's own file, closed by it
+  // a moment ago, and the only writer: it is reopened without the lock. A reader sees what is
+  // added here once it opens the file again.
+  m.ctx.check(H5Pset_file_locking(fapl.get(), false, true), "file access without locking");
   Hid file(m.ctx.id(H5Fopen(m.path.c_str(), H5F_ACC_RDWR, fapl.get()), "reopening"),
            H5Fclose);
   Hid entry(m.ctx.id(H5Gopen2(file.get(), "entry", H5P_DEFAULT), "group entry"), H5Gclose);

@@ -10,6 +10,8 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -148,6 +150,36 @@ TEST_F(RunFile, VisibleToAReaderWhileWrittenAndAfterAnUncleanEnd) {
   const RunFileContents done = read_run_file(file);
   EXPECT_FALSE(done.end_time.empty());
   EXPECT_EQ(done.frames.size(), 3u);
+}
+
+// A reader with the file open in SWMR mode (a live h5py session) holds HDF5's shared lock on it
+// (flock, LOCK_SH). The end of the run still writes its end time, end reason and products.
+TEST_F(RunFile, ClosesCompletelyWhileAReaderHoldsTheFileOpen) {
+  const fs::path file = dir / "run_000003.h5";
+  const RunMetadata meta = metadata();
+  RunFileWriter w(file, meta);
+  w.append(two_frames());
+  products::ProductSettings settings;
+  settings.rows = meta.finder.shape.rows;
+  settings.cols = meta.finder.shape.cols;
+  auto sums = std::make_shared<products::ProductSums>(settings);
+  sums->add(two_frames());
+  w.set_products(sums);
+  w.set_end_reason("end of acquisition");
+  w.flush();
+  const int reader = ::open(file.c_str(), O_RDONLY);
+  ASSERT_GE(reader, 0);
+  ASSERT_EQ(::flock(reader, LOCK_SH | LOCK_NB), 0);
+  ASSERT_NO_THROW(w.close(nullptr));
+  ::close(reader);
+  const RunFileContents done = read_run_file(file);
+  EXPECT_FALSE(done.end_time.empty());
+  EXPECT_EQ(done.end_reason, "end of acquisition");
+  EXPECT_EQ(done.frames.size(), 3u);
+  ASSERT_TRUE(done.products.present);
+  EXPECT_EQ(done.products.clusters, 3u);
+  ASSERT_EQ(done.products.hitmap.size(), 24u);
+  EXPECT_EQ(done.products.hitmap[1 * 6 + 2], 1u);  // the cluster at (x 2, y 1)
 }
 
 TEST_F(RunFile, RefusesToOverwriteAndNamesTheFile) {

@@ -18,7 +18,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_reading_a_run_while_glintd_writes_it(glint, glint_bin, tmp_path):
+def start_glintd(glint_bin, tmp_path):
+    """A glintd on a 64 x 64 detector (200 dark frames, flushes every 100 ms), answering on its
+    control socket: (daemon, its log, the config file, the `glint ctl` arguments)."""
     glintd = os.path.join(os.path.dirname(glint_bin), "glintd")
     if not os.access(glintd, os.X_OK):
         pytest.skip(f"no glintd at {glintd}")
@@ -38,11 +40,25 @@ control: {{endpoint: {control}}}
     daemon = subprocess.Popen([glintd, "--config", str(config)], stdout=log,
                               stderr=subprocess.STDOUT)
     ctl = ["ctl", "--endpoint", control]
+    for _ in range(100):
+        if run_glint(glint_bin, *ctl, "status", check=False).returncode == 0:
+            break
+        time.sleep(0.1)
+    return daemon, log, config, ctl
+
+
+def wait_for_the_run_to_end(glint_bin, ctl):
+    for _ in range(100):
+        status = json.loads(run_glint(glint_bin, *ctl, "status", "--json").stdout)
+        if status.get("last_run"):
+            return status
+        time.sleep(0.1)
+    raise AssertionError("the run did not end: " + json.dumps(status))
+
+
+def test_reading_a_run_while_glintd_writes_it(glint, glint_bin, tmp_path):
+    daemon, log, config, ctl = start_glintd(glint_bin, tmp_path)
     try:
-        for _ in range(100):
-            if run_glint(glint_bin, *ctl, "status", check=False).returncode == 0:
-                break
-            time.sleep(0.1)
         reply = json.loads(run_glint(glint_bin, *ctl, "start", "--json").stdout)
         path = reply["file"]
         sim = subprocess.Popen([glint_bin, "--log-level", "warn", "sim", "--config", str(config),
@@ -65,11 +81,7 @@ control: {{endpoint: {control}}}
             snapshots.append((n, m, frames, clusters))
             time.sleep(0.05)
         assert sim.wait() == 0, sim.stdout.read()
-        for _ in range(100):
-            status = json.loads(run_glint(glint_bin, *ctl, "status", "--json").stdout)
-            if status.get("last_run"):
-                break
-            time.sleep(0.1)
+        wait_for_the_run_to_end(glint_bin, ctl)
         run_glint(glint_bin, *ctl, "shutdown")
         assert daemon.wait(timeout=30) == 0
     finally:
@@ -89,3 +101,43 @@ control: {{endpoint: {control}}}
         previous = (n, m)
         assert np.array_equal(frames, final_frames[:n])
         assert np.array_equal(clusters, final_clusters[:m])
+
+
+def test_a_reader_holding_the_file_at_the_end_of_a_run_loses_nothing(glint_bin, tmp_path):
+    """A scientist's h5py session with the run file open (SWMR) while the run ends: glintd still
+    writes the end time, the end reason and the products, and the run does not fail."""
+    h5py = pytest.importorskip("h5py")
+    daemon, log, config, ctl = start_glintd(glint_bin, tmp_path)
+    try:
+        reply = json.loads(run_glint(glint_bin, *ctl, "start", "--json").stdout)
+        path = reply["file"]
+        sim = subprocess.Popen([glint_bin, "--log-level", "warn", "sim", "--config", str(config),
+                                "--frames", "600", "--rate", "2000", "--wait-ms", "10000",
+                                "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        reader = None
+        while reader is None and sim.poll() is None:
+            try:
+                reader = h5py.File(path, "r", libver="latest", swmr=True)
+            except OSError:
+                time.sleep(0.05)  # not created yet
+        assert reader is not None, "the run file never appeared"
+        try:
+            assert sim.wait() == 0, sim.stdout.read()
+            status = wait_for_the_run_to_end(glint_bin, ctl)
+        finally:
+            reader.close()
+        assert status["state"] == "idle", json.dumps(status)
+        assert status["last_run"]["error"] == "", json.dumps(status)
+        assert status["last_run"]["end_reason"] == "end of acquisition", json.dumps(status)
+        run_glint(glint_bin, *ctl, "shutdown")
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        log.close()
+    with h5py.File(path, "r") as f:
+        entry = f["entry"]
+        assert "end_time" in entry.attrs
+        assert entry.attrs["end_reason"] in (b"end of acquisition", "end of acquisition")
+        assert f["entry/frames/frame_number"].shape[0] == 800
+        assert int(f["entry/hitmap/counts"][()].sum()) == f["entry/clusters/x"].shape[0]
