@@ -1,5 +1,7 @@
 """RunFile on a run that glintd is still writing (SWMR): every read during the run sees whole,
-flushed rows only, each snapshot is a prefix of the closed file, and the rows grow."""
+flushed rows only, each snapshot is a prefix of the closed file, and the rows grow. A reader that
+holds the file open across the end of the run costs the run nothing."""
+import contextlib
 import json
 import os
 import socket
@@ -18,9 +20,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_glintd(glint_bin, tmp_path):
+@contextlib.contextmanager
+def running_glintd(glint_bin, tmp_path):
     """A glintd on a 64 x 64 detector (200 dark frames, flushes every 100 ms), answering on its
-    control socket: (daemon, its log, the config file, the `glint ctl` arguments)."""
+    control socket: yields (the config file, the `glint ctl` arguments); shut down cleanly at the
+    end (asserted), killed if the test failed."""
     glintd = os.path.join(os.path.dirname(glint_bin), "glintd")
     if not os.access(glintd, os.X_OK):
         pytest.skip(f"no glintd at {glintd}")
@@ -40,11 +44,18 @@ control: {{endpoint: {control}}}
     daemon = subprocess.Popen([glintd, "--config", str(config)], stdout=log,
                               stderr=subprocess.STDOUT)
     ctl = ["ctl", "--endpoint", control]
-    for _ in range(100):
-        if run_glint(glint_bin, *ctl, "status", check=False).returncode == 0:
-            break
-        time.sleep(0.1)
-    return daemon, log, config, ctl
+    try:
+        for _ in range(100):
+            if run_glint(glint_bin, *ctl, "status", check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+        yield config, ctl
+        run_glint(glint_bin, *ctl, "shutdown")
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        log.close()
 
 
 def wait_for_the_run_to_end(glint_bin, ctl):
@@ -56,14 +67,18 @@ def wait_for_the_run_to_end(glint_bin, ctl):
     raise AssertionError("the run did not end: " + json.dumps(status))
 
 
+def start_run(glint_bin, ctl, config, frames, rate):
+    """Starts a run and `glint sim` sending `frames` data frames at `rate`: (run file, sender)."""
+    reply = json.loads(run_glint(glint_bin, *ctl, "start", "--json").stdout)
+    sim = subprocess.Popen([glint_bin, "--log-level", "warn", "sim", "--config", str(config),
+                            "--frames", str(frames), "--rate", str(rate), "--wait-ms", "10000",
+                            "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return reply["file"], sim
+
+
 def test_reading_a_run_while_glintd_writes_it(glint, glint_bin, tmp_path):
-    daemon, log, config, ctl = start_glintd(glint_bin, tmp_path)
-    try:
-        reply = json.loads(run_glint(glint_bin, *ctl, "start", "--json").stdout)
-        path = reply["file"]
-        sim = subprocess.Popen([glint_bin, "--log-level", "warn", "sim", "--config", str(config),
-                                "--frames", "4000", "--rate", "1000", "--wait-ms", "10000",
-                                "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with running_glintd(glint_bin, tmp_path) as (config, ctl):
+        path, sim = start_run(glint_bin, ctl, config, 4000, 1000)
         snapshots = []
         while sim.poll() is None:
             with glint.RunFile(path) as run:
@@ -82,12 +97,6 @@ def test_reading_a_run_while_glintd_writes_it(glint, glint_bin, tmp_path):
             time.sleep(0.05)
         assert sim.wait() == 0, sim.stdout.read()
         wait_for_the_run_to_end(glint_bin, ctl)
-        run_glint(glint_bin, *ctl, "shutdown")
-        assert daemon.wait(timeout=30) == 0
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-        log.close()
     with glint.RunFile(path) as run:
         assert run.n_frames == 4200
         final_frames = np.concatenate(list(run.frames()))
@@ -107,13 +116,8 @@ def test_a_reader_holding_the_file_at_the_end_of_a_run_loses_nothing(glint_bin, 
     """A scientist's h5py session with the run file open (SWMR) while the run ends: glintd still
     writes the end time, the end reason and the products, and the run does not fail."""
     h5py = pytest.importorskip("h5py")
-    daemon, log, config, ctl = start_glintd(glint_bin, tmp_path)
-    try:
-        reply = json.loads(run_glint(glint_bin, *ctl, "start", "--json").stdout)
-        path = reply["file"]
-        sim = subprocess.Popen([glint_bin, "--log-level", "warn", "sim", "--config", str(config),
-                                "--frames", "600", "--rate", "2000", "--wait-ms", "10000",
-                                "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with running_glintd(glint_bin, tmp_path) as (config, ctl):
+        path, sim = start_run(glint_bin, ctl, config, 600, 2000)
         reader = None
         while reader is None and sim.poll() is None:
             try:
@@ -129,12 +133,6 @@ def test_a_reader_holding_the_file_at_the_end_of_a_run_loses_nothing(glint_bin, 
         assert status["state"] == "idle", json.dumps(status)
         assert status["last_run"]["error"] == "", json.dumps(status)
         assert status["last_run"]["end_reason"] == "end of acquisition", json.dumps(status)
-        run_glint(glint_bin, *ctl, "shutdown")
-        assert daemon.wait(timeout=30) == 0
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-        log.close()
     with h5py.File(path, "r") as f:
         entry = f["entry"]
         assert "end_time" in entry.attrs
