@@ -146,15 +146,25 @@ TEST(ModularFinder, OneModuleIsTheFinderItself) {
   EXPECT_EQ(f->description(), glint::make_cpu_finder(p, 1, 8)->description());
 }
 
-TEST(ModularFinder, LoadPedestalSplitsAndPlaces) {
-  const auto p = params({12, 20}, 3, 5.0);
-  glint::PedestalState s(p.shape, 100);
-  std::mt19937 rng(3);
-  for (std::size_t i = 0; i < p.shape.pixels(); ++i) {
+namespace {
+
+/// A pedestal of a full window of 100 frames: means 1000-1049, noises of about 2 (random).
+glint::PedestalState full_window_pedestal(glint::FrameShape shape, unsigned seed) {
+  glint::PedestalState s(shape, 100);
+  std::mt19937 rng(seed);
+  for (std::size_t i = 0; i < shape.pixels(); ++i) {
     s.count[i] = 100;
     s.sum[i] = 100.0 * (1000 + rng() % 50);
     s.sum2[i] = s.sum[i] * s.sum[i] / 100.0 + 400.0 + rng() % 100;
   }
+  return s;
+}
+
+}  // namespace
+
+TEST(ModularFinder, LoadPedestalSplitsAndPlaces) {
+  const auto p = params({12, 20}, 3, 5.0);
+  const glint::PedestalState s = full_window_pedestal(p.shape, 3);
   glint::ModularFinder f(p, glint::module_grid(p.shape, 2, 2), cpu_modules(1, 8), true);
   f.load_pedestal(s);
   EXPECT_EQ(f.pedestal(), s);
@@ -350,13 +360,7 @@ INSTANTIATE_TEST_SUITE_P(ClusterSizes, ModularFinderOrientation, ::testing::Valu
 TEST(ModularFinder, OrientedPedestalAndTablesRoundTrip) {
   using O = glint::ModuleOrientation;
   const auto p = params({12, 20}, 3, 5.0);
-  glint::PedestalState s(p.shape, 100);
-  std::mt19937 rng(5);
-  for (std::size_t i = 0; i < p.shape.pixels(); ++i) {
-    s.count[i] = 100;
-    s.sum[i] = 100.0 * (1000 + rng() % 50);
-    s.sum2[i] = s.sum[i] * s.sum[i] / 100.0 + 400.0 + rng() % 100;
-  }
+  const glint::PedestalState s = full_window_pedestal(p.shape, 5);
   const std::vector<O> each{O::rotate_180, O::flip_rows, O::normal, O::flip_cols};
   glint::ModularFinder f(p, glint::module_grid(p.shape, 2, 2, each), cpu_modules(1, 8), true);
   f.load_pedestal(s);  // a whole-image pedestal (a file, the previous run): image orientation
