@@ -97,6 +97,15 @@ void check_inside(FrameShape image, const ModuleRegion& r) {
                                             image.rows, image.cols));
 }
 
+/// Checks that module `r` lies in `image` and that both sides hold `planes` planes (`what`
+/// names the caller in the message).
+void check_planes(FrameShape image, const ModuleRegion& r, std::size_t planes,
+                  std::size_t module_values, std::size_t image_values, const char* what) {
+  check_inside(image, r);
+  if (module_values < planes * r.shape.pixels() || image_values < planes * image.pixels())
+    throw std::invalid_argument(std::string(what) + ": fewer values than the planes need");
+}
+
 }  // namespace
 
 void extract_module(FrameShape image, const ModuleRegion& r, std::span<const uint16_t> images,
@@ -109,17 +118,13 @@ void extract_module(FrameShape image, const ModuleRegion& r, std::span<const uin
 
 void place_module_planes(FrameShape image, const ModuleRegion& r, std::size_t planes,
                          std::span<const double> module, std::span<double> image_planes) {
-  check_inside(image, r);
-  if (module.size() < planes * r.shape.pixels() || image_planes.size() < planes * image.pixels())
-    throw std::invalid_argument("place_module_planes: fewer values than the planes need");
+  check_planes(image, r, planes, module.size(), image_planes.size(), "place_module_planes");
   copy_planes(image, r, planes, module.data(), image_planes.data(), false);
 }
 
 void extract_module_planes(FrameShape image, const ModuleRegion& r, std::size_t planes,
                            std::span<const double> image_planes, std::span<double> module) {
-  check_inside(image, r);
-  if (module.size() < planes * r.shape.pixels() || image_planes.size() < planes * image.pixels())
-    throw std::invalid_argument("extract_module_planes: fewer values than the planes need");
+  check_planes(image, r, planes, module.size(), image_planes.size(), "extract_module_planes");
   copy_planes(image, r, planes, image_planes.data(), module.data(), true);
 }
 

@@ -69,16 +69,26 @@ TEST(ModuleGrid, RowMajorBlocksAndErrors) {
   EXPECT_THROW(glint::ModularFinder(p, {half}, cpu_modules(1, 8), false), std::invalid_argument);
 }
 
+namespace {
+
+/// 100 dark and 40 data frames of 36 x 50 pixels, ~30 photons each: the modules tests' run.
+SyntheticRun modules_run(uint64_t seed) {
+  glint::synth::Config c;
+  c.shape = {36, 50};
+  c.seed = seed;
+  c.dark_frames = 100;
+  c.photons = 30;
+  return SyntheticRun(c, 40);
+}
+
+}  // namespace
+
 class ModularFinderModules : public ::testing::TestWithParam<int> {};
 
 TEST_P(ModularFinderModules, EachModuleAsFoundAloneOnEveryGridAndPath) {
   const int S = GetParam();
-  glint::synth::Config c;
-  c.shape = {36, 50};
-  c.seed = 500 + S;
-  c.dark_frames = 100;
-  c.photons = 30;
-  const SyntheticRun run(c, 40);
+  const SyntheticRun run = modules_run(500 + S);
+  const glint::synth::Config& c = run.config;
   const auto p = params(c.shape, S, 4.0);
   for (const auto& [mx, my] : {std::pair{2u, 1u}, std::pair{1u, 3u}, std::pair{2u, 2u}}) {
     const auto regions = glint::module_grid(c.shape, mx, my);
@@ -239,12 +249,8 @@ class ModularFinderOrientation : public ::testing::TestWithParam<int> {};
 TEST_P(ModularFinderOrientation, EachModuleAsFoundAloneShownFlipped) {
   using O = glint::ModuleOrientation;
   const int S = GetParam();
-  glint::synth::Config c;
-  c.shape = {36, 50};
-  c.seed = 700 + S;
-  c.dark_frames = 100;
-  c.photons = 30;
-  const SyntheticRun run(c, 40);  // raw frames: each module's native block at its place
+  const SyntheticRun run = modules_run(700 + S);  // raw frames: each module's native block at its place
+  const glint::synth::Config& c = run.config;
   const auto p = params(c.shape, S, 4.0);
   const std::vector<O> each{O::normal, O::flip_rows, O::flip_cols, O::rotate_180};
   const auto regions = glint::module_grid(c.shape, 2, 2, each);
