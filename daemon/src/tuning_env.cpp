@@ -17,6 +17,7 @@ gpu::FindTuning find_tuning_from_environment() {
   t.max_segments = env_int("GLINT_FIND_SEGMENTS", t.max_segments, 1, 1LL << 40);
   t.profile = env_set("GLINT_FIND_PROFILE");
   t.timeline = env_text("GLINT_FIND_TIMELINE");
+  t.trace = env_text("GLINT_FIND_TRACE");
   return t;
 }
 

@@ -9,6 +9,11 @@
 namespace glint::gpu::detail {
 
 void FindDiagnostics::attach(uint32_t blocks, uint32_t segments, StreamView s) {
+  if (!trace_path_.empty()) {
+    trace_ = DeviceBuffer<unsigned long long>(static_cast<std::size_t>(blocks) * kTraceFrames *
+                                              kTraceFields);
+    trace_.zero(s);
+  }
   if (!profile_on_) return;
   profile_ = DeviceBuffer<unsigned long long>(blocks * kFindProfileSlots);
   profile_.zero(s);
@@ -22,11 +27,13 @@ void FindDiagnostics::bind(FindLaunch& p) const {
   p.profile = profile_.get();
   p.release_ns = release_ns_.get();
   p.launch_ts = launch_ts_.get();
+  p.trace = trace_.get();
 }
 
 void FindDiagnostics::report(const LanePlan& lane, uint64_t frames) const {
   report_profile(lane, frames);
   report_timeline();
+  report_trace(lane);
 }
 
 /// Cycles per frame in each phase of the find kernel, averaged over the segments of the first
@@ -112,6 +119,32 @@ void FindDiagnostics::report_timeline() const {
                  static_cast<unsigned long long>(r.seq), r.slot, r.fb, r.n,
                  static_cast<unsigned long long>(r.clusters), r.up0, r.up1, r.f0, r.f1, r.pk0,
                  r.pk1, r.d0, r.d1, r.h_submit, r.h_wait0, r.h_wait1);
+  std::fclose(f);
+}
+
+void FindDiagnostics::report_trace(const LanePlan& lane) const {
+  if (trace_path_.empty() || !trace_.get()) return;
+  std::vector<unsigned long long> t(trace_.size());
+  GLINT_CUDA_CHECK(cudaMemcpy(t.data(), trace_.get(), t.size() * sizeof(t[0]),
+                              cudaMemcpyDeviceToHost));
+  FILE* f = std::fopen(trace_path_.c_str(), "w");
+  if (!f) {
+    log::write(log::Level::warn, "GPU finder: cannot write the trace to " + trace_path_);
+    return;
+  }
+  std::fprintf(f, "segment,k,g,ready,above,below,go,loop1,loop2,resolve,release0,release1,end,"
+                  "undecided,rounds,waited_above,stored,above_wait\n");
+  for (uint32_t b = 0; b < lane.blocks; ++b)
+    for (int k = 0; k < kTraceFrames; ++k) {
+      const unsigned long long* r =
+          t.data() + (static_cast<std::size_t>(b) * kTraceFrames + k) * kTraceFields;
+      if (r[kTraceReady] == 0) continue;
+      std::fprintf(f, "%u,%d", b, k);
+      for (int i = 0; i < kTraceCounts; ++i) std::fprintf(f, ",%llu", r[i]);
+      const unsigned long long c = r[kTraceCounts];
+      std::fprintf(f, ",%llu,%llu,%llu,%llu,%llu\n", c & 0xffffull, (c >> 16) & 0xffull,
+                   (c >> 24) & 0xffull, c >> 32, r[kTraceAboveWait]);
+    }
   std::fclose(f);
 }
 

@@ -26,7 +26,8 @@ struct TimelineRow {
 class FindDiagnostics {
  public:
   explicit FindDiagnostics(const FindTuning& tuning)
-      : profile_on_(tuning.profile), timeline_path_(tuning.timeline) {}
+      : profile_on_(tuning.profile), timeline_path_(tuning.timeline),
+        trace_path_(tuning.trace) {}
   /// Allocates the kernel counters for the first lane's `blocks` find blocks and `segments`
   /// segments (with the profile on; its device current), cleared on `s`.
   void attach(uint32_t blocks, uint32_t segments, StreamView s);
@@ -42,18 +43,22 @@ class FindDiagnostics {
     profile_ = {};
     release_ns_ = {};
     launch_ts_ = {};
+    trace_ = {};
   }
 
  private:
   void report_profile(const LanePlan& lane, uint64_t frames) const;
   void report_timeline() const;
+  void report_trace(const LanePlan& lane) const;
 
   bool profile_on_ = false;
   std::string timeline_path_;
+  std::string trace_path_;
   std::vector<TimelineRow> rows_;
   DeviceBuffer<unsigned long long> profile_;     // cycles per band and phase
   DeviceBuffer<unsigned long long> release_ns_;  // release timestamps
   DeviceBuffer<unsigned long long> launch_ts_;   // block entry/exit times
+  DeviceBuffer<unsigned long long> trace_;       // FindTrace records
 };
 
 }  // namespace glint::gpu::detail

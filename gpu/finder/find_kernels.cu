@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   uint16_t* sh_f = reinterpret_cast<uint16_t*>(smem + lay.f.off);
   uint8_t* sh_full = shared_or_scratch(lay.full, InScratchF{});
   uint8_t* sh_status = shared_or_scratch(lay.status, InScratchF{});
-  __shared__ int sh_nu, sh_ns, sh_left;
+  __shared__ int sh_nu, sh_ns, sh_left, sh_waits;
 
   // Progress counters of the segment and its neighbours. System scope only where a flag crosses
   // to another GPU: the band's first segment reads the GPU above and is read by it, the last
@@ -687,6 +687,19 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     const int aprev = prev_local && k > 0 ? frame_a0(k - 1) : 0;
     uint32_t* sorted_cur = sh_sorted + (k & 1u) * seg_max;
     const uint32_t* sorted_prev = sh_sorted + ((k & 1u) ^ 1u) * seg_max;
+    // Trace record of this frame (FindTrace), or none.
+    unsigned long long* const tr =
+        p.trace != nullptr && chunks == 1 && k < static_cast<uint32_t>(kTraceFrames)
+            ? p.trace + (static_cast<std::size_t>(b) * kTraceFrames + k) * kTraceFields
+            : nullptr;
+    const auto stamp = [&](int field) {
+      if (tr != nullptr && tid == 0) tr[field] = global_ns();
+    };
+    if (tr != nullptr && tid == 0) {
+      tr[kTraceG] = g;
+      tr[kTraceAboveWait] = 0;
+    }
+    stamp(kTraceReady);
 
     // Progress counter of a segment: g+1 once frame g's decisions and state are final there.
     // This frame starts when the neighbours' frame g-1 state (our halo) is final; they are then
@@ -700,13 +713,17 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
           ++sh_prof[kPhases + 1];
         }
       }
+      stamp(kTraceAbove);
       sh_nu = 0;
       sh_ns = 0;
+      sh_waits = 0;
     } else if (tid == 32) {
       if (prog_below()) while (load_acquire(prog_below(), sys_below()) < g) __nanosleep(20);
+      if (tr != nullptr) tr[kTraceBelow] = global_ns();
     }
     __syncthreads();
     lap(kWait);
+    stamp(kTraceGo);
 
     // Loop 1: d0 of the halo pixels with the neighbours' frame-start means, bounds for the halo
     // above, and its previous frame's final f - mean for the deferred cluster entries; d0 and
@@ -760,6 +777,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     }
     __syncthreads();
     lap(kLoop1);
+    stamp(kTraceLoop1);
     // The previous work item's buffer is free: the next item's values are copied meanwhile.
     if (ci + 1 < chunks)
       fetch_item(k, b + (ci + 1) * static_cast<int>(p.blocks), (w + 1) & 1u);
@@ -770,6 +788,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     pass0();
     __syncthreads();
     lap(kLoop2);
+    stamp(kTraceLoop2);
 
     // Resolution of the undecided pixels. A pixel is re-decided once none of its predecessors in
     // the segment is undecided; rounds of such pixels run in parallel, which gives the
@@ -777,8 +796,10 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     // segment above enter first by their bounds; only a pixel that these leave undecided waits
     // for that segment's final means.
     const int nu = sh_nu;
+    int rounds = 0;
     if (nu > 0) {
       for (;;) {
+        ++rounds;
         if (tid == 0) sh_left = 0;
         __syncthreads();
         for (int t = tid; t < nu; t += nt) {
@@ -843,6 +864,10 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
               stored = db.stored == kYes;
             } else {
               while (load_acquire(prog_above(), sys_above()) < g + 1) __nanosleep(20);
+              if (tr != nullptr) {
+                tr[kTraceAboveWait] = global_ns();
+                atomicAdd(&sh_waits, 1);
+              }
               double total = 0.0, mx = Px::kMax0;
               cm::for_each_in_window(x, y, h, rows, cols, [&](int dy, int dx) {
                 const int jj = j + dy * cols + dx;
@@ -872,6 +897,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       }
     }
     lap(kResolve);
+    stamp(kTraceResolve);
     // Frame g is final in this segment (every commit precedes the last barrier). The last warp
     // publishes it; it arrives at the emission barrier first, so the other warps need not wait
     // for the release's memory fence. Off the neighbours' path from here on.
@@ -882,7 +908,9 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       if (tid == workers) {
         const long long t0 = clock64();
         if (p.profile != nullptr) __stcg(p.release_ns + (g & 1ull) * segs + v, global_ns());
+        if (tr != nullptr) tr[kTraceRelease0] = global_ns();
         store_release(&p.progress[v], g + 1, sys_above() || sys_below());
+        if (tr != nullptr) tr[kTraceRelease1] = global_ns();
         if (p.profile != nullptr) sh_prof[kRelease] += static_cast<unsigned long long>(clock64() - t0);
       }
     } else {
@@ -946,6 +974,12 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     cp_async_wait_all();
     __syncthreads();
     lap(kEmit);
+    stamp(kTraceEnd);
+    if (tr != nullptr && tid == 0)
+      tr[kTraceCounts] = static_cast<unsigned long long>(min(nu, 0xffff)) |
+                         (static_cast<unsigned long long>(min(rounds, 0xff)) << 16) |
+                         (static_cast<unsigned long long>(min(sh_waits, 0xff)) << 24) |
+                         (static_cast<unsigned long long>(ns) << 32);
    }
   }
 

@@ -76,8 +76,24 @@ struct FindLaunch {
   uint32_t* gain_counts = nullptr;
   const double* cal_pedestal = nullptr;
   const double* cal_gain = nullptr;
+  /// Optional [blocks][kTraceFrames][kTraceFields]: per frame k < kTraceFrames of a launch
+  /// (one segment per block), globaltimer stamps of the frame's steps (FindTrace), overwritten by
+  /// every launch.
+  unsigned long long* trace = nullptr;
 };
 inline constexpr int kLaunchRecords = 64;
+inline constexpr int kTraceFrames = 256;
+/// Fields of a trace record: the frame g; globaltimer ns when the block was ready for it, saw the
+/// segment above, saw the segment below, started it (all threads past the wait), finished loop 1,
+/// loop 2 and the resolution, began the release, issued it (after its fence), finished the
+/// emission; the undecided pixels (bits 0-15), the resolution's rounds (16-23), its pixels that
+/// waited for the segment above (24-31), the stored pixels (32-63); when the last such wait
+/// ended.
+enum FindTrace {
+  kTraceG = 0, kTraceReady, kTraceAbove, kTraceBelow, kTraceGo, kTraceLoop1, kTraceLoop2,
+  kTraceResolve, kTraceRelease0, kTraceRelease1, kTraceEnd, kTraceCounts, kTraceAboveWait,
+  kTraceFields
+};
 /// wait, loop 1 (with the own pixels' d0), loop 2 (pass 0), resolve, release (the releasing
 /// thread's fence), emit
 inline constexpr int kFindPhases = 6;

@@ -15,7 +15,8 @@ using glint::daemon::find_tuning_from_environment;
 
 constexpr const char* kNames[] = {"GLINT_FIND_THREADS",  "GLINT_PACK_REGIONS",
                                   "GLINT_FIND_RESIDENT", "GLINT_FIND_SEGMENTS",
-                                  "GLINT_FIND_PROFILE",  "GLINT_FIND_TIMELINE"};
+                                  "GLINT_FIND_PROFILE",  "GLINT_FIND_TIMELINE",
+                                  "GLINT_FIND_TRACE"};
 
 /// Sets the given variables (and unsets the others) for its lifetime.
 struct Environment : glint::testing::ScopedEnvironment {
@@ -34,6 +35,7 @@ TEST(FindTuningFromEnvironment, NothingSetGivesTheEngineDefaults) {
   EXPECT_EQ(t.max_segments, 0);
   EXPECT_FALSE(t.profile);
   EXPECT_EQ(t.timeline, "");
+  EXPECT_EQ(t.trace, "");
   EXPECT_NO_THROW(glint::gpu::validate(t));
 }
 
@@ -43,7 +45,8 @@ TEST(FindTuningFromEnvironment, EveryVariableReachesItsField) {
                    {"GLINT_FIND_RESIDENT", "0"},
                    {"GLINT_FIND_SEGMENTS", "7"},
                    {"GLINT_FIND_PROFILE", ""},
-                   {"GLINT_FIND_TIMELINE", "/tmp/timeline.csv"}});
+                   {"GLINT_FIND_TIMELINE", "/tmp/timeline.csv"},
+                   {"GLINT_FIND_TRACE", "/tmp/trace.csv"}});
   const FindTuning t = find_tuning_from_environment();
   EXPECT_EQ(t.find_threads, 256);
   EXPECT_EQ(t.pack_regions, 1);
@@ -51,6 +54,7 @@ TEST(FindTuningFromEnvironment, EveryVariableReachesItsField) {
   EXPECT_EQ(t.max_segments, 7);
   EXPECT_TRUE(t.profile);  // set to anything, also empty
   EXPECT_EQ(t.timeline, "/tmp/timeline.csv");
+  EXPECT_EQ(t.trace, "/tmp/trace.csv");
   EXPECT_NO_THROW(glint::gpu::validate(t));
 }
 

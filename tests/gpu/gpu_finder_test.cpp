@@ -7,6 +7,8 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <memory>
 #include <numeric>
 #include <ostream>
@@ -441,13 +443,49 @@ TEST(GpuFinder, ProfileAndTimelineChangeNoResultAndReport) {
   GLINT_REQUIRE_GPU();
   const Scenario s = kSmall;
   const std::string path = ::testing::TempDir() + "glint_find_timeline.csv";
+  const std::string trace_path = ::testing::TempDir() + "glint_find_trace.csv";
   std::remove(path.c_str());
+  std::remove(trace_path.c_str());
   glint::gpu::GpuFinderOptions o;
   o.batch_frames = 16;
   o.streams = 2;
   o.tuning.profile = true;
   o.tuning.timeline = path;
+  o.tuning.trace = trace_path;
   const auto st = expect_reference_results(s, o);  // the finder is destroyed on return
+  {
+    // The trace: one record per segment and frame of a launch, its steps in time order.
+    std::ifstream tin(trace_path);
+    ASSERT_TRUE(tin) << trace_path;
+    std::string line;
+    std::getline(tin, line);
+    EXPECT_EQ(line.rfind("segment,k,g,ready,above,below,go,loop1,loop2,resolve,release0,", 0),
+              0u)
+        << line;
+    uint64_t records = 0;
+    std::set<std::string> segments;
+    while (std::getline(tin, line)) {
+      std::vector<unsigned long long> v;
+      std::stringstream ls(line);
+      std::string cell;
+      while (std::getline(ls, cell, ',')) v.push_back(std::stoull(cell));
+      ASSERT_EQ(v.size(), 18u) << line;
+      // ready <= above, below <= go <= loop1 <= loop2 <= resolve <= end, release0 <= release1
+      EXPECT_LE(v[3], v[4]);
+      EXPECT_LE(v[3], v[5]);
+      EXPECT_LE(v[4], v[6]);
+      EXPECT_LE(v[5], v[6]);
+      for (int i = 6; i < 9; ++i) EXPECT_LE(v[i], v[i + 1]) << line;
+      EXPECT_LE(v[10], v[11]);  // the release's fence
+      EXPECT_LE(v[9], v[12]);
+      EXPECT_GE(v[2], v[1]);  // frame g of the run at position k of its launch
+      segments.insert(line.substr(0, line.find(',')));
+      ++records;
+    }
+    EXPECT_GT(segments.size(), 1u);
+    EXPECT_GE(records, segments.size() * 16u);  // every segment, a whole batch at least
+  }
+  std::remove(trace_path.c_str());
   std::ifstream in(path);
   ASSERT_TRUE(in) << path;
   std::string line;

@@ -26,6 +26,10 @@ struct FindTuning {
   /// A file path: per-batch device times and host waits of the first GPU, written as CSV when
   /// the finder is destroyed; empty: none.
   std::string timeline;
+  /// A file path: globaltimer stamps of every step of the find kernel's frames, per segment, for
+  /// the first 256 frames of the first GPU's last full launch, written as CSV when the finder is
+  /// destroyed (for scripts/find_trace.py); empty: none.
+  std::string trace;
 };
 
 /// Throws std::invalid_argument naming the field and the allowed values when `t` is unusable.
