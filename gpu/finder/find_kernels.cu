@@ -616,25 +616,24 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
             if (msucc < d) msucc = d;
           }
         };
-        if (y >= h && y < rows - h && x >= h && x < cols - h) {
-          // The whole window lies inside the frame.
+        const bool inside = y >= h && y < rows - h && x >= h && x < cols - h;
+        if (__all_sync(__activemask(), inside)) {
+          // The whole window lies inside the frame, for every pixel of the warp.
 #pragma unroll
           for (int dy = -h; dy <= h; ++dy)
 #pragma unroll
             for (int dx = -h; dx <= h; ++dx)
               add_pixel(j + dy * cols + dx - base, dy < 0 || (dy == 0 && dx < 0));
         } else {
-          // A window at the frame border (not unrolled: rare, and keeps the code small).
-#pragma unroll 1
+          // A warp with a window at the frame's edge: the taps outside the frame are left out
+          // (predicated, so that the warp runs one path; every segment has such a warp).
+#pragma unroll
           for (int dy = -h; dy <= h; ++dy) {
-            const int yy = y + dy;
-            if (yy < 0 || yy >= rows) continue;
-#pragma unroll 1
-            for (int dx = -h; dx <= h; ++dx) {
-              const int xx = x + dx;
-              if (xx < 0 || xx >= cols) continue;
-              add_pixel(j + dy * cols + dx - base, dy < 0 || (dy == 0 && dx < 0));
-            }
+            const bool row_in = static_cast<unsigned>(y + dy) < static_cast<unsigned>(rows);
+#pragma unroll
+            for (int dx = -h; dx <= h; ++dx)
+              if (row_in && static_cast<unsigned>(x + dx) < static_cast<unsigned>(cols))
+                add_pixel(j + dy * cols + dx - base, dy < 0 || (dy == 0 && dx < 0));
           }
         }
         const double mlo = plo < msucc ? msucc : plo, mhi = phi < msucc ? msucc : phi;

@@ -27,8 +27,9 @@ struct FindTuning {
   /// the finder is destroyed; empty: none.
   std::string timeline;
   /// A file path: globaltimer stamps of every step of the find kernel's frames, per segment, for
-  /// the first 256 frames of the first GPU's last full launch, written as CSV when the finder is
-  /// destroyed (for scripts/find_trace.py); empty: none.
+  /// the first 256 frames of each launch on the first GPU (a later launch overwrites the frames
+  /// it has), written as CSV when the finder is destroyed (for scripts/find_trace.py); empty:
+  /// none.
   std::string trace;
 };
 
