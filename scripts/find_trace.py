@@ -8,9 +8,10 @@ segment's frame start waited for, and the critical path through segments and fra
 
 A frame starts in a segment when three things have happened: the segment has finished its
 previous frame (emission included), and the segments before and after have released the previous
-frame. The last of the three is the frame's binding predecessor; following binding predecessors
-back from the last frame gives the critical path, and its length split by step says what sets
-the period.
+frame. A neighbour bound the start when the segment's poll of its flag took longer than a poll of
+a flag set long before; otherwise the segment's own previous frame did. Following these binding
+events back from the last frame gives the critical path, and its length split by step says what
+sets the period.
 """
 import argparse
 import sys

@@ -2,11 +2,29 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "glint/detail/median.hpp"
 #include "glint/log.hpp"
 
 namespace glint::gpu::detail {
+namespace {
+
+using CsvFile = std::unique_ptr<FILE, int (*)(FILE*)>;
+
+/// A report file opened for writing with its header line, or null after a warning naming `what`.
+CsvFile open_csv(const std::string& path, const char* what, const char* header) {
+  CsvFile f(std::fopen(path.c_str(), "w"), &std::fclose);
+  if (!f) {
+    log::write(log::Level::warn, std::string("GPU finder: cannot write the ") + what + " to " +
+                                     path);
+    return f;
+  }
+  std::fputs(header, f.get());
+  return f;
+}
+
+}  // namespace
 
 void FindDiagnostics::attach(uint32_t blocks, uint32_t segments, StreamView s) {
   if (!trace_path_.empty()) {
@@ -107,19 +125,16 @@ void FindDiagnostics::report_profile(const LanePlan& lane, uint64_t frames) cons
 
 void FindDiagnostics::report_timeline() const {
   if (timeline_path_.empty() || rows_.empty()) return;
-  FILE* f = std::fopen(timeline_path_.c_str(), "w");
-  if (!f) {
-    log::write(log::Level::warn, "GPU finder: cannot write the timeline to " + timeline_path_);
-    return;
-  }
-  std::fprintf(f, "seq,slot,fb,frames,clusters,up0,up1,find0,find1,pack0,pack1,d2h0,d2h1,"
-                  "host_submit,host_wait0,host_wait1\n");
+  const CsvFile file = open_csv(timeline_path_, "timeline",
+                                "seq,slot,fb,frames,clusters,up0,up1,find0,find1,pack0,pack1,"
+                                "d2h0,d2h1,host_submit,host_wait0,host_wait1\n");
+  if (!file) return;
+  FILE* f = file.get();
   for (const TimelineRow& r : rows_)
     std::fprintf(f, "%llu,%d,%d,%d,%llu,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n",
                  static_cast<unsigned long long>(r.seq), r.slot, r.fb, r.n,
                  static_cast<unsigned long long>(r.clusters), r.up0, r.up1, r.f0, r.f1, r.pk0,
                  r.pk1, r.d0, r.d1, r.h_submit, r.h_wait0, r.h_wait1);
-  std::fclose(f);
 }
 
 void FindDiagnostics::report_trace(const LanePlan& lane) const {
@@ -127,13 +142,12 @@ void FindDiagnostics::report_trace(const LanePlan& lane) const {
   std::vector<unsigned long long> t(trace_.size());
   GLINT_CUDA_CHECK(cudaMemcpy(t.data(), trace_.get(), t.size() * sizeof(t[0]),
                               cudaMemcpyDeviceToHost));
-  FILE* f = std::fopen(trace_path_.c_str(), "w");
-  if (!f) {
-    log::write(log::Level::warn, "GPU finder: cannot write the trace to " + trace_path_);
-    return;
-  }
-  std::fprintf(f, "segment,k,g,ready,above,below,go,loop1,loop2,resolve,release0,release1,end,"
-                  "undecided,rounds,waited_above,stored,above_wait\n");
+  const CsvFile file =
+      open_csv(trace_path_, "trace",
+               "segment,k,g,ready,above,below,go,loop1,loop2,resolve,release0,release1,end,"
+               "undecided,rounds,waited_above,stored,above_wait\n");
+  if (!file) return;
+  FILE* f = file.get();
   for (uint32_t b = 0; b < lane.blocks; ++b)
     for (int k = 0; k < kTraceFrames; ++k) {
       const unsigned long long* r =
@@ -145,7 +159,6 @@ void FindDiagnostics::report_trace(const LanePlan& lane) const {
       std::fprintf(f, ",%llu,%llu,%llu,%llu,%llu\n", c & 0xffffull, (c >> 16) & 0xffull,
                    (c >> 24) & 0xffull, c >> 32, r[kTraceAboveWait]);
     }
-  std::fclose(f);
 }
 
 }  // namespace glint::gpu::detail

@@ -1,7 +1,8 @@
 #pragma once
-// Diagnosis aids of the GPU finder (FindTuning::profile and ::timeline), for the first GPU only:
-// the find kernel's cycle counters, logged when the finder is destroyed, and per-batch device and
-// host times, written as CSV. Internal to the GPU finder; off by default, and then they cost
+// Diagnosis aids of the GPU finder (FindTuning::profile, ::timeline and ::trace), for the first GPU
+// only: the find kernel's cycle counters, logged when the finder is destroyed, per-batch device
+// and host times, and per-segment time stamps of every step of the kernel's frames, written as
+// CSV. Internal to the GPU finder; off by default, and then they cost
 // nothing but a null pointer in the find launch.
 #include <cstdint>
 #include <string>
@@ -28,15 +29,16 @@ class FindDiagnostics {
   explicit FindDiagnostics(const FindTuning& tuning)
       : profile_on_(tuning.profile), timeline_path_(tuning.timeline),
         trace_path_(tuning.trace) {}
-  /// Allocates the kernel counters for the first lane's `blocks` find blocks and `segments`
-  /// segments (with the profile on; its device current), cleared on `s`.
+  /// Allocates the kernel counters (with the profile on) and the trace records (with a trace
+  /// path) for the first lane's `blocks` find blocks and `segments` segments (its device
+  /// current), cleared on `s`.
   void attach(uint32_t blocks, uint32_t segments, StreamView s);
   /// Points a find launch of the first lane at the counters (a no-op with the profile off).
   void bind(FindLaunch& p) const;
   bool timeline() const { return !timeline_path_.empty(); }
   void add(const TimelineRow& row) { rows_.push_back(row); }
   /// The profile of `frames` frames on the first lane (its device current) into the log, the
-  /// timeline into its file.
+  /// timeline and the trace into their files.
   void report(const LanePlan& lane, uint64_t frames) const;
   /// Frees the counters (with the first lane's device current).
   void release() {
