@@ -2,8 +2,8 @@
 // Diagnosis aids of the GPU finder (FindTuning::profile, ::timeline and ::trace), for the first GPU
 // only: the find kernel's cycle counters, logged when the finder is destroyed, per-batch device
 // and host times, and per-segment time stamps of every step of the kernel's frames, written as
-// CSV. Internal to the GPU finder; off by default, and then they cost
-// nothing but a null pointer in the find launch.
+// CSV. Internal to the GPU finder; off by default, and then they cost nothing but null pointers in
+// the find launch.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,7 +33,8 @@ class FindDiagnostics {
   /// path) for the first lane's `blocks` find blocks and `segments` segments (its device
   /// current), cleared on `s`.
   void attach(uint32_t blocks, uint32_t segments, StreamView s);
-  /// Points a find launch of the first lane at the counters (a no-op with the profile off).
+  /// Points a find launch of the first lane at the counters and the trace records (null where
+  /// off).
   void bind(FindLaunch& p) const;
   bool timeline() const { return !timeline_path_.empty(); }
   void add(const TimelineRow& row) { rows_.push_back(row); }
