@@ -1114,7 +1114,10 @@ int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int spill, bo
   return per_sm;
 }
 
-/// Packs the regions [r0, r1) of frame blockIdx.x, chunk blockIdx.y of p.chunks.
+/// Packs the regions [r0, r1) of frame blockIdx.x, chunk blockIdx.y of p.chunks: the regions'
+/// clusters are one contiguous run of the frame's output, copied 32 clusters per warp at a time
+/// (each lane finds its cluster's region in the chunk's prefix sums, then the warp moves the 32
+/// clusters' values as consecutive words, all loads before the stores).
 template <int kPackThreads>
 __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) {
   const uint32_t f = blockIdx.x;
@@ -1126,23 +1129,27 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
   __shared__ typename Reduce::TempStorage reduce_tmp;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ unsigned long long base;
-  extern __shared__ uint32_t prefix[];  // [blocks]
+  extern __shared__ uint32_t prefix[];  // [blocks + 1]: the frame's counts before each region
 
   unsigned long long part = 0;
   for (uint32_t i = threadIdx.x; i < f; i += kPackThreads) part += p.frame_totals[i];
   const unsigned long long before = Reduce(reduce_tmp).Sum(part);
   if (threadIdx.x == 0) base = before;
   uint32_t carry = 0;
+  bool over = false;
   for (uint32_t c0 = 0; c0 < r1; c0 += kPackThreads) {
     const uint32_t bb = c0 + threadIdx.x;
     const uint32_t n = bb < r1 ? p.region_counts[static_cast<std::size_t>(f) * p.blocks + bb]
                                : 0u;
+    over = over || (bb >= r0 && n > p.region_capacity);
     uint32_t excl = 0, agg = 0;
     Scan(scan_tmp).ExclusiveSum(n, excl, agg);
     if (bb < r1) prefix[bb] = carry + excl;
     carry += agg;
     __syncthreads();
   }
+  if (threadIdx.x == 0) prefix[r1] = carry;
+  if (over) *reinterpret_cast<volatile uint32_t*>(p.out_overflow) = 1;
   __syncthreads();
   const unsigned long long frame_base = base;
   const uint32_t total = p.frame_totals[f];
@@ -1152,26 +1159,49 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
       for (int c = 0; c < 3; ++c) p.out_gains[f * 3 + c] = p.gain_counts[f * 3 + c];
     if (frame_base + total > p.out_capacity) *reinterpret_cast<volatile uint32_t*>(p.out_overflow) = 1;
   }
+  if (r0 >= r1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int S2 = p.values;
-  for (uint32_t bb = r0 + warp; bb < r1; bb += kPackThreads / 32) {
-    const std::size_t region = static_cast<std::size_t>(f) * p.blocks + bb;
-    const uint32_t cnt = p.region_counts[region];
-    if (cnt == 0) continue;
-    if (cnt > p.region_capacity && lane == 0)
-      *reinterpret_cast<volatile uint32_t*>(p.out_overflow) = 1;
-    const uint32_t n = min(cnt, p.region_capacity);
-    const unsigned long long o = frame_base + prefix[bb];
-    for (uint32_t r = lane; r < n; r += 32) {
-      if (o + r >= p.out_capacity) break;
-      const uint32_t xy = p.region_xy[region * p.region_capacity + r];
-      p.out_x[o + r] = static_cast<uint16_t>(xy & 0xffffu);
-      p.out_y[o + r] = static_cast<uint16_t>(xy >> 16);
+  const uint32_t lo = prefix[r0], hi = prefix[r1];
+  constexpr int kBurst = 9;  // values in flight per lane
+  for (uint32_t c0 = lo + 32u * warp; c0 < hi; c0 += kPackThreads) {
+    // This lane's cluster c: its region (the last in [r0, r1) that starts at or before c; empty
+    // regions start where the next one does) and its slot there.
+    const uint32_t c = c0 + lane;
+    uint32_t a = r0, b = r1;
+    while (b - a > 1) {
+      const uint32_t mid = (a + b) / 2;
+      if (prefix[mid] <= c) a = mid; else b = mid;
     }
-    const int32_t* src = p.region_data + region * p.region_capacity * S2;
-    for (uint32_t e = lane; e < n * S2; e += 32) {
-      if (o + e / S2 >= p.out_capacity) break;
-      p.out_data[o * S2 + e] = src[e];
+    const uint32_t r = c - prefix[a];
+    const unsigned long long o = frame_base + c;
+    const bool valid = c < hi && r < p.region_capacity && o < p.out_capacity;
+    const std::size_t slot =
+        (static_cast<std::size_t>(f) * p.blocks + a) * p.region_capacity + r;
+    if (valid) {
+      const uint32_t xy = p.region_xy[slot];
+      p.out_x[o] = static_cast<uint16_t>(xy & 0xffffu);
+      p.out_y[o] = static_cast<uint16_t>(xy >> 16);
+    }
+    // The 32 clusters' values are the words [c0 * S2, (c0 + 32) * S2) of the output: word i*32 +
+    // lane of them belongs to the warp's cluster k = (i*32 + lane) / S2.
+    const unsigned long long out0 = (frame_base + c0) * static_cast<unsigned long long>(S2);
+    for (int i0 = 0; i0 < S2; i0 += kBurst) {
+      int32_t v[kBurst];
+      bool ok[kBurst];
+#pragma unroll
+      for (int u = 0; u < kBurst; ++u) {
+        const int ww = (i0 + u) * 32 + lane;
+        const int k = ww / S2;
+        const int w = ww - k * S2;
+        const std::size_t ks = __shfl_sync(0xffffffffu, slot, k & 31);
+        const int kv = __shfl_sync(0xffffffffu, static_cast<int>(valid), k & 31);
+        ok[u] = i0 + u < S2 && kv != 0;
+        v[u] = ok[u] ? __ldg(p.region_data + ks * S2 + w) : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kBurst; ++u)
+        if (ok[u]) p.out_data[out0 + (i0 + u) * 32 + lane] = v[u];
     }
   }
 }
@@ -1261,7 +1291,7 @@ void launch_find(const FindLaunch& p, StreamView stream) {
 
 void launch_pack(const PackLaunch& p, int threads, StreamView stream) {
   if (p.n_frames == 0) return;
-  const std::size_t smem = p.blocks * sizeof(uint32_t);
+  const std::size_t smem = (p.blocks + 1) * sizeof(uint32_t);
   PackLaunch q = p;
   q.chunks = std::max<uint32_t>(p.chunks, 1);
   const dim3 grid(q.n_frames, q.chunks);
