@@ -6,10 +6,12 @@
 namespace glint::gpu {
 
 void validate(const FindTuning& t) {
-  if (t.find_threads < 128 || t.find_threads > 1024 || t.find_threads % 32 != 0)
+  if (t.find_threads != 0 &&
+      (t.find_threads < 128 || t.find_threads > 1024 || t.find_threads % 32 != 0))
     throw std::invalid_argument("GPU finder tuning: find_threads " +
                                 std::to_string(t.find_threads) +
-                                " (allowed: a multiple of 32 from 128 to 1024)");
+                                " (allowed: 0 for the defaults, or a multiple of 32 from 128 to "
+                                "1024)");
   if (t.pack_regions < 1 || t.pack_regions > 1024)
     throw std::invalid_argument("GPU finder tuning: pack_regions " +
                                 std::to_string(t.pack_regions) + " (allowed: 1 to 1024)");

@@ -69,7 +69,6 @@ class GpuEngine final : public GpuClusterFinder {
         calibrated_(params) {
     setup_.params = params;
     setup_.thresholds = cm::make_thresholds(params.n_sigma, params.cluster_size);
-    setup_.threads = options_.tuning.find_threads;
     np_ = params.shape.pixels();
     values_ = params.cluster_size * params.cluster_size;
     capacity_per_frame_ = options_.cluster_capacity > 0

@@ -45,7 +45,6 @@ struct Lane {
 struct FindSetup {
   FinderParams params;
   cluster_math::Thresholds thresholds{};
-  int threads = 512;
 };
 
 /// The find launch of lane `li` over n frames in `frames`, on the state `states[l]` of each lane l

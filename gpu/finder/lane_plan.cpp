@@ -16,10 +16,14 @@ void choose_segments(const FinderParams& params, const FindTuning& tuning, LaneP
   const uint32_t cols = params.shape.cols;
   const int size = params.cluster_size;
   // Threads per block where two blocks share a multiprocessor; a block alone on one gets twice
-  // as many (measured: a 1024 x 1024 frame in 132 segments, 35.7 us per frame with 1024 threads,
-  // 47.7 with 512).
-  const int threads = tuning.find_threads;
-  const int threads_alone = std::min(1024, 2 * threads);
+  // as many, by default 1024 (measured: a 1024 x 1024 frame in 132 segments, 35.7 us per frame
+  // with 1024 threads, 47.7 with 512). By default a segment whose whole state is in shared
+  // memory takes kFindThreadsResident (its frame is bound by the block's barriers), other
+  // segments kFindThreadsShared (they wait for global memory, which more warps hide).
+  const bool automatic = tuning.find_threads == 0;
+  const int threads = automatic ? kFindThreadsShared : tuning.find_threads;
+  const int threads_alone = automatic ? kFindThreadsAlone : std::min(1024, 2 * threads);
+  const int threads_resident = automatic ? kFindThreadsResident : threads;
   const uint64_t band_px = static_cast<uint64_t>(lane.r1 - lane.r0) * cols;
   const uint64_t h = static_cast<uint64_t>(size / 2);
   const uint64_t halo = std::max<uint64_t>(1, h * cols + h);
@@ -28,7 +32,10 @@ void choose_segments(const FinderParams& params, const FindTuning& tuning, LaneP
   GLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, lane.device));
   // A band shorter than a window's reach is one segment.
   const uint64_t by_halo = std::max<uint64_t>(1, band_px / halo);
-  const auto threads_for = [&](int per_sm) { return per_sm == 1 ? threads_alone : threads; };
+  const auto threads_for = [&](int per_sm, bool resident, int spill) {
+    if (per_sm == 1) return threads_alone;
+    return resident && spill == 0 ? threads_resident : threads;
+  };
   int plan_threads = threads;  // of the search step being tried
   const auto fit = [&](uint64_t seg, bool resident, int spill, bool chunked = false) {
     return find_blocks_per_sm(cols, static_cast<uint32_t>(seg), size, resident, spill, chunked,
@@ -55,12 +62,12 @@ void choose_segments(const FinderParams& params, const FindTuning& tuning, LaneP
   };
   static constexpr Option kOneSegment[] = {{true, 0}, {false, 0}, {true, 1}, {false, 1}};
   const auto one_segment = [&](int per_sm, uint64_t limit) {
-    plan_threads = threads_for(per_sm);
     const uint64_t blocks = std::min({static_cast<uint64_t>(per_sm) * sms, by_halo, limit});
     if (blocks == 0) return;
     const uint64_t seg = (band_px + blocks - 1) / blocks;
     for (const Option o : kOneSegment) {
       if (o.resident && !tuning.resident) continue;
+      plan_threads = threads_for(per_sm, o.resident, o.spill);
       const int n = fit(seg, o.resident, o.spill);
       if (n >= per_sm || (n >= 1 && blocks <= static_cast<uint64_t>(n) * sms)) {
         take(blocks, 1, seg, o.resident, o.spill);
@@ -72,7 +79,7 @@ void choose_segments(const FinderParams& params, const FindTuning& tuning, LaneP
   // its shared memory at `per_sm` blocks per multiprocessor; the plan with the fewest segments
   // per block is kept.
   const auto several = [&](int per_sm, int spill, uint64_t limit) {
-    plan_threads = threads_for(per_sm);
+    plan_threads = threads_for(per_sm, false, spill);
     uint64_t blocks = std::min(static_cast<uint64_t>(per_sm) * sms, by_halo);
     const uint64_t seg_min = std::min(halo, band_px);
     if (fit(seg_min, false, spill, true) < per_sm) return;

@@ -28,7 +28,7 @@ TEST(FindTuningFromEnvironment, NothingSetGivesTheEngineDefaults) {
   Environment env({});
   const FindTuning t = find_tuning_from_environment();
   const FindTuning d;
-  EXPECT_EQ(t.find_threads, 512);
+  EXPECT_EQ(t.find_threads, 0);  // the engine's measured sizes
   EXPECT_EQ(t.find_threads, d.find_threads);
   EXPECT_EQ(t.pack_regions, 8);
   EXPECT_TRUE(t.resident);

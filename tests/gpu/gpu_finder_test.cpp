@@ -429,6 +429,7 @@ INSTANTIATE_TEST_SUITE_P(
                           TuningCase{"few_long_segments", tuned(512, 8, true, 3)},
                           TuningCase{"one_segment_global", tuned(512, 8, false, 1)},
                           TuningCase{"threads_128", tuned(128, 8, true, 0)},
+                          TuningCase{"threads_512", tuned(512, 8, true, 0)},
                           TuningCase{"threads_1024", tuned(1024, 8, true, 0)},
                           TuningCase{"pack_one_region_per_block", tuned(256, 1, true, 0)},
                           TuningCase{"pack_all_regions_in_one_block", tuned(512, 1024, true, 0)}),

@@ -7,11 +7,24 @@
 
 namespace glint::gpu {
 
+/// Threads of a find block where two share a multiprocessor, by default, when the block's
+/// segment keeps its whole state in shared memory: 448 was 3-4 % faster than 512 at 400 x 400 on
+/// an H100 (and 2 % on an H200 with an earlier kernel).
+inline constexpr int kFindThreadsResident = 448;
+/// The same for a segment with state in global memory: 512 was 4 % faster than 448 in the kernel
+/// at 512 x 1024 (H100).
+inline constexpr int kFindThreadsShared = 512;
+/// Threads of a find block alone on a multiprocessor, by default: 2048 x 2048 took 206 us per
+/// frame in the kernel with 1024 threads, 214 with 896 (H100).
+inline constexpr int kFindThreadsAlone = 1024;
+
 struct FindTuning {
   /// Threads per find block where two blocks share a multiprocessor: a multiple of 32 from 128
-  /// to 1024 (two 512-thread blocks fill an H200 SM). A block alone on a multiprocessor (large
-  /// frames) gets twice as many, at most 1024.
-  int find_threads = 512;
+  /// to 1024; a block alone on a multiprocessor (large frames) then gets twice as many, at most
+  /// 1024. 0 (the default): the sizes measured fastest where two blocks share a
+  /// multiprocessor (kFindThreadsResident, kFindThreadsShared) and for a block alone
+  /// (kFindThreadsAlone; docs/performance.md).
+  int find_threads = 0;
   /// Segments' regions packed by one 256-thread pack block (1 to 1024; 8: one per warp).
   int pack_regions = 8;
   /// Find blocks may keep their segment's pedestal state in shared memory where it fits; false
