@@ -722,6 +722,10 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     }
     __syncthreads();
     lap(kWait);
+    // The segment below's hand-off, seen by another warp, may have been stamped before this
+    // warp's "ready": it was there when the segment looked, at "ready".
+    if (tr != nullptr && tid == 0 && tr[kTraceBelow] < tr[kTraceReady])
+      tr[kTraceBelow] = tr[kTraceReady];
     stamp(kTraceGo);
 
     // Loop 1: d0 of the halo pixels with the neighbours' frame-start means, bounds for the halo

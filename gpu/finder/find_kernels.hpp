@@ -35,7 +35,7 @@ struct FindLaunch {
   uint32_t frame_rows = 0;               ///< rows per frame held in `frames`
   int cluster_size = 3;
   uint32_t segment_max = 1;              ///< most pixels a segment holds
-  int threads = 512;                     ///< threads per block (FindTuning::find_threads)
+  int threads = 0;                       ///< threads per block (the lane plan's)
   uint32_t blocks = 0;                   ///< grid size
   uint32_t chunks = 1;                   ///< segments per block
   uint32_t segments = 0;                 ///< blocks * chunks: segments of this launch
@@ -84,7 +84,7 @@ struct FindLaunch {
 inline constexpr int kLaunchRecords = 64;
 inline constexpr int kTraceFrames = 256;
 /// Fields of a trace record: the frame g; globaltimer ns when the block was ready for it, saw the
-/// segment above, saw the segment below, started it (all threads past the wait), finished loop 1,
+/// segment above, saw the segment below (no earlier than ready), started it (all threads past the wait), finished loop 1,
 /// loop 2 and the resolution, began the release, issued it (after its fence), finished the
 /// emission; the undecided pixels (bits 0-15), the resolution's rounds (16-23), its pixels that
 /// waited for the segment above (24-31), the stored pixels (32-63); when the last such wait
