@@ -501,6 +501,10 @@ TEST(RunChain, TheFlushDrainsTheFinderOnlyWhenNothingCameBack) {
   c.cfg.run.idle_end_seconds = 0;
   c.sim.frames = 40;
   c.sim.send_end = false;
+  // Room for every frame of the run: on a loaded machine the run loop may fall behind the 2 kHz
+  // stream below for longer than the default 256 queued frames, and the receiver then drops
+  // images (by design: rows flagged dropped), which is not what this test is about.
+  c.cfg.ingest.queue_frames = 4096;
   HoldingFinder* holding = nullptr;
   auto factory = [&holding](const FinderParams& p, const FinderOptions& o) {
     auto f = std::make_unique<HoldingFinder>(make_finder(p, o));
@@ -536,7 +540,9 @@ TEST(RunChain, TheFlushDrainsTheFinderOnlyWhenNothingCameBack) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto s = run.stats();
   ASSERT_EQ(s.error, "");
-  EXPECT_EQ(s.data_frames, 4000u);
+  EXPECT_EQ(s.data_frames, 4000u) << "received " << s.frames_received << ", missing " << s.missing
+                                  << ", dropped " << s.dropped << ", incomplete " << s.incomplete
+                                  << ", messages " << s.messages << ", end " << s.end_reason;
   EXPECT_EQ(glint::testing::count_rows(read_run_file(run.file()), 0), 4000u);
   // The end drains once; a stall of a whole flush interval on a loaded machine may add one.
   EXPECT_LE(holding->drains.load() - after_pause, 3u)
