@@ -497,11 +497,11 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
 
   // Writes the entries of frame kp's clusters that lie in the segment above (left out when the
   // frame was emitted), with final_d(jj) = f - that segment's final mean of frame kp.
-  const auto patch_above = [&](uint32_t kp, int nsp, auto&& center, int stride,
+  const auto patch_above = [&](uint32_t kp, int nsp, auto&& center, int first, int stride,
                                auto&& final_d) {
     const std::size_t region = static_cast<std::size_t>(kp) * segs + v;
     const int n_write = min(nsp, static_cast<int>(p.region_capacity));
-    for (int e = tid; e < n_write * S2; e += stride) {
+    for (int e = first; e < n_write * S2; e += stride) {
       const int c = e / S2;
       const int w = e - c * S2;
       const int dy = w / S - h;
@@ -928,8 +928,11 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         const uint32_t xy = __ldcg(p.region_xy + prev_region * p.region_capacity + c);
         return static_cast<int>((xy >> 16) * static_cast<uint32_t>(cols) + (xy & 0xffffu)) - p0;
       };
-      if (k > 0 && pns > 0 && prev_center(0) < halo)
-        patch_above(k - 1, pns, prev_center, workers,
+      // Written by the workers after the first warp (if more than two warps), while the first
+      // warp ranks this frame's clusters: the ranks no longer wait behind these writes.
+      const int pfirst = workers > 64 ? 32 : 0;
+      if (k > 0 && pns > 0 && tid >= pfirst && prev_center(0) < halo)
+        patch_above(k - 1, pns, prev_center, tid - pfirst, workers - pfirst,
                     [&](int jj) { return sh_dprev[jj - base]; });
       // Emission: the segment's clusters in raster order into this (frame, segment) region.
       for (int t = tid; t < ns; t += workers) {
@@ -1003,7 +1006,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       if (tid == 0 && prog_above())
         while (load_acquire(prog_above(), sys_above()) < g0 + p.n_frames) __nanosleep(20);
       __syncthreads();
-      patch_above(kl, nsl, center, nt, [&](int jj) {
+      patch_above(kl, nsl, center, tid, nt, [&](int jj) {
         return Px::dev(fl[jj], jj, __ldcg(arrays_for(jj).mean[fin] + jj), p);
       });
     }
