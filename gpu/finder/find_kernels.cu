@@ -928,9 +928,10 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         const uint32_t xy = __ldcg(p.region_xy + prev_region * p.region_capacity + c);
         return static_cast<int>((xy >> 16) * static_cast<uint32_t>(cols) + (xy & 0xffffu)) - p0;
       };
-      // Written by the workers after the first warp (if more than two warps), while the first
-      // warp ranks this frame's clusters: the ranks no longer wait behind these writes.
-      const int pfirst = workers > 64 ? 32 : 0;
+      // Written by the workers after the warps that rank this frame's clusters (a lane per
+      // cluster; at least one warp is left for these writes), while those rank: no rank waits
+      // behind these writes.
+      const int pfirst = min((ns + 31) & ~31, workers - 32);
       if (k > 0 && pns > 0 && tid >= pfirst && prev_center(0) < halo)
         patch_above(k - 1, pns, prev_center, tid - pfirst, workers - pfirst,
                     [&](int jj) { return sh_dprev[jj - base]; });
