@@ -981,16 +981,17 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         }
       } else {
         // Several segments per block (measured: 2048x2048 1.1 % faster; at 400x400, one
-        // segment per block, 1.4-3 % slower): one pass without a barrier, each entry's thread
-        // ranking its own cluster, beside the previous frame's entries in the segment above
-        // (read back from the region: the entries before the centre of every cluster, if the
-        // first one's centre is in the segment's first halo pixels). The next frame reads its
-        // centres from the region, not from sorted_cur.
+        // segment per block, 1.4-3 % slower): one pass with no barrier between ranks and
+        // entries, each entry's thread ranking its own cluster, beside the previous frame's
+        // entries in the segment above (read back from the region: the entries before the
+        // centre of every cluster, if the first one's centre is in the segment's first halo
+        // pixels). The next frame reads its centres from the region, not from sorted_cur. The
+        // named barrier only meets the publishing warp's arrive (as measured).
         named_sync(1, nt);
-        const int n_top = k > 0 && pns > 0 && prev_center(0) < halo
-                              ? min(pns, static_cast<int>(p.region_capacity))
-                              : 0;
-        const int n_patch = n_top * PA;
+        const int n_prev = k > 0 && pns > 0 && prev_center(0) < halo
+                               ? min(pns, static_cast<int>(p.region_capacity))
+                               : 0;
+        const int n_patch = n_prev * PA;
         for (int e = tid; e < n_patch + ns * S2; e += workers) {
           if (e < n_patch) {
             const int c = e / PA;
