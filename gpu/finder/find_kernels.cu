@@ -986,7 +986,8 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         // entries in the segment above (read back from the region: the entries before the
         // centre of every cluster, if the first one's centre is in the segment's first halo
         // pixels). The next frame reads its centres from the region, not from sorted_cur. The
-        // named barrier only meets the publishing warp's arrive (as measured).
+        // named barrier only meets the publishing warp's arrive; dropping both cost nothing and
+        // gained nothing on an H200 (docs/journal.md, 2026-12-06, evening).
         named_sync(1, nt);
         const int n_prev = k > 0 && pns > 0 && prev_center(0) < halo
                                ? min(pns, static_cast<int>(p.region_capacity))
