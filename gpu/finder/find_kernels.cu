@@ -908,12 +908,13 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     lap(kResolve);
     stamp(kTraceResolve);
     // Frame g is final in this segment (every commit precedes the last barrier). The last warp
-    // publishes it; it arrives at the emission barrier first, so the other warps need not wait
-    // for the release's memory fence. Off the neighbours' path from here on.
+    // publishes it; with one segment per block it arrives at the emission barrier first, so the
+    // other warps need not wait for the release's memory fence. Off the neighbours' path from
+    // here on.
     const int ns = sh_ns;
     const int workers = nt - 32;
     if (tid >= workers) {
-      named_arrive(1, nt);
+      if constexpr (!kChunked) named_arrive(1, nt);
       if (tid == workers) {
         const long long t0 = clock64();
         if (p.profile != nullptr) __stcg(p.release_ns + (g & 1ull) * segs + v, global_ns());
@@ -985,10 +986,9 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         // entries, each entry's thread ranking its own cluster, beside the previous frame's
         // entries in the segment above (read back from the region: the entries before the
         // centre of every cluster, if the first one's centre is in the segment's first halo
-        // pixels). The next frame reads its centres from the region, not from sorted_cur. The
-        // named barrier only meets the publishing warp's arrive; dropping both cost nothing and
-        // gained nothing on an H200 (docs/journal.md, 2026-12-06, evening).
-        named_sync(1, nt);
+        // pixels). The next frame reads its centres from the region, not from sorted_cur. No
+        // named barrier here: the entries need nothing from the publishing warp (with one, on an
+        // H200: the same time).
         const int n_prev = k > 0 && pns > 0 && prev_center(0) < halo
                                ? min(pns, static_cast<int>(p.region_capacity))
                                : 0;
