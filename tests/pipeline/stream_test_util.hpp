@@ -7,9 +7,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "glint/cluster_finder.hpp"
 #include "glint/pipeline/run_file.hpp"
@@ -36,11 +40,38 @@ inline int free_tcp_port() {
 
 inline std::string loopback(int port) { return "tcp://127.0.0.1:" + std::to_string(port); }
 
-/// A fresh, empty directory for one test.
+/// The directories fresh_dir made, removed when the test program ends if every test passed (kept
+/// for a look after a failure or a crash).
+class ScratchDirs {
+ public:
+  void add(const std::filesystem::path& d) {
+    const std::lock_guard<std::mutex> lock(m_);
+    dirs_.push_back(d);
+  }
+  ~ScratchDirs() {
+    if (!::testing::UnitTest::GetInstance()->Passed()) return;
+    for (const auto& d : dirs_) {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  }
+
+ private:
+  std::mutex m_;
+  std::vector<std::filesystem::path> dirs_;
+};
+
+inline ScratchDirs& scratch_dirs() {
+  static ScratchDirs dirs;
+  return dirs;
+}
+
+/// A fresh, empty directory for one test (removed at the end of a test program that passed).
 inline std::filesystem::path fresh_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / ("glint_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
+  scratch_dirs().add(d);
   return d;
 }
 
