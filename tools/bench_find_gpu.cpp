@@ -145,6 +145,20 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       st.overflow_reruns - before.overflow_reruns,
       st.result_recopies - before.result_recopies, floor_bps * 1e-9, floor_us, o.gpus[0],
       100.0 * floor_us / us_frame, n_gpus > 1 ? "  (against one GPU's floor)" : "");
+  // The floor with the results: a batch's frames going up while a batch of this run's results
+  // (x, y and the values of its clusters, and the per-frame counts) come down at the same time.
+  const std::size_t result_bytes = static_cast<std::size_t>(
+      clusters / frames * o.batch *
+          (2 * sizeof(uint16_t) + sizeof(int32_t) * o.cluster_size * o.cluster_size) +
+      sizeof(uint32_t) * o.batch);
+  const double duplex_us =
+      gpu::measure_duplex_seconds(frame_bytes * o.batch, result_bytes, 20, o.gpus[0]) * 1e6 /
+      o.batch;
+  std::cout << fmt::format(
+      "H2D+D2H floor        {:.3f} us/frame (one batch up and {:.1f} MB of results down at "
+      "once, this run)\n"
+      "duplex/us per frame  {:.1f} %\n",
+      duplex_us, result_bytes * 1e-6, 100.0 * duplex_us / us_frame);
   if (o.products.empty()) return 0;
 
   // With the products: the batches as the run gets them (ClusterTables through set_sink), timed

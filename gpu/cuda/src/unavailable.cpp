@@ -14,5 +14,8 @@ std::string unavailable_reason() { return "glint was built without CUDA (nvcc no
 double measure_h2d_bytes_per_second(std::size_t, int, int device) {
   throw CudaError("device " + std::to_string(device) + ": glint was built without CUDA", 0, false);
 }
+double measure_duplex_seconds(std::size_t, std::size_t, int, int device) {
+  throw CudaError("device " + std::to_string(device) + ": glint was built without CUDA", 0, false);
+}
 
 }  // namespace glint::gpu

@@ -8,4 +8,11 @@ namespace glint::gpu {
 /// `repeats` copies timed with device events), in bytes per second. Throws CudaError without a GPU.
 double measure_h2d_bytes_per_second(std::size_t bytes, int repeats, int device = 0);
 
+/// Seconds for `h2d_bytes` to `device` and `d2h_bytes` back from it, both pinned bulk copies on
+/// their own streams started together, until the later one ends (median of `repeats`): the floor
+/// of a batch whose frames go up while the results of the one before come down. Throws CudaError
+/// without a GPU.
+double measure_duplex_seconds(std::size_t h2d_bytes, std::size_t d2h_bytes, int repeats,
+                              int device = 0);
+
 }  // namespace glint::gpu
