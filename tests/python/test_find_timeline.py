@@ -19,10 +19,11 @@ def timeline():
     return module
 
 
-def write_timeline(path, n=40, period=170.0):
+def write_timeline(path, n=40, period=170.0, partial=()):
     """n full batches of 100 frames on two slots, every 170 us: upload 100 us ending 5 us before
     its find, find 150, pack 10, result copy 300 from 2 us after the pack; the first four batches
-    (the warm-up) twice as slow, and a partial batch of 30 frames at the end."""
+    (the warm-up) twice as slow, and a partial batch of 30 frames at the end (and at each seq in
+    `partial`)."""
     header = ["seq", "slot", "fb", "frames", "clusters", "up0", "up1", "find0", "find1", "pack0",
               "pack1", "d2h0", "d2h1", "host_submit", "host_wait0", "host_wait1"]
     with open(path, "w", newline="") as f:
@@ -31,7 +32,7 @@ def write_timeline(path, n=40, period=170.0):
         t = 1000.0
         for i in range(n + 1):
             slow = 2.0 if i < 4 else 1.0
-            frames = 30 if i == n else 100
+            frames = 30 if i == n or i in partial else 100
             up1 = t - 5.0
             up0 = up1 - 100.0 * slow
             find1 = t + 150.0 * slow
@@ -70,6 +71,18 @@ def test_skipping_nothing_takes_the_warm_up_in(tmp_path, timeline):
     assert s["find"]["median"] == pytest.approx(150.0)
     assert timeline.spread([300.0] * 4 + [150.0] * 36)["p90"] == pytest.approx(150.0)
     assert timeline.spread([300.0] * 5 + [150.0] * 35)["p90"] == pytest.approx(300.0)
+
+
+def test_partial_batches_mid_run_leave_the_period_and_the_gaps_as_they_are(tmp_path, timeline):
+    # The full batches around a partial one are two periods apart: that pair is not a period.
+    # Six of them among 36 batches: more than a tenth, so p90 would show them.
+    path = tmp_path / "timeline.csv"
+    write_timeline(path, partial=(10, 14, 18, 22, 26, 30))
+    s = timeline.summarize(timeline.load(path))
+    assert s["batches"] == 30
+    for key, want in [("period", 170.0), ("idle", 10.0)]:
+        assert s[key]["p10"] == pytest.approx(want), key
+        assert s[key]["p90"] == pytest.approx(want), key
 
 
 def test_the_command_prints_the_table_and_refuses_other_files(tmp_path):
