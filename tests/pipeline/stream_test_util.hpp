@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
@@ -21,20 +22,32 @@
 
 namespace glint::testing {
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it).
+/// A TCP port on 127.0.0.1 held for this test program until it ends, so that nothing else on the
+/// host (another test program under ctest -j, a connection's ephemeral port) takes it between
+/// now and the bind of whatever the test starts on it. The kernel picks a port no socket has, a
+/// socket of this process stays bound to it, and SO_REUSEADDR set after that bind lets ZeroMQ's
+/// and libmicrohttpd's listeners (which set it too) bind and listen there, here or in a child
+/// process; a second listener on it is still refused.
 inline int free_tcp_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  static std::mutex m;
+  static std::vector<int> held;  // never closed: the port stays this program's
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "free_tcp_port: socket");
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    const int e = errno;
     ::close(fd);
-    throw std::runtime_error("free_tcp_port: bind failed");
+    throw std::system_error(e, std::generic_category(), "free_tcp_port: bind");
   }
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   socklen_t len = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
+  const std::lock_guard<std::mutex> lock(m);
+  held.push_back(fd);
   return ntohs(a.sin_port);
 }
 

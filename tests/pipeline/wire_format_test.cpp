@@ -1,7 +1,8 @@
 // The slsReceiver stream as real receivers send it, reproduced by the simulator and run into the
 // real ingest over loopback: headers checked at their real width, the receiver's dummy header
 // before an acquisition, EIGER 12-bit packed pixels, flipped bottom half-modules and quads,
-// addJsonHeader dark markers, TCP keepalive on the SUB connections.
+// addJsonHeader dark markers, TCP keepalive on the SUB connections; the loopback ports the tests
+// take held until each test program ends.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -269,4 +270,34 @@ TEST(WireFormat, IngestConnectionsHaveTcpKeepalive) {
   EXPECT_EQ(o->interval, 1);
   EXPECT_EQ(o->count, 10);
   ingest.stop();
+}
+
+TEST(TestPorts, HeldForTheProgramYetOneListenerBindsThem) {
+  // free_tcp_port's port stays this program's: a plain bind (what another program's bind to port
+  // 0 or a connection's ephemeral port would need) is refused, a ZeroMQ listener binds and
+  // carries messages, and a second listener is still refused.
+  const int port = glint::testing::free_tcp_port();
+  EXPECT_NE(glint::testing::free_tcp_port(), port);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_NE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(errno, EADDRINUSE);
+  ::close(fd);
+  zmq::context_t ctx(1);
+  zmq::socket_t push(ctx, zmq::socket_type::push), pull(ctx, zmq::socket_type::pull),
+      second(ctx, zmq::socket_type::push);
+  for (auto* s : {&push, &pull, &second}) s->set(zmq::sockopt::linger, 0);
+  const std::string ep = glint::testing::loopback(port);
+  push.bind(ep);
+  EXPECT_THROW(second.bind(ep), zmq::error_t);
+  pull.connect(ep);
+  pull.set(zmq::sockopt::rcvtimeo, 10000);
+  push.send(zmq::str_buffer("frame"), zmq::send_flags::none);
+  zmq::message_t m;
+  ASSERT_TRUE(pull.recv(m));
+  EXPECT_EQ(m.to_string(), "frame");
 }

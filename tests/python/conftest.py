@@ -6,6 +6,7 @@ C++ extension, the executable or a GPU skip cleanly without them.
 """
 import importlib
 import os
+import socket
 import subprocess
 import sys
 
@@ -46,6 +47,21 @@ def glint_bin():
     if not os.access(path, os.X_OK):
         pytest.skip(f"no glint executable at {path} (GLINT_BIN)")
     return path
+
+
+_held_ports = []  # the sockets that keep free_port's ports this test session's
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 held until the test session ends, so that nothing else on the host
+    (another test program, a connection's ephemeral port) takes it before the glintd or `glint sim`
+    the test starts binds it: the kernel picks a port no socket has, a socket stays bound to it,
+    and SO_REUSEADDR set after that bind lets ZeroMQ's listener (which sets it too) bind there."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    _held_ports.append(s)
+    return s.getsockname()[1]
 
 
 def run_glint(glint_bin, *args, check=True):

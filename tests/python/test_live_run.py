@@ -4,20 +4,13 @@ holds the file open across the end of the run costs the run nothing."""
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import time
 
 import numpy as np
 import pytest
 
-from conftest import run_glint
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import free_port, run_glint
 
 
 @contextlib.contextmanager

@@ -5,7 +5,6 @@ h5py: the hit map and pedestal placed, the clusters one run after the other."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 
@@ -13,15 +12,9 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import run_glint
+from conftest import free_port, run_glint
 
 ROWS, COLS = 32, 48  # each glintd's image: two modules of 32 x 24 side by side
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ctl(glint_bin, endpoint, *args):
