@@ -1205,7 +1205,10 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
     const uint32_t bb = c0 + threadIdx.x;
     const uint32_t n = bb < r1 ? p.region_counts[static_cast<std::size_t>(f) * p.blocks + bb]
                                : 0u;
-    over = over || (bb >= r0 && n > p.region_capacity);
+    if (bb >= r0 && n > p.region_capacity) {
+      over = true;
+      if (p.out_max_region != nullptr) atomicMax(p.out_max_region, n);
+    }
     uint32_t excl = 0, agg = 0;
     Scan(scan_tmp).ExclusiveSum(n, excl, agg);
     if (bb < r1) prefix[bb] = carry + excl;

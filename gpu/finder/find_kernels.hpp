@@ -134,6 +134,9 @@ struct PackLaunch {
   int32_t* out_data = nullptr;
   uint64_t out_capacity = 0;             ///< clusters
   uint32_t* out_overflow = nullptr;      ///< set to 1 when anything did not fit
+  /// Raised to the largest count of a region that did not fit (0 when every region fit); zeroed
+  /// with the flag. May be null.
+  uint32_t* out_max_region = nullptr;
 };
 /// One block of `threads` (64 or 256) per frame and chunk of regions.
 void launch_pack(const PackLaunch& p, int threads, StreamView stream);

@@ -3,7 +3,11 @@
 // before the batch that last used its slot has been delivered), one captured graph (snapshot +
 // persistent find kernel) replayed per batch on the GPU's compute stream, one pack kernel per
 // batch after it into device memory, and a device-to-host copy of what was found on the copy
-// engine, one completion event per batch. Several GPUs share one pedestal chain: each owns a
+// engine, one completion event per batch. A batch's find is enqueued before the host waits for
+// the batch that last used its slot, so the compute stream never waits for the host: what a
+// batch needs until it is delivered (its frames, its start-of-batch snapshot, its timing events)
+// belongs to its frame buffer, and only its pack waits, on the GPU, for that older batch's result
+// copy out of the slot's device output. Several GPUs share one pedestal chain: each owns a
 // band of rows and the bands at a GPU boundary wait for each other's progress counters through
 // peer memory, exactly as neighbouring bands on one GPU do.
 //
@@ -153,11 +157,16 @@ class GpuEngine final : public GpuClusterFinder {
     // them): this batch's copy goes to the next frame buffer, before that batch is delivered.
     const int fb = ring_.take_frame_buffer();
     for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue_upload(li, si, n, fb);
+    // The slot's result buffers grow (after an overflow) only once its batch is delivered.
+    if (s.in_flight && !slot_buffers_fit(si)) collect(si);
+    // This batch's find goes ahead of the wait for the slot's last batch.
+    for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue_find_and_pack(li, si, n, fb);
     if (s.in_flight) collect(si);
     s.numbers.assign(frame_numbers.begin(), frame_numbers.end());
     s.n_frames = n;
+    s.fb = fb;
     s.host_submit = t_submit;
-    for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue(li, si, n);
+    for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue_result_copy(li, si);
     s.in_flight = true;
     s.sequence = submitted_++;
     frames_done_ += static_cast<uint64_t>(n);
@@ -381,12 +390,8 @@ class GpuEngine final : public GpuClusterFinder {
                                   lane.compute);
       lane.dark_frames = DeviceBuffer<uint16_t>(static_cast<std::size_t>(lane.plan.frame_rows()) *
                                                 setup_.params.shape.cols * options_.batch_frames);
-      lane.frame_bufs.resize(fb_count);
-      for (std::size_t i = 0; i < fb_count; ++i) {
-        lane.up0.emplace_back(true);
-        lane.up1.emplace_back(true);
-        lane.fb_free.emplace_back();
-      }
+      lane.fbs.resize(fb_count);
+      for (FrameBufferBatch& b : lane.fbs) b.snapshot = PedestalSnapshot(np_);
       lane.slots.resize(options_.streams);
       for (auto& ls : lane.slots) ls.graphs.resize(fb_count);
       if (li == 0) diagnostics_.attach(lane.plan.blocks, lane.plan.segments(), lane.compute);
@@ -402,14 +407,27 @@ class GpuEngine final : public GpuClusterFinder {
     return static_cast<uint32_t>(std::clamp<uint64_t>(cap, 1, seg));
   }
 
-  /// The slot's snapshot, and result buffers of the current capacities (the captured find work
-  /// is dropped when they grow).
+  /// The result capacities a slot needs now: clusters per region, and per batch.
+  std::pair<uint32_t, uint64_t> wanted_capacity(const Lane& lane) const {
+    return {std::max(region_capacity_for(lane.plan), min_region_capacity_),
+            capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames)};
+  }
+
+  /// Whether slot si's result buffers hold the current capacities on every GPU.
+  bool slot_buffers_fit(int si) const {
+    for (const Lane& lane : lanes_) {
+      const auto [region, out] = wanted_capacity(lane);
+      if (!lane.slots[si].results.fits(region, out)) return false;
+    }
+    return true;
+  }
+
+  /// Result buffers of the current capacities (the captured find work is dropped when they
+  /// grow).
   void ensure_slot_buffers(const Lane& lane, LaneSlot& ls) {
-    if (!ls.snapshot.sum.get()) ls.snapshot = PedestalSnapshot(np_);
-    const uint32_t want_region = std::max(region_capacity_for(lane.plan), min_region_capacity_);
-    const uint64_t want_out = capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames);
+    const auto [region, out] = wanted_capacity(lane);
     if (ls.results.reserve(options_.batch_frames, lane.plan.segments(), values_,
-                           setup_.params.pixels != PixelMode::raw, want_region, want_out))
+                           setup_.params.pixels != PixelMode::raw, region, out))
       for (auto& g : ls.graphs) g = GraphExec();
   }
 
@@ -437,11 +455,12 @@ class GpuEngine final : public GpuClusterFinder {
 
   /// Frame buffer fb of a lane (batch_frames frames of the rows uploaded to it).
   uint16_t* frame_buffer(Lane& lane, int fb) {
-    if (!lane.frame_bufs[fb].get())
-      lane.frame_bufs[fb] = DeviceBuffer<uint16_t>(
-          static_cast<std::size_t>(lane.plan.frame_rows()) * setup_.params.shape.cols *
-          static_cast<std::size_t>(options_.batch_frames));
-    return lane.frame_bufs[fb].get();
+    DeviceBuffer<uint16_t>& frames = lane.fbs[fb].frames;
+    if (!frames.get())
+      frames = DeviceBuffer<uint16_t>(static_cast<std::size_t>(lane.plan.frame_rows()) *
+                                      setup_.params.shape.cols *
+                                      static_cast<std::size_t>(options_.batch_frames));
+    return frames.get();
   }
 
   /// The host-to-device copy of slot si's staging into frame buffer fb.
@@ -449,15 +468,15 @@ class GpuEngine final : public GpuClusterFinder {
     Lane& lane = lanes_[li];
     LaneSlot& ls = lane.slots[si];
     DeviceGuard g(lane.plan.device);
-    ls.fb_next = fb;
+    FrameBufferBatch& b = lane.fbs[fb];
     StreamView copy = ls.copy;
     // The find that last read this buffer has run (already so when batches alternate with slots
     // in order; submit_dark takes slot turns without a frame buffer).
-    GLINT_CUDA_CHECK(cudaStreamWaitEvent(copy.get(), lane.fb_free[fb].get(), 0));
-    if (diagnostics_.timeline()) lane.up0[fb].record(copy);
+    GLINT_CUDA_CHECK(cudaStreamWaitEvent(copy.get(), b.free.get(), 0));
+    if (diagnostics_.timeline()) b.up0.record(copy);
     upload_rows(setup_.params, lane.plan, frame_buffer(lane, fb), ring_[si].staging.get(),
                 static_cast<std::size_t>(n), copy);
-    if (diagnostics_.timeline()) lane.up1[fb].record(copy);
+    if (diagnostics_.timeline()) b.up1.record(copy);
     ls.in_done.record(copy);
   }
 
@@ -467,11 +486,11 @@ class GpuEngine final : public GpuClusterFinder {
     Lane& lane = lanes_[li];
     const RegionBuffers& regions = ls.results.regions();
     regions.zero(n, s);
+    const FrameBufferBatch& b = lane.fbs[ls.fb];
     launch_snapshot(lane.live.arrays(), lane.live.frames_done.get(),
-                    ls.snapshot.arrays(lane.live.count.get()), setup_.params.shape.cols,
+                    b.snapshot.arrays(lane.live.count.get()), setup_.params.shape.cols,
                     lane.plan.fr0, lane.plan.fr1, s);
-    FindLaunch p = make_find_launch(setup_, lanes_, li, live_states_,
-                                    lane.frame_bufs[ls.fb].get(), n, regions);
+    FindLaunch p = make_find_launch(setup_, lanes_, li, live_states_, b.frames.get(), n, regions);
     if (li == 0) diagnostics_.bind(p);
     launch_find(p, s);
   }
@@ -496,17 +515,20 @@ class GpuEngine final : public GpuClusterFinder {
     return graph;
   }
 
-  /// The find, pack and result copy of slot si's batch (its frames already being copied).
-  void enqueue(std::size_t li, int si, int n) {
+  /// The find and pack of slot si's batch on frame buffer fb (its frames already being copied).
+  /// The pack waits for the result copy of the batch that last used the slot, which is still to
+  /// be collected.
+  void enqueue_find_and_pack(std::size_t li, int si, int n, int fb) {
     Lane& lane = lanes_[li];
     LaneSlot& ls = lane.slots[si];
     DeviceGuard g(lane.plan.device);
     ensure_slot_buffers(lane, ls);
-    ls.fb = ls.fb_next;
+    ls.fb = fb;
+    FrameBufferBatch& b = lane.fbs[fb];
     const bool tl = diagnostics_.timeline();
     StreamView cs = lane.compute;
     GLINT_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), ls.in_done.get(), 0));
-    ls.t0.record(cs);
+    b.t0.record(cs);
     if (n == options_.batch_frames) {
       graph_for(li, ls).launch(cs);
       ++stats_.graph_launches;
@@ -514,14 +536,23 @@ class GpuEngine final : public GpuClusterFinder {
       enqueue_find(li, ls, n, cs);
       stats_.direct_launches += 2;
     }
-    ls.t1.record(cs);
-    lane.fb_free[ls.fb].record(cs);
-    if (tl) ls.pk0.record(cs);
+    b.t1.record(cs);
+    b.free.record(cs);
+    GLINT_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), ls.done.get(), 0));
+    if (tl) b.pk0.record(cs);
     ls.results.enqueue_pack(n, lane.plan.segments(),
                             static_cast<uint32_t>(options_.tuning.pack_regions), cs);
     ++stats_.direct_launches;
-    if (tl) ls.pk1.record(cs);
+    if (tl) b.pk1.record(cs);
     ls.found.record(cs);
+  }
+
+  /// The copy of slot si's packed results to the host, once the slot's last batch is collected.
+  void enqueue_result_copy(std::size_t li, int si) {
+    Lane& lane = lanes_[li];
+    LaneSlot& ls = lane.slots[si];
+    DeviceGuard g(lane.plan.device);
+    const bool tl = diagnostics_.timeline();
     // The copy engine brings back what was found while the next batch is searched.
     StreamView os = ls.out_stream;
     GLINT_CUDA_CHECK(cudaStreamWaitEvent(os.get(), ls.found.get(), 0));
@@ -548,8 +579,9 @@ class GpuEngine final : public GpuClusterFinder {
       ls.done.synchronize();
       const double w1 = host_us();
       ++stats_.host_syncs;
+      const FrameBufferBatch& b = lane.fbs[s.fb];
       float ms = 0;
-      GLINT_CUDA_CHECK(cudaEventElapsedTime(&ms, ls.t0.get(), ls.t1.get()));
+      GLINT_CUDA_CHECK(cudaEventElapsedTime(&ms, b.t0.get(), b.t1.get()));
       stats_.kernel_ms += ms;
       const bool lane_overflow = ls.results.overflowed();
       overflow = overflow || lane_overflow;
@@ -570,7 +602,7 @@ class GpuEngine final : public GpuClusterFinder {
     bands_.resize(lanes_.size());
     if (overflow) {
       ++stats_.overflow_reruns;
-      rerun_.run(setup_, lanes_, si, n, options_.batch_frames, bands_);
+      rerun_.run(setup_, lanes_, si, s.fb, n, options_.batch_frames, bands_);
       stats_.direct_launches += 2 * lanes_.size();
       stats_.host_syncs += lanes_.size();
       // Grow for the batches to come (slots reallocate when next used).
@@ -586,6 +618,7 @@ class GpuEngine final : public GpuClusterFinder {
   void add_timeline_row(const Lane& lane, int si, const HostSlot& s, uint64_t clusters,
                         double w0, double w1) {
     const LaneSlot& ls = lane.slots[si];
+    const FrameBufferBatch& b = lane.fbs[s.fb];
     const auto at = [&](const Event& e) {
       float t = 0;
       GLINT_CUDA_CHECK(cudaEventElapsedTime(&t, lane.origin.get(), e.get()));
@@ -594,15 +627,15 @@ class GpuEngine final : public GpuClusterFinder {
     TimelineRow r;
     r.seq = s.sequence;
     r.slot = si;
-    r.fb = ls.fb;
+    r.fb = s.fb;
     r.n = s.n_frames;
     r.clusters = clusters;
-    r.up0 = at(lane.up0[ls.fb]);
-    r.up1 = at(lane.up1[ls.fb]);
-    r.f0 = at(ls.t0);
-    r.f1 = at(ls.t1);
-    r.pk0 = at(ls.pk0);
-    r.pk1 = at(ls.pk1);
+    r.up0 = at(b.up0);
+    r.up1 = at(b.up1);
+    r.f0 = at(b.t0);
+    r.f1 = at(b.t1);
+    r.pk0 = at(b.pk0);
+    r.pk1 = at(b.pk1);
     r.d0 = at(ls.d0);
     r.d1 = at(ls.d1);
     r.h_submit = s.host_submit;

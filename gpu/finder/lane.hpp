@@ -19,12 +19,20 @@ struct LaneSlot {
   Stream copy{StreamPriority::high};  // host-to-device copies
   Stream out_stream;                  // device-to-host copies of the results
   Event in_done, found, done;
-  Event t0{true}, t1{true};                          // around the find work
-  Event pk0{true}, pk1{true}, d0{true}, d1{true};    // timeline: pack, result copy
-  int fb = 0, fb_next = 0;  // frame buffer of the batch in flight, of the one being uploaded
+  Event d0{true}, d1{true};  // timeline: result copy
+  int fb = 0;                // frame buffer of the batch whose find was enqueued last
   ResultBuffers results;
-  PedestalSnapshot snapshot;      // the state at the start of the batch in flight
   std::vector<GraphExec> graphs;  // the find work of a full batch, per frame buffer
+};
+
+/// What belongs to the batch on one frame buffer until it is delivered (a batch's find is
+/// enqueued before the batch that last used its slot is collected, so this cannot be the slot's).
+struct FrameBufferBatch {
+  DeviceBuffer<uint16_t> frames;
+  PedestalSnapshot snapshot;  // the state at the start of the batch (an overflow re-runs from it)
+  Event t0{true}, t1{true};   // around the find work
+  Event up0{true}, up1{true}, pk0{true}, pk1{true};  // timeline: frame copy, pack
+  Event free;                 // the find that last read the frames has run
 };
 
 struct Lane {
@@ -33,9 +41,7 @@ struct Lane {
   PedestalBuffers live;
   DeviceBuffer<uint16_t> dark_frames;
   DeviceBuffer<double> cal_pedestal, cal_gain;  // calibrated JUNGFRAU: the whole frame's tables
-  std::vector<DeviceBuffer<uint16_t>> frame_bufs;  // slots + 1
-  std::vector<Event> up0, up1;  // timeline: copy into each frame buffer
-  std::vector<Event> fb_free;   // each frame buffer's last find has run
+  std::vector<FrameBufferBatch> fbs;  // slots + 1 frame buffers
   uint64_t copy_clusters = 0;   // clusters per batch the result copies bring back (0: all)
   Event origin{true};           // timeline: time zero
   std::vector<LaneSlot> slots;

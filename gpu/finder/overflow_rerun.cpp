@@ -1,13 +1,14 @@
 #include "overflow_rerun.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "glint/log.hpp"
 
 namespace glint::gpu::detail {
 
-void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, int n, int batch,
-                        std::vector<GpuBandView>& bands) {
+void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, int fb, int n,
+                        int batch, std::vector<GpuBandView>& bands) {
   log::write(log::Level::warn, "GPU finder: a batch found more clusters than the output holds; "
                                "re-running it exactly and growing the capacity");
   const std::size_t n_lanes = lanes.size();
@@ -21,22 +22,16 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
   capacity_.assign(n_lanes, 0);
   max_region_ = 0;
   max_frame_total_ = 0;
-  // Sizes from the true counts of the overflowed run.
+  // Sizes from the true counts of the overflowed run (its regions on the device already hold the
+  // next batch's): a region as large as the largest that did not fit, or as the slot's regions.
   for (std::size_t li = 0; li < n_lanes; ++li) {
     Lane& lane = lanes[li];
     DeviceGuard g(lane.plan.device);
     const LaneSlot& ls = lane.slots[si];
-    const RegionBuffers& found = ls.results.regions();
-    std::vector<uint32_t> rc(static_cast<std::size_t>(n) * lane.plan.segments());
-    std::vector<uint32_t> ft(n);
-    GLINT_CUDA_CHECK(cudaMemcpy(rc.data(), found.counts().get(), rc.size() * 4,
-                                cudaMemcpyDeviceToHost));
-    GLINT_CUDA_CHECK(cudaMemcpy(ft.data(), found.totals(), ft.size() * 4,
-                                cudaMemcpyDeviceToHost));
-    uint32_t mx = 1;
-    for (uint32_t c : rc) mx = std::max(mx, c);
+    const uint32_t mx =
+        std::max({1u, ls.results.max_region_over(), ls.results.regions().capacity()});
     uint64_t tot = 0;
-    for (uint32_t c : ft) {
+    for (uint32_t c : ls.results.frame_counts(n)) {
       tot += c;
       max_frame_total_ = std::max<uint64_t>(max_frame_total_, c);
     }
@@ -56,10 +51,11 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
                                        cudaMemcpyDeviceToDevice, s.get()));
     };
     PedestalBuffers& st = state_[li];
-    copy(st.sum[0].get(), ls.snapshot.sum.get());
-    copy(st.sum2[0].get(), ls.snapshot.sum2.get());
-    copy(st.mean[0].get(), ls.snapshot.mean.get());
-    copy(st.noise.get(), ls.snapshot.noise.get());
+    const PedestalSnapshot& snap = lane.fbs[fb].snapshot;
+    copy(st.sum[0].get(), snap.sum.get());
+    copy(st.sum2[0].get(), snap.sum2.get());
+    copy(st.mean[0].get(), snap.mean.get());
+    copy(st.noise.get(), snap.noise.get());
     st.progress.zero(s);
     st.frames_done.zero(s);
     st.blocks_done.zero(s);
@@ -72,10 +68,10 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
   for (std::size_t li = 0; li < n_lanes; ++li) {
     Lane& lane = lanes[li];
     DeviceGuard g(lane.plan.device);
-    const LaneSlot& ls = lane.slots[si];
     StreamView s = lane.compute;
-    *reinterpret_cast<uint32_t*>(out_[li].get()) = 0;  // the overflow flag (never set here)
-    launch_find(make_find_launch(setup, lanes, li, states, lane.frame_bufs[ls.fb].get(), n,
+    // The overflow flag and largest region (never set here).
+    std::memset(out_[li].get(), 0, 2 * sizeof(uint32_t));
+    launch_find(make_find_launch(setup, lanes, li, states, lane.fbs[fb].frames.get(), n,
                                  regions_[li]),
                 s);
     const OutLayout l = out_layout(batch, capacity_[li], values, gains);

@@ -14,9 +14,10 @@ namespace glint::gpu::detail {
 
 class OverflowRerun {
  public:
-  /// Re-runs slot si's batch of n frames (already found once, with true counts in each lane's
-  /// regions) and waits for it. `bands` receives each lane's results, valid until the next run.
-  void run(const FindSetup& setup, std::span<Lane> lanes, int si, int n, int batch,
+  /// Re-runs slot si's batch of n frames on frame buffer fb (already found once: the slot's
+  /// results on the host hold each frame's true count, and the largest region count that did not
+  /// fit) and waits for it. `bands` receives each lane's results, valid until the next run.
+  void run(const FindSetup& setup, std::span<Lane> lanes, int si, int fb, int n, int batch,
            std::vector<GpuBandView>& bands);
 
   /// Frees each lane's buffers with its device current.

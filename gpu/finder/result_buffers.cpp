@@ -72,6 +72,7 @@ PackLaunch RegionBuffers::pack(int n, uint32_t blocks, int values, const OutLayo
   p.out_data = reinterpret_cast<int32_t*>(out + l.data);
   p.out_capacity = out_capacity;
   p.out_overflow = reinterpret_cast<uint32_t*>(out);
+  p.out_max_region = reinterpret_cast<uint32_t*>(out) + 1;
   return p;
 }
 
@@ -100,7 +101,7 @@ void ResultBuffers::enqueue_pack(int n, uint32_t blocks, uint32_t pack_regions,
                                  StreamView s) const {
   // Pack into device memory right after the find (a few tens of microseconds on the SMs, which
   // the next find needs whole); the copy engine brings it back while the next batch is searched.
-  GLINT_CUDA_CHECK(cudaMemsetAsync(dout_.get(), 0, sizeof(uint32_t), s.get()));
+  GLINT_CUDA_CHECK(cudaMemsetAsync(dout_.get(), 0, 2 * sizeof(uint32_t), s.get()));
   PackLaunch pk = regions_.pack(n, blocks, values_, layout(), dout_.get(), out_capacity_);
   pk.chunks = (blocks + pack_regions - 1) / pack_regions;
   launch_pack(pk, 256, s);
@@ -123,10 +124,14 @@ void ResultBuffers::enqueue_copy(uint64_t c0, uint64_t c1, StreamView s) const {
 }
 
 uint64_t ResultBuffers::total(int n) const {
-  const auto* counts = reinterpret_cast<const uint32_t*>(out_.get() + layout().counts);
   uint64_t t = 0;
-  for (int i = 0; i < n; ++i) t += counts[i];
+  for (const uint32_t c : frame_counts(n)) t += c;
   return t;
+}
+
+std::span<const uint32_t> ResultBuffers::frame_counts(int n) const {
+  return {reinterpret_cast<const uint32_t*>(out_.get() + layout().counts),
+          static_cast<std::size_t>(n)};
 }
 
 }  // namespace glint::gpu::detail

@@ -5,6 +5,7 @@
 // the GPU finder.
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "cuda_owners.hpp"
 #include "find_kernels.hpp"
@@ -12,7 +13,8 @@
 
 namespace glint::gpu::detail {
 
-/// Byte offsets of one output block: the overflow flag (first word), the per-frame counts of
+/// Byte offsets of one output block: the overflow flag (first word; the second is the largest
+/// count of a region that did not fit, 0 when every region fit), the per-frame counts of
 /// `batch` frames, with `gains` (JUNGFRAU) their gain counts (3 per frame), then x, y and the
 /// S*S values of `capacity` clusters (each 256-byte aligned).
 struct OutLayout {
@@ -67,6 +69,14 @@ class ResultBuffers {
   /// Once the copy is done: whether anything did not fit, and the clusters of n frames.
   bool overflowed() const { return *reinterpret_cast<const uint32_t*>(out_.get()) != 0; }
   uint64_t total(int n) const;
+  /// Once the copy is done: the clusters of each of n frames, found in full even when they did
+  /// not fit, and the largest count of a region that did not fit (0 when every region fit).
+  std::span<const uint32_t> frame_counts(int n) const;
+  uint32_t max_region_over() const { return reinterpret_cast<const uint32_t*>(out_.get())[1]; }
+  /// Whether the buffers hold `region_capacity` clusters per region and `out_capacity` per batch.
+  bool fits(uint32_t region_capacity, uint64_t out_capacity) const {
+    return regions_.capacity() >= region_capacity && out_capacity_ >= out_capacity;
+  }
   GpuBandView view(int n) const { return band_view(out_.get(), layout(), n, values_); }
 
   uint64_t copied = 0;  ///< clusters the enqueued copy brings back

@@ -15,6 +15,7 @@ struct HostSlot {
   PinnedBuffer<uint16_t> staging;
   std::vector<uint64_t> numbers;  // frame numbers of the batch in flight
   int n_frames = 0;
+  int fb = 0;                // the frame buffer its frames went to
   bool in_flight = false;
   bool dark_upload = false;  // submit_dark's copy of the staging may still be running
   uint64_t sequence = 0;     // batches submitted before this one
