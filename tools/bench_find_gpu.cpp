@@ -86,7 +86,11 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
   auto finder = gpu::make_gpu_finder(params, g);
   finder->push_dark(dark);
   uint64_t clusters = 0;
-  finder->set_view_sink([&](const gpu::GpuBatchView& v) { clusters += v.n_clusters(); });
+  bool narrow = true;  // every batch's values came back as int16
+  finder->set_view_sink([&](const gpu::GpuBatchView& v) {
+    clusters += v.n_clusters();
+    for (const gpu::GpuBandView& b : v.bands) narrow = narrow && b.data.empty();
+  });
 
   std::vector<uint64_t> numbers(o.batch);
   uint64_t next_number = c.dark_frames;
@@ -133,7 +137,8 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       "host syncs/batch     {:.2f}  (completion-event waits; none per frame)\n"
       "clusters/frame       {:.1f}\n"
       "overflow re-runs     {}\n"
-      "result re-copies     {}\n"
+      "outgrown re-runs     {}\n"
+      "wide re-runs         {}  (values back as {})\n"
       "H2D floor            {:.2f} GB/s = {:.3f} us/frame (pinned bulk copy of one batch to GPU "
       "{}, this run)\n"
       "floor/us per frame   {:.1f} %{}\n",
@@ -143,13 +148,15 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       per_batch(st.direct_launches, before.direct_launches),
       per_batch(st.host_syncs, before.host_syncs), clusters / frames,
       st.overflow_reruns - before.overflow_reruns,
-      st.result_recopies - before.result_recopies, floor_bps * 1e-9, floor_us, o.gpus[0],
+      st.outgrown_reruns - before.outgrown_reruns, st.wide_reruns - before.wide_reruns,
+      narrow ? "int16" : "int32", floor_bps * 1e-9, floor_us, o.gpus[0],
       100.0 * floor_us / us_frame, n_gpus > 1 ? "  (against one GPU's floor)" : "");
   // The floor with the results: a batch's frames going up while a batch of this run's results
   // (x, y and the values of its clusters, and the per-frame counts) come down at the same time.
   const std::size_t result_bytes = static_cast<std::size_t>(
       clusters / frames * o.batch *
-          (2 * sizeof(uint16_t) + sizeof(int32_t) * o.cluster_size * o.cluster_size) +
+          (2 * sizeof(uint16_t) +
+           (narrow ? sizeof(int16_t) : sizeof(int32_t)) * o.cluster_size * o.cluster_size) +
       sizeof(uint32_t) * o.batch);
   const double duplex_us =
       gpu::measure_duplex_seconds(frame_bytes * o.batch, result_bytes, 20, o.gpus[0]) * 1e6 /

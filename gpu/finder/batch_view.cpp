@@ -23,10 +23,14 @@ void append_clusters(ClusterTable& out, const GpuBatchView& v) {
   xs.reserve(xs.size() + total);
   ys.reserve(ys.size() + total);
   data.reserve(data.size() + total * per);
-  for (const GpuBandView& b : v.bands)
-    if (b.data.size() != b.x.size() * per)
+  for (const GpuBandView& b : v.bands) {
+    const bool wide = b.data.size() == b.x.size() * per && b.data16.empty();
+    const bool narrow = b.data16.size() == b.x.size() * per && b.data.empty();
+    if (!wide && !narrow)
       throw std::invalid_argument("append_clusters: the batch's clusters do not have the " +
-                                  std::to_string(per) + " values per cluster of the table");
+                                  std::to_string(per) + " values per cluster of the table, "
+                                  "in one width");
+  }
   const bool gains = out.has_gain_counts();
   for (const GpuBandView& b : v.bands)
     if (gains && b.gain_counts.size() != 3 * v.frame_numbers.size())
@@ -42,7 +46,10 @@ void append_clusters(ClusterTable& out, const GpuBatchView& v) {
       const uint64_t c0 = cursor[k], c = b.counts[i];
       xs.insert(xs.end(), b.x.begin() + c0, b.x.begin() + c0 + c);
       ys.insert(ys.end(), b.y.begin() + c0, b.y.begin() + c0 + c);
-      data.insert(data.end(), b.data.begin() + c0 * per, b.data.begin() + (c0 + c) * per);
+      if (b.data16.empty())
+        data.insert(data.end(), b.data.begin() + c0 * per, b.data.begin() + (c0 + c) * per);
+      else
+        data.insert(data.end(), b.data16.begin() + c0 * per, b.data16.begin() + (c0 + c) * per);
       cursor[k] += c;
       count += static_cast<uint32_t>(c);
     }

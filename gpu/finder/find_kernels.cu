@@ -14,6 +14,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -1181,8 +1182,9 @@ int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int spill, bo
 /// Packs the regions [r0, r1) of frame blockIdx.x, chunk blockIdx.y of p.chunks: the regions'
 /// clusters are one contiguous run of the frame's output, copied 32 clusters per warp at a time
 /// (each lane finds its cluster's region in the chunk's prefix sums, then the warp moves the 32
-/// clusters' values as consecutive words, all loads before the stores).
-template <int kPackThreads>
+/// clusters' values as consecutive words, all loads before the stores). kNarrow: the values go
+/// out as int16 (p.out_data16), and one beyond int16 raises kTooWide (2) in the flags.
+template <int kPackThreads, bool kNarrow>
 __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) {
   const uint32_t f = blockIdx.x;
   const uint32_t per_chunk = (p.blocks + p.chunks - 1) / p.chunks;
@@ -1216,7 +1218,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
     __syncthreads();
   }
   if (threadIdx.x == 0) prefix[r1] = carry;
-  if (over) *reinterpret_cast<volatile uint32_t*>(p.out_overflow) = 1;
+  if (over) atomicOr(p.out_overflow, 1u);
   __syncthreads();
   const unsigned long long frame_base = base;
   const uint32_t total = p.frame_totals[f];
@@ -1224,13 +1226,14 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
     p.out_counts[f] = total;
     if (p.gain_counts != nullptr)
       for (int c = 0; c < 3; ++c) p.out_gains[f * 3 + c] = p.gain_counts[f * 3 + c];
-    if (frame_base + total > p.out_capacity) *reinterpret_cast<volatile uint32_t*>(p.out_overflow) = 1;
+    if (frame_base + total > p.out_capacity) atomicOr(p.out_overflow, 1u);
   }
   if (r0 >= r1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int S2 = p.values;
   const uint32_t lo = prefix[r0], hi = prefix[r1];
   constexpr int kBurst = 9;  // values in flight per lane
+  bool wide = false;         // kNarrow: a value beyond int16 was met
   for (uint32_t c0 = lo + 32u * warp; c0 < hi; c0 += kPackThreads) {
     // This lane's cluster c: its region (the last in [r0, r1) that starts at or before c; empty
     // regions start where the next one does) and its slot there.
@@ -1267,10 +1270,18 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
         v[u] = ok[u] ? __ldg(p.region_data + ks * S2 + w) : 0;
       }
 #pragma unroll
-      for (int u = 0; u < kBurst; ++u)
-        if (ok[u]) p.out_data[out0 + (i0 + u) * 32 + lane] = v[u];
+      for (int u = 0; u < kBurst; ++u) {
+        if (!ok[u]) continue;
+        if constexpr (kNarrow) {
+          wide = wide || v[u] < INT16_MIN || v[u] > INT16_MAX;
+          p.out_data16[out0 + (i0 + u) * 32 + lane] = static_cast<int16_t>(v[u]);
+        } else {
+          p.out_data[out0 + (i0 + u) * 32 + lane] = v[u];
+        }
+      }
     }
   }
+  if (kNarrow && wide) atomicOr(p.out_overflow, 2u);
 }
 
 __global__ void snapshot_kernel(const PedestalArrays live, const unsigned long long* frames_done,
@@ -1362,10 +1373,15 @@ void launch_pack(const PackLaunch& p, int threads, StreamView stream) {
   PackLaunch q = p;
   q.chunks = std::max<uint32_t>(p.chunks, 1);
   const dim3 grid(q.n_frames, q.chunks);
-  if (threads == 256)
-    pack_kernel<256><<<grid, 256, smem, stream.get()>>>(q);
+  const bool narrow = q.out_data16 != nullptr;
+  if (threads == 256 && narrow)
+    pack_kernel<256, true><<<grid, 256, smem, stream.get()>>>(q);
+  else if (threads == 256)
+    pack_kernel<256, false><<<grid, 256, smem, stream.get()>>>(q);
+  else if (narrow)
+    pack_kernel<64, true><<<grid, 64, smem, stream.get()>>>(q);
   else
-    pack_kernel<64><<<grid, 64, smem, stream.get()>>>(q);
+    pack_kernel<64, false><<<grid, 64, smem, stream.get()>>>(q);
   GLINT_CUDA_CHECK_LAUNCH();
 }
 

@@ -132,8 +132,10 @@ struct PackLaunch {
   uint16_t* out_x = nullptr;
   uint16_t* out_y = nullptr;
   int32_t* out_data = nullptr;
+  /// Instead of out_data: the values as int16; one that does not fit raises bit 2 of the flags.
+  int16_t* out_data16 = nullptr;
   uint64_t out_capacity = 0;             ///< clusters
-  uint32_t* out_overflow = nullptr;      ///< set to 1 when anything did not fit
+  uint32_t* out_overflow = nullptr;      ///< the flags: bit 1 set when anything did not fit
   /// Raised to the largest count of a region that did not fit (0 when every region fit); zeroed
   /// with the flag. May be null.
   uint32_t* out_max_region = nullptr;

@@ -75,6 +75,7 @@ class GpuEngine final : public GpuClusterFinder {
     setup_.thresholds = cm::make_thresholds(params.n_sigma, params.cluster_size);
     np_ = params.shape.pixels();
     values_ = params.cluster_size * params.cluster_size;
+    narrow_ = options.tuning.narrow && params.pixels != PixelMode::jungfrau_calibrated;
     capacity_per_frame_ = options_.cluster_capacity > 0
                               ? static_cast<uint64_t>(options_.cluster_capacity)
                               : std::max<uint64_t>(64, np_ / 16);
@@ -153,6 +154,7 @@ class GpuEngine final : public GpuClusterFinder {
     const int si = ring_.next();
     HostSlot& s = ring_[si];
     const double t_submit = host_us();
+    const bool narrow = narrow_;  // the collect below may widen the batches after this one
     // The batch that last used this slot keeps its own frames (an overflow re-runs it from
     // them): this batch's copy goes to the next frame buffer, before that batch is delivered.
     const int fb = ring_.take_frame_buffer();
@@ -160,11 +162,13 @@ class GpuEngine final : public GpuClusterFinder {
     // The slot's result buffers grow (after an overflow) only once its batch is delivered.
     if (s.in_flight && !slot_buffers_fit(si)) collect(si);
     // This batch's find goes ahead of the wait for the slot's last batch.
-    for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue_find_and_pack(li, si, n, fb);
+    for (std::size_t li = 0; li < lanes_.size(); ++li)
+      enqueue_find_and_pack(li, si, n, fb, narrow);
     if (s.in_flight) collect(si);
     s.numbers.assign(frame_numbers.begin(), frame_numbers.end());
     s.n_frames = n;
     s.fb = fb;
+    s.narrow = narrow;
     s.host_submit = t_submit;
     for (std::size_t li = 0; li < lanes_.size(); ++li) enqueue_result_copy(li, si);
     s.in_flight = true;
@@ -518,7 +522,7 @@ class GpuEngine final : public GpuClusterFinder {
   /// The find and pack of slot si's batch on frame buffer fb (its frames already being copied).
   /// The pack waits for the result copy of the batch that last used the slot, which is still to
   /// be collected.
-  void enqueue_find_and_pack(std::size_t li, int si, int n, int fb) {
+  void enqueue_find_and_pack(std::size_t li, int si, int n, int fb, bool narrow) {
     Lane& lane = lanes_[li];
     LaneSlot& ls = lane.slots[si];
     DeviceGuard g(lane.plan.device);
@@ -541,7 +545,7 @@ class GpuEngine final : public GpuClusterFinder {
     GLINT_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), ls.done.get(), 0));
     if (tl) b.pk0.record(cs);
     ls.results.enqueue_pack(n, lane.plan.segments(),
-                            static_cast<uint32_t>(options_.tuning.pack_regions), cs);
+                            static_cast<uint32_t>(options_.tuning.pack_regions), narrow, cs);
     ++stats_.direct_launches;
     if (tl) b.pk1.record(cs);
     ls.found.record(cs);
@@ -558,9 +562,9 @@ class GpuEngine final : public GpuClusterFinder {
     GLINT_CUDA_CHECK(cudaStreamWaitEvent(os.get(), ls.found.get(), 0));
     if (tl) ls.d0.record(os);
     const uint64_t cap = ls.results.out_capacity();
-    ls.results.copied = std::min<uint64_t>(lane.copy_clusters == 0 ? cap : lane.copy_clusters,
-                                           cap);
-    ls.results.enqueue_copy(0, ls.results.copied, os);
+    ls.results.enqueue_copy(
+        std::min<uint64_t>(lane.copy_clusters == 0 ? cap : lane.copy_clusters, cap),
+        ring_[si].narrow, os);
     if (tl) ls.d1.record(os);
     ls.done.record(os);
   }
@@ -570,7 +574,7 @@ class GpuEngine final : public GpuClusterFinder {
   void collect(int si) {
     HostSlot& s = ring_[si];
     const int n = s.n_frames;
-    bool overflow = false;
+    bool overflow = false, outgrown = false, too_wide = false;
     for (std::size_t li = 0; li < lanes_.size(); ++li) {
       Lane& lane = lanes_[li];
       DeviceGuard g(lane.plan.device);
@@ -585,29 +589,48 @@ class GpuEngine final : public GpuClusterFinder {
       stats_.kernel_ms += ms;
       const bool lane_overflow = ls.results.overflowed();
       overflow = overflow || lane_overflow;
+      too_wide = too_wide || ls.results.too_wide();
       uint64_t total = 0;
       if (!lane_overflow) {
         total = ls.results.total(n);
-        // More than the copy brought back (the load rose): the rest now, then a larger copy.
-        if (total > ls.results.copied) {
-          ++stats_.result_recopies;
-          ls.results.enqueue_copy(ls.results.copied, total, ls.out_stream);
-          ls.out_stream.synchronize();
-        }
-        lane.copy_clusters = total + total / 4 + 16 * static_cast<uint64_t>(options_.batch_frames);
+        // More than the copy brought back (the load rose): the next batch's pack may already
+        // be writing the slot's device output, so the batch is found again from its snapshot.
+        if (total > ls.results.copied) outgrown = true;
+        // Sized from this batch, falling slowly, so that a load that comes and goes batch by
+        // batch does not outgrow the copy every time it comes.
+        lane.copy_clusters =
+            std::max(total + total / 4 + 16 * static_cast<uint64_t>(options_.batch_frames),
+                     lane.copy_clusters - lane.copy_clusters / 8);
       }
       if (li == 0 && diagnostics_.timeline()) add_timeline_row(lane, si, s, total, w0, w1);
     }
     s.in_flight = false;
     bands_.resize(lanes_.size());
-    if (overflow) {
-      ++stats_.overflow_reruns;
+    if (overflow || outgrown || too_wide) {
+      if (overflow) {
+        ++stats_.overflow_reruns;
+        log::write(log::Level::warn, "GPU finder: a batch found more clusters than the output "
+                                     "holds; re-running it exactly and growing the capacity");
+      } else if (too_wide) {
+        ++stats_.wide_reruns;
+      } else {
+        ++stats_.outgrown_reruns;
+      }
+      if (too_wide && narrow_) {
+        log::write(log::Level::info, "GPU finder: a cluster value beyond 16 bits; its batch is "
+                                     "found again with 32-bit values, and every later batch is "
+                                     "packed with them");
+        narrow_ = false;
+      }
       rerun_.run(setup_, lanes_, si, s.fb, n, options_.batch_frames, bands_);
       stats_.direct_launches += 2 * lanes_.size();
       stats_.host_syncs += lanes_.size();
       // Grow for the batches to come (slots reallocate when next used).
-      min_region_capacity_ = std::max(min_region_capacity_, rerun_.max_region());
-      capacity_per_frame_ = std::max<uint64_t>(capacity_per_frame_ * 2, rerun_.max_frame_total());
+      if (overflow) {
+        min_region_capacity_ = std::max(min_region_capacity_, rerun_.max_region());
+        capacity_per_frame_ =
+            std::max<uint64_t>(capacity_per_frame_ * 2, rerun_.max_frame_total());
+      }
     } else {
       for (std::size_t li = 0; li < lanes_.size(); ++li)
         bands_[li] = lanes_[li].slots[si].results.view(n);
@@ -662,6 +685,9 @@ class GpuEngine final : public GpuClusterFinder {
   std::chrono::steady_clock::time_point host_origin_;
   std::size_t np_ = 0;
   int values_ = 9;
+  /// Batches are packed with int16 values (FindTuning::narrow, never for calibrated values),
+  /// until one does not fit.
+  bool narrow_ = false;
   uint64_t capacity_per_frame_ = 0;
   uint32_t min_region_capacity_ = 0;
   std::vector<Lane> lanes_;

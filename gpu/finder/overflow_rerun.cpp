@@ -3,14 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "glint/log.hpp"
-
 namespace glint::gpu::detail {
 
 void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, int fb, int n,
                         int batch, std::vector<GpuBandView>& bands) {
-  log::write(log::Level::warn, "GPU finder: a batch found more clusters than the output holds; "
-                               "re-running it exactly and growing the capacity");
   const std::size_t n_lanes = lanes.size();
   const std::size_t np = setup.params.shape.pixels();
   const std::size_t cols = setup.params.shape.cols;

@@ -1,7 +1,8 @@
 #pragma once
-// The exact re-run of a batch whose clusters did not fit its result buffers: from each GPU's
-// start-of-batch snapshot, on separate state, into buffers sized from the true counts. The live
-// state is already right (capacity never changes a decision). Internal to the GPU finder.
+// The exact re-run of a batch whose clusters did not fit its result buffers, or outgrew the result
+// copy sized from the batches before it: from each GPU's start-of-batch snapshot, on separate
+// state, into buffers sized from the true counts. The live state is already right (capacity never
+// changes a decision). Internal to the GPU finder.
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -15,7 +15,8 @@ OutLayout out_layout(int batch, uint64_t capacity, int values, bool gains) {
   return l;
 }
 
-GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int values) {
+GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int values,
+                      bool narrow) {
   const auto* counts = reinterpret_cast<const uint32_t*>(out + l.counts);
   uint64_t here = 0;
   for (int i = 0; i < n; ++i) here += counts[i];
@@ -26,8 +27,12 @@ GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int v
                                               3 * static_cast<std::size_t>(n));
   b.x = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(out + l.x), here);
   b.y = std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(out + l.y), here);
-  b.data = std::span<const int32_t>(reinterpret_cast<const int32_t*>(out + l.data),
-                                    here * values);
+  if (narrow)
+    b.data16 = std::span<const int16_t>(reinterpret_cast<const int16_t*>(out + l.data),
+                                        here * values);
+  else
+    b.data = std::span<const int32_t>(reinterpret_cast<const int32_t*>(out + l.data),
+                                      here * values);
   return b;
 }
 
@@ -97,30 +102,33 @@ bool ResultBuffers::reserve(int batch, uint32_t blocks, int values, bool gains,
   return changed;
 }
 
-void ResultBuffers::enqueue_pack(int n, uint32_t blocks, uint32_t pack_regions,
+void ResultBuffers::enqueue_pack(int n, uint32_t blocks, uint32_t pack_regions, bool narrow,
                                  StreamView s) const {
   // Pack into device memory right after the find (a few tens of microseconds on the SMs, which
   // the next find needs whole); the copy engine brings it back while the next batch is searched.
   GLINT_CUDA_CHECK(cudaMemsetAsync(dout_.get(), 0, 2 * sizeof(uint32_t), s.get()));
   PackLaunch pk = regions_.pack(n, blocks, values_, layout(), dout_.get(), out_capacity_);
   pk.chunks = (blocks + pack_regions - 1) / pack_regions;
+  if (narrow) {
+    pk.out_data16 = reinterpret_cast<int16_t*>(pk.out_data);
+    pk.out_data = nullptr;
+  }
   launch_pack(pk, 256, s);
 }
 
-void ResultBuffers::enqueue_copy(uint64_t c0, uint64_t c1, StreamView s) const {
+void ResultBuffers::enqueue_copy(uint64_t clusters, bool narrow, StreamView s) {
   const OutLayout l = layout();
-  const auto copy = [&](std::size_t from, std::size_t to) {
+  const auto range = [&](std::size_t from, std::size_t to) {
     if (to > from)
       GLINT_CUDA_CHECK(cudaMemcpyAsync(out_.get() + from, dout_.get() + from, to - from,
                                        cudaMemcpyDeviceToHost, s.get()));
   };
-  if (c0 == 0) {
-    copy(0, l.x + sizeof(uint16_t) * c1);  // flag, counts, x
-  } else {
-    copy(l.x + sizeof(uint16_t) * c0, l.x + sizeof(uint16_t) * c1);
-  }
-  copy(l.y + sizeof(uint16_t) * c0, l.y + sizeof(uint16_t) * c1);
-  copy(l.data + sizeof(int32_t) * values_ * c0, l.data + sizeof(int32_t) * values_ * c1);
+  const std::size_t value_bytes = narrow ? sizeof(int16_t) : sizeof(int32_t);
+  range(0, l.x + sizeof(uint16_t) * clusters);  // flags, counts, gain counts, x
+  range(l.y, l.y + sizeof(uint16_t) * clusters);
+  range(l.data, l.data + value_bytes * values_ * clusters);
+  copied = clusters;
+  copied_narrow = narrow;
 }
 
 uint64_t ResultBuffers::total(int n) const {

@@ -13,18 +13,24 @@
 
 namespace glint::gpu::detail {
 
-/// Byte offsets of one output block: the overflow flag (first word; the second is the largest
-/// count of a region that did not fit, 0 when every region fit), the per-frame counts of
-/// `batch` frames, with `gains` (JUNGFRAU) their gain counts (3 per frame), then x, y and the
-/// S*S values of `capacity` clusters (each 256-byte aligned).
+/// The flags word of an output block.
+inline constexpr uint32_t kOverflow = 1;  ///< a region or the output did not hold its clusters
+inline constexpr uint32_t kTooWide = 2;   ///< a narrow pack met a value beyond int16
+
+/// Byte offsets of one output block: the flags (first word: kOverflow, kTooWide; the second is
+/// the largest count of a region that did not fit, 0 when every region fit), the per-frame counts
+/// of `batch` frames, with `gains` (JUNGFRAU) their gain counts (3 per frame), then x, y and the
+/// S*S values of `capacity` clusters (each 256-byte aligned; room for int32 values, of which a
+/// narrow pack uses the first half as int16).
 struct OutLayout {
   std::size_t counts, gains, x, y, data, bytes;
   bool has_gains;
 };
 OutLayout out_layout(int batch, uint64_t capacity, int values, bool gains);
 
-/// A view of n frames' results in an output block on the host.
-GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int values);
+/// A view of n frames' results in an output block on the host (int16 values when `narrow`).
+GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, int values,
+                      bool narrow = false);
 
 /// The find kernel's per-region output of up to `batch` frames and `blocks` segments.
 class RegionBuffers {
@@ -62,12 +68,17 @@ class ResultBuffers {
                uint64_t out_capacity);
   const RegionBuffers& regions() const { return regions_; }
   uint64_t out_capacity() const { return out_capacity_; }
-  /// On `s`, after the find: clears the flag, packs n frames, records nothing.
-  void enqueue_pack(int n, uint32_t blocks, uint32_t pack_regions, StreamView s) const;
-  /// On `s`: copies clusters [c0, c1) to the host (with c0 == 0 also the flag and the counts).
-  void enqueue_copy(uint64_t c0, uint64_t c1, StreamView s) const;
-  /// Once the copy is done: whether anything did not fit, and the clusters of n frames.
-  bool overflowed() const { return *reinterpret_cast<const uint32_t*>(out_.get()) != 0; }
+  /// On `s`, after the find: clears the flags, packs n frames (values as int16 when `narrow`,
+  /// raising kTooWide where one does not fit), records nothing.
+  void enqueue_pack(int n, uint32_t blocks, uint32_t pack_regions, bool narrow,
+                    StreamView s) const;
+  /// On `s`: copies the flags, the counts and the first `clusters` clusters to the host, packed
+  /// narrow or not (sets copied and copied_narrow).
+  void enqueue_copy(uint64_t clusters, bool narrow, StreamView s);
+  /// Once the copy is done: whether a region or the output did not hold its clusters, whether a
+  /// narrow pack met a value beyond int16, and the clusters of n frames.
+  bool overflowed() const { return (flags() & kOverflow) != 0; }
+  bool too_wide() const { return (flags() & kTooWide) != 0; }
   uint64_t total(int n) const;
   /// Once the copy is done: the clusters of each of n frames, found in full even when they did
   /// not fit, and the largest count of a region that did not fit (0 when every region fit).
@@ -77,11 +88,15 @@ class ResultBuffers {
   bool fits(uint32_t region_capacity, uint64_t out_capacity) const {
     return regions_.capacity() >= region_capacity && out_capacity_ >= out_capacity;
   }
-  GpuBandView view(int n) const { return band_view(out_.get(), layout(), n, values_); }
+  GpuBandView view(int n) const {
+    return band_view(out_.get(), layout(), n, values_, copied_narrow);
+  }
 
-  uint64_t copied = 0;  ///< clusters the enqueued copy brings back
+  uint64_t copied = 0;         ///< clusters the enqueued copy brings back
+  bool copied_narrow = false;  ///< whether their values are int16
 
  private:
+  uint32_t flags() const { return *reinterpret_cast<const uint32_t*>(out_.get()); }
   OutLayout layout() const { return out_layout(batch_, out_capacity_, values_, gains_); }
 
   RegionBuffers regions_;

@@ -14,7 +14,8 @@ using glint::gpu::FindTuning;
 using glint::daemon::find_tuning_from_environment;
 
 constexpr const char* kNames[] = {"GLINT_FIND_THREADS",  "GLINT_PACK_REGIONS",
-                                  "GLINT_FIND_RESIDENT", "GLINT_FIND_SEGMENTS",
+                                  "GLINT_FIND_RESIDENT", "GLINT_FIND_NARROW",
+                                  "GLINT_FIND_SEGMENTS",
                                   "GLINT_FIND_PROFILE",  "GLINT_FIND_TIMELINE",
                                   "GLINT_FIND_TRACE"};
 
@@ -32,6 +33,7 @@ TEST(FindTuningFromEnvironment, NothingSetGivesTheEngineDefaults) {
   EXPECT_EQ(t.find_threads, d.find_threads);
   EXPECT_EQ(t.pack_regions, 8);
   EXPECT_TRUE(t.resident);
+  EXPECT_TRUE(t.narrow);
   EXPECT_EQ(t.max_segments, 0);
   EXPECT_FALSE(t.profile);
   EXPECT_EQ(t.timeline, "");
@@ -43,6 +45,7 @@ TEST(FindTuningFromEnvironment, EveryVariableReachesItsField) {
   Environment env({{"GLINT_FIND_THREADS", "256"},
                    {"GLINT_PACK_REGIONS", "1"},
                    {"GLINT_FIND_RESIDENT", "0"},
+                   {"GLINT_FIND_NARROW", "0"},
                    {"GLINT_FIND_SEGMENTS", "7"},
                    {"GLINT_FIND_PROFILE", ""},
                    {"GLINT_FIND_TIMELINE", "/tmp/timeline.csv"},
@@ -51,6 +54,7 @@ TEST(FindTuningFromEnvironment, EveryVariableReachesItsField) {
   EXPECT_EQ(t.find_threads, 256);
   EXPECT_EQ(t.pack_regions, 1);
   EXPECT_FALSE(t.resident);
+  EXPECT_FALSE(t.narrow);
   EXPECT_EQ(t.max_segments, 7);
   EXPECT_TRUE(t.profile);  // set to anything, also empty
   EXPECT_EQ(t.timeline, "/tmp/timeline.csv");
@@ -65,6 +69,7 @@ TEST(FindTuningFromEnvironment, UnusableValuesLeaveTheDefaults) {
       {"GLINT_PACK_REGIONS", "1025"},
       {"GLINT_PACK_REGIONS", "x"},
       {"GLINT_FIND_RESIDENT", "off"},  // only 0 turns it off
+      {"GLINT_FIND_NARROW", "no"},     // likewise
       {"GLINT_FIND_SEGMENTS", "0"}};
   const FindTuning d;
   for (const auto& [name, value] : kUnusable) {
@@ -74,6 +79,7 @@ TEST(FindTuningFromEnvironment, UnusableValuesLeaveTheDefaults) {
     EXPECT_EQ(t.find_threads, d.find_threads);
     EXPECT_EQ(t.pack_regions, d.pack_regions);
     EXPECT_EQ(t.resident, d.resident);
+    EXPECT_EQ(t.narrow, d.narrow);
     EXPECT_EQ(t.max_segments, d.max_segments);
   }
 }

@@ -2,6 +2,7 @@
 // batch size, stream count and GPU count, crowded frames, n_sigma 3, all cluster sizes, overflow.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -201,6 +202,36 @@ TEST(GpuBatchView, BandsAreJoinedFrameByFrameInRowOrder) {
   EXPECT_THROW(glint::gpu::append_clusters(wrong, v), std::invalid_argument);
 }
 
+TEST(GpuBatchView, SixteenBitValuesAreWidenedAndBandsMayDiffer) {
+  // Band 0 came back narrow (int16), band 1 wide (int32); 1x1 clusters, frame 0 has one in each
+  // band, frame 1 one in band 0.
+  const std::vector<uint32_t> c0{1, 1}, c1{1, 0};
+  const std::vector<uint16_t> x0{1, 2}, y0{3, 4}, x1{9}, y1{8};
+  const std::vector<int16_t> d0{-5, 32767};
+  const std::vector<int32_t> d1{70000};
+  const std::vector<uint64_t> numbers{4, 5};
+  const std::vector<glint::gpu::GpuBandView> bands{{c0, x0, y0, {}, {}, d0}, {c1, x1, y1, d1}};
+  ClusterTable t(1);
+  glint::gpu::append_clusters(t, glint::gpu::GpuBatchView{numbers, bands});
+  ASSERT_EQ(t.n_frames(), 2u);
+  EXPECT_EQ(t.frames()[0], (glint::FrameRecord{4, 0, 2}));
+  EXPECT_EQ(t.frames()[1], (glint::FrameRecord{5, 2, 1}));
+  EXPECT_EQ(std::vector<uint16_t>(t.x().begin(), t.x().end()), (std::vector<uint16_t>{1, 9, 2}));
+  EXPECT_EQ(std::vector<int32_t>(t.data().begin(), t.data().end()),
+            (std::vector<int32_t>{-5, 70000, 32767}));
+  // Values in both widths, or too few of them, are refused.
+  const std::vector<int32_t> d0_wide{-5, 32767};
+  const std::vector<glint::gpu::GpuBandView> both{{c0, x0, y0, d0_wide, {}, d0}};
+  ClusterTable u(1);
+  EXPECT_THROW(glint::gpu::append_clusters(u, glint::gpu::GpuBatchView{numbers, both}),
+               std::invalid_argument);
+  const std::vector<glint::gpu::GpuBandView> short_values{
+      {c0, x0, y0, {}, {}, std::span<const int16_t>(d0).first(1)}};
+  EXPECT_THROW(glint::gpu::append_clusters(u, glint::gpu::GpuBatchView{numbers, short_values}),
+               std::invalid_argument);
+  EXPECT_EQ(u.n_clusters(), 0u);
+}
+
 TEST(GpuFinder, WithoutGpuSaysWhy) {
   if (glint::gpu::device_count() > 0) GTEST_SKIP() << "a GPU is present";
   FinderParams p;
@@ -359,7 +390,7 @@ TEST(GpuFinder, OverflowIsRerunExactlyAndCounted) {
 
 TEST(GpuFinder, ResultsOutgrowingTheCopyAreCompleted) {
   // The result copy of a batch is sized from the batches before it; quiet frames, then busy
-  // ones: the first busy batches find more than that copy brings back, and the rest follows.
+  // ones: the first busy batches find more than that copy brings back, and are found again.
   GLINT_REQUIRE_GPU();
   FinderParams p;
   p.shape = {96, 128};
@@ -385,8 +416,83 @@ TEST(GpuFinder, ResultsOutgrowingTheCopyAreCompleted) {
   ASSERT_GT(r.want.n_clusters(), 40u * 200u);  // the busy frames really are busy
   expect_same(r.got, r.want);
   expect_same_bits(r.got_pedestal, r.want_pedestal);
-  EXPECT_GE(r.stats.result_recopies, 1u);
+  EXPECT_GE(r.stats.outgrown_reruns, 1u);
   EXPECT_EQ(r.stats.overflow_reruns, 0u);
+}
+
+TEST(GpuFinder, ValuesBeyondSixteenBitsComeBackWideAndExact) {
+  // Values come back as int16 while they fit. A pixel of 65,000 ADU in frame 20 (batch 2 of
+  // 8-frame batches) is a value far beyond int16: that batch is found again with int32 values,
+  // and the batches submitted after its delivery are packed wide from the start, so the second
+  // such pixel, in frame 44 (batch 5), costs no re-run. The same frames without them stay narrow.
+  GLINT_REQUIRE_GPU();
+  FinderParams p;
+  p.shape = {96, 128};
+  const std::size_t np = p.shape.pixels();
+  const SynthFrames quiet = synth_frames(p.shape, 61, 1000, 48, 150.0);
+  std::vector<uint16_t> bright = quiet.data;
+  bright[20 * np + 40 * p.shape.cols + 60] = 65000;
+  bright[44 * np + 70 * p.shape.cols + 11] = 65000;
+  std::vector<uint64_t> numbers(48);
+  std::iota(numbers.begin(), numbers.end(), 1000);
+  glint::gpu::GpuFinderOptions o;
+  o.batch_frames = 8;
+  o.streams = 2;
+
+  // Streamed batch by batch: which batches came back narrow, and the clusters.
+  const auto stream = [&](const std::vector<uint16_t>& frames, ClusterTable& out,
+                          std::vector<bool>& narrow) {
+    auto f = glint::gpu::make_gpu_finder(p, o);
+    f->push_dark(quiet.dark);
+    f->set_view_sink([&](const glint::gpu::GpuBatchView& v) {
+      ASSERT_GT(v.n_clusters(), 0u);
+      narrow.push_back(v.bands[0].data.empty() && !v.bands[0].data16.empty());
+      glint::gpu::append_clusters(out, v);
+    });
+    for (std::size_t f0 = 0; f0 < 48; f0 += 8) {
+      std::span<uint16_t> st = f->staging();
+      std::memcpy(st.data(), frames.data() + f0 * np, 8 * np * sizeof(uint16_t));
+      f->submit(std::span(numbers).subspan(f0, 8));
+    }
+    f->flush();
+    return f->stats();
+  };
+  for (const bool with_bright : {false, true}) {
+    SCOPED_TRACE(with_bright ? "with 65,000 ADU pixels" : "without");
+    const std::vector<uint16_t>& frames = with_bright ? bright : quiet.data;
+    ClusterTable want(3);
+    auto ref = glint::make_reference_finder(p);
+    ref->push_dark(quiet.dark);
+    ref->find(frames, numbers, want);
+    ClusterTable got(3);
+    std::vector<bool> narrow;
+    const glint::gpu::GpuFinderStats st = stream(frames, got, narrow);
+    expect_same(got, want);
+    int32_t most = 0;
+    for (const int32_t v : want.data()) most = std::max(most, v);
+    if (with_bright) {
+      EXPECT_GT(most, 32767);
+      EXPECT_EQ(st.wide_reruns, 1u);
+      // Batches 0 and 1 narrow; 2 re-run wide; 3 and 4 were packed before 2 was delivered and
+      // fit; 5 on are wide.
+      EXPECT_EQ(narrow, (std::vector<bool>{true, true, false, true, true, false}));
+    } else {
+      EXPECT_LE(most, 32767);
+      EXPECT_EQ(st.wide_reruns, 0u);
+      EXPECT_EQ(narrow, std::vector<bool>(6, true));
+    }
+    EXPECT_EQ(st.overflow_reruns, 0u);
+  }
+  // Turned off: int32 throughout, the same clusters.
+  o.tuning.narrow = false;
+  ClusterTable want(3), got(3);
+  auto ref = glint::make_reference_finder(p);
+  ref->push_dark(quiet.dark);
+  ref->find(quiet.data, numbers, want);
+  std::vector<bool> narrow;
+  stream(quiet.data, got, narrow);
+  expect_same(got, want);
+  EXPECT_EQ(narrow, std::vector<bool>(6, false));
 }
 
 /// Tuning settings (glint::gpu::FindTuning) change kernel shapes and the work's layout, never a

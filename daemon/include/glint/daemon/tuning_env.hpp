@@ -8,8 +8,9 @@
 
 namespace glint::daemon {
 
-/// GLINT_FIND_THREADS, GLINT_PACK_REGIONS, GLINT_FIND_RESIDENT, GLINT_FIND_SEGMENTS,
-/// GLINT_FIND_PROFILE and GLINT_FIND_TIMELINE over the GPU finder's defaults.
+/// GLINT_FIND_THREADS, GLINT_PACK_REGIONS, GLINT_FIND_RESIDENT, GLINT_FIND_NARROW,
+/// GLINT_FIND_SEGMENTS, GLINT_FIND_PROFILE, GLINT_FIND_TIMELINE and GLINT_FIND_TRACE over the GPU
+/// finder's defaults.
 gpu::FindTuning find_tuning_from_environment();
 
 /// The GPU TV solver's tuning from GLINT_TV_KERNEL, _ZRUN, _SHUFFLE, _ROWS, _AHEAD,

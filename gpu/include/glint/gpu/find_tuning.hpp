@@ -27,6 +27,11 @@ struct FindTuning {
   int find_threads = 0;
   /// Segments' regions packed by one 256-thread pack block (1 to 1024; 8: one per warp).
   int pack_regions = 8;
+  /// Cluster values come back from the GPU as int16 while they fit (a 3x3 cluster in 22 bytes
+  /// instead of 40: a smaller pack and result copy); a batch with a value beyond int16 is found
+  /// again with int32 values, as are all batches after it. Calibrated values are always int32.
+  /// false: int32 throughout.
+  bool narrow = true;
   /// Find blocks may keep their segment's pedestal state in shared memory where it fits; false
   /// keeps it in global memory (the path taken anyway where it does not fit).
   bool resident = true;

@@ -31,10 +31,14 @@ struct GpuBandView {
   std::span<const uint32_t> counts;
   std::span<const uint16_t> x;
   std::span<const uint16_t> y;
-  std::span<const int32_t> data;  ///< S*S values per cluster (a float's bits when calibrated)
+  /// S*S values per cluster (a float's bits when calibrated); empty when they came back as int16.
+  std::span<const int32_t> data;
   /// JUNGFRAU pixels: per frame, this band's pixels in G1, in G2 and with the invalid gain code
   /// (3 values per frame); empty otherwise.
   std::span<const uint32_t> gain_counts = {};
+  /// S*S values per cluster as int16 (FindTuning::narrow, while every value fits); empty
+  /// otherwise. Exactly one of data and data16 holds the values of a band with clusters.
+  std::span<const int16_t> data16 = {};
 };
 
 /// One batch's results, valid during the sink call, straight from the engine's result buffers
@@ -48,8 +52,9 @@ struct GpuBatchView {
   uint64_t n_clusters() const;
 };
 
-/// Appends a batch's clusters to `out` in frame order (out's cluster size must be the finder's),
-/// and with a table that keeps gain counts, each frame's gain counts summed over the bands.
+/// Appends a batch's clusters to `out` in frame order (out's cluster size must be the finder's;
+/// int16 values are widened), and with a table that keeps gain counts, each frame's gain counts
+/// summed over the bands.
 void append_clusters(ClusterTable& out, const GpuBatchView& v);
 
 struct GpuFinderStats {
@@ -60,9 +65,13 @@ struct GpuFinderStats {
   uint64_t direct_launches = 0;  ///< kernels launched outside a graph (partial batches, dark)
   uint64_t host_syncs = 0;       ///< host waits on a batch's completion event (one per batch)
   uint64_t overflow_reruns = 0;  ///< batches re-run because their clusters did not fit
-  /// Batches whose results outgrew the device-to-host copy sized from an earlier batch: the rest
-  /// was copied once the batch had finished (one more host wait, not counted in host_syncs).
-  uint64_t result_recopies = 0;
+  /// Batches whose results outgrew the device-to-host copy sized from the batches before (the load
+  /// rose): found again exactly from their start-of-batch snapshot once they had finished (the
+  /// next batch's pack may already be using the device output), as an overflow is.
+  uint64_t outgrown_reruns = 0;
+  /// Batches packed with int16 values (FindTuning::narrow) that held a value beyond them: found
+  /// again exactly with int32 values, as every batch after them is packed.
+  uint64_t wide_reruns = 0;
   double kernel_ms = 0.0;        ///< device time of the find work (events), summed over batches
 };
 
