@@ -624,7 +624,6 @@ class GpuEngine final : public GpuClusterFinder {
       }
       rerun_.run(setup_, lanes_, si, s.fb, n, options_.batch_frames, bands_);
       stats_.direct_launches += 2 * lanes_.size();
-      stats_.host_syncs += lanes_.size();
       // Grow for the batches to come (slots reallocate when next used).
       if (overflow) {
         min_region_capacity_ = std::max(min_region_capacity_, rerun_.max_region());

@@ -63,7 +63,9 @@ struct GpuFinderStats {
   uint64_t clusters = 0;
   uint64_t graph_launches = 0;   ///< captured-graph replays (one per full batch and GPU)
   uint64_t direct_launches = 0;  ///< kernels launched outside a graph (partial batches, dark)
-  uint64_t host_syncs = 0;       ///< host waits on a batch's completion event (one per batch)
+  /// Host waits on a batch's completion event (one per batch and GPU; a re-run's wait for its
+  /// own work is counted with the re-runs).
+  uint64_t host_syncs = 0;
   uint64_t overflow_reruns = 0;  ///< batches re-run because their clusters did not fit
   /// Batches whose results outgrew the device-to-host copy sized from the batches before (the load
   /// rose): found again exactly from their start-of-batch snapshot once they had finished (the
