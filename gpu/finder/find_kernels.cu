@@ -1183,8 +1183,7 @@ int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int spill, bo
 /// clusters are one contiguous run of the frame's output, copied 32 clusters per warp at a time
 /// (each lane finds its cluster's region in the chunk's prefix sums, then the warp moves the 32
 /// clusters' values as consecutive words, all loads before the stores). kNarrow: the values go
-/// out as int16 (p.out_data16), two to a store, and one beyond int16 raises kTooWide (2) in the
-/// flags.
+/// out as int16 (p.out_data16), and one beyond int16 raises kTooWide (2) in the flags.
 template <int kPackThreads, bool kNarrow>
 __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) {
   const uint32_t f = blockIdx.x;
@@ -1233,7 +1232,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int S2 = p.values;
   const uint32_t lo = prefix[r0], hi = prefix[r1];
-  constexpr int kBurst = 9;  // values in flight per lane (int32)
+  constexpr int kBurst = 9;  // values in flight per lane
   bool wide = false;         // kNarrow: a value beyond int16 was met
   for (uint32_t c0 = lo + 32u * warp; c0 < hi; c0 += kPackThreads) {
     // This lane's cluster c: its region (the last in [r0, r1) that starts at or before c; empty
@@ -1254,63 +1253,31 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
       p.out_x[o] = static_cast<uint16_t>(xy & 0xffffu);
       p.out_y[o] = static_cast<uint16_t>(xy >> 16);
     }
-    // The 32 clusters' values are the values [c0 * S2, (c0 + 32) * S2) of the output: value
-    // i*32 + lane of them belongs to the warp's cluster k = (i*32 + lane) / S2.
+    // The 32 clusters' values are the words [c0 * S2, (c0 + 32) * S2) of the output: word i*32 +
+    // lane of them belongs to the warp's cluster k = (i*32 + lane) / S2.
     const unsigned long long out0 = (frame_base + c0) * static_cast<unsigned long long>(S2);
-    if constexpr (kNarrow) {
-      // As int16, two values to a 32-bit store: the words of the output that the warp's values
-      // cover (from out0 rounded down to even), a value alone where its word's other half
-      // belongs to the clusters before or after the warp's.
-      const int shift = static_cast<int>(out0 & 1ull);
-      const int n_words = (32 * S2 + shift + 1) / 2;
-      int16_t* const half = p.out_data16 + (out0 - shift);
-      uint32_t* const words = reinterpret_cast<uint32_t*>(half);
-      constexpr int kWords = 5;  // words in flight per lane
-      for (int w0 = 0; w0 < n_words; w0 += 32 * kWords) {
-        int32_t v[2 * kWords];
-        bool ok[2 * kWords];
+    for (int i0 = 0; i0 < S2; i0 += kBurst) {
+      int32_t v[kBurst];
+      bool ok[kBurst];
 #pragma unroll
-        for (int u = 0; u < 2 * kWords; ++u) {
-          const int j = 2 * (w0 + (u / 2) * 32 + lane) + (u & 1) - shift;
-          const bool in = j >= 0 && j < 32 * S2;
-          const int k = in ? j / S2 : 0;
-          const int w = in ? j - k * S2 : 0;
-          const std::size_t ks = __shfl_sync(0xffffffffu, slot, k & 31);
-          const int kv = __shfl_sync(0xffffffffu, static_cast<int>(valid), k & 31);
-          ok[u] = in && kv != 0;
-          v[u] = ok[u] ? __ldg(p.region_data + ks * S2 + w) : 0;
-          wide = wide || (ok[u] && (v[u] < INT16_MIN || v[u] > INT16_MAX));
-        }
-#pragma unroll
-        for (int u = 0; u < kWords; ++u) {
-          const int wi = w0 + u * 32 + lane;
-          const uint32_t lo16 = static_cast<uint16_t>(v[2 * u]);
-          const uint32_t hi16 = static_cast<uint16_t>(v[2 * u + 1]);
-          if (ok[2 * u] && ok[2 * u + 1])
-            words[wi] = lo16 | (hi16 << 16);
-          else if (ok[2 * u])
-            half[2 * wi] = static_cast<int16_t>(v[2 * u]);
-          else if (ok[2 * u + 1])
-            half[2 * wi + 1] = static_cast<int16_t>(v[2 * u + 1]);
-        }
+      for (int u = 0; u < kBurst; ++u) {
+        const int ww = (i0 + u) * 32 + lane;
+        const int k = ww / S2;
+        const int w = ww - k * S2;
+        const std::size_t ks = __shfl_sync(0xffffffffu, slot, k & 31);
+        const int kv = __shfl_sync(0xffffffffu, static_cast<int>(valid), k & 31);
+        ok[u] = i0 + u < S2 && kv != 0;
+        v[u] = ok[u] ? __ldg(p.region_data + ks * S2 + w) : 0;
       }
-    } else {
-      for (int i0 = 0; i0 < S2; i0 += kBurst) {
-        int32_t v[kBurst];
-        bool ok[kBurst];
 #pragma unroll
-        for (int u = 0; u < kBurst; ++u) {
-          const int ww = (i0 + u) * 32 + lane;
-          const int k = ww / S2;
-          const int w = ww - k * S2;
-          const std::size_t ks = __shfl_sync(0xffffffffu, slot, k & 31);
-          const int kv = __shfl_sync(0xffffffffu, static_cast<int>(valid), k & 31);
-          ok[u] = i0 + u < S2 && kv != 0;
-          v[u] = ok[u] ? __ldg(p.region_data + ks * S2 + w) : 0;
+      for (int u = 0; u < kBurst; ++u) {
+        if (!ok[u]) continue;
+        if constexpr (kNarrow) {
+          wide = wide || v[u] < INT16_MIN || v[u] > INT16_MAX;
+          p.out_data16[out0 + (i0 + u) * 32 + lane] = static_cast<int16_t>(v[u]);
+        } else {
+          p.out_data[out0 + (i0 + u) * 32 + lane] = v[u];
         }
-#pragma unroll
-        for (int u = 0; u < kBurst; ++u)
-          if (ok[u]) p.out_data[out0 + (i0 + u) * 32 + lane] = v[u];
       }
     }
   }
