@@ -1183,7 +1183,7 @@ int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int spill, bo
 /// clusters are one contiguous run of the frame's output, copied 32 clusters per warp at a time
 /// (each lane finds its cluster's region in the chunk's prefix sums, then the warp moves the 32
 /// clusters' values as consecutive words, all loads before the stores). kNarrow: the values go
-/// out as int16 (p.out_data16), and one beyond int16 raises kTooWide (2) in the flags.
+/// out as int16 (p.out_data16), and one beyond int16 raises kTooWide in the flags.
 template <int kPackThreads, bool kNarrow>
 __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) {
   const uint32_t f = blockIdx.x;
@@ -1218,7 +1218,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
     __syncthreads();
   }
   if (threadIdx.x == 0) prefix[r1] = carry;
-  if (over) atomicOr(p.out_overflow, 1u);
+  if (over) atomicOr(p.out_overflow, kOverflow);
   __syncthreads();
   const unsigned long long frame_base = base;
   const uint32_t total = p.frame_totals[f];
@@ -1226,7 +1226,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
     p.out_counts[f] = total;
     if (p.gain_counts != nullptr)
       for (int c = 0; c < 3; ++c) p.out_gains[f * 3 + c] = p.gain_counts[f * 3 + c];
-    if (frame_base + total > p.out_capacity) atomicOr(p.out_overflow, 1u);
+    if (frame_base + total > p.out_capacity) atomicOr(p.out_overflow, kOverflow);
   }
   if (r0 >= r1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -1281,7 +1281,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) 
       }
     }
   }
-  if (kNarrow && wide) atomicOr(p.out_overflow, 2u);
+  if (kNarrow && wide) atomicOr(p.out_overflow, kTooWide);
 }
 
 __global__ void snapshot_kernel(const PedestalArrays live, const unsigned long long* frames_done,

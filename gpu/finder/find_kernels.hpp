@@ -117,6 +117,10 @@ int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool r
                        int spill, bool chunked, int threads, PixelMode pixels);
 void launch_find(const FindLaunch& p, StreamView stream);
 
+/// The flags word of a pack's output (PackLaunch::out_overflow).
+inline constexpr uint32_t kOverflow = 1;  ///< a region or the output did not hold its clusters
+inline constexpr uint32_t kTooWide = 2;   ///< a narrow pack met a value beyond int16
+
 struct PackLaunch {
   uint32_t n_frames = 0, blocks = 0, region_capacity = 0;
   uint32_t chunks = 1;                   ///< pack blocks per frame (each packs a run of regions)
@@ -132,10 +136,10 @@ struct PackLaunch {
   uint16_t* out_x = nullptr;
   uint16_t* out_y = nullptr;
   int32_t* out_data = nullptr;
-  /// Instead of out_data: the values as int16; one that does not fit raises bit 2 of the flags.
+  /// Instead of out_data: the values as int16; one that does not fit raises kTooWide.
   int16_t* out_data16 = nullptr;
   uint64_t out_capacity = 0;             ///< clusters
-  uint32_t* out_overflow = nullptr;      ///< the flags: bit 1 set when anything did not fit
+  uint32_t* out_overflow = nullptr;      ///< the flags: kOverflow when anything did not fit
   /// Raised to the largest count of a region that did not fit (0 when every region fit); zeroed
   /// with the flag. May be null.
   uint32_t* out_max_region = nullptr;

@@ -13,10 +13,6 @@
 
 namespace glint::gpu::detail {
 
-/// The flags word of an output block.
-inline constexpr uint32_t kOverflow = 1;  ///< a region or the output did not hold its clusters
-inline constexpr uint32_t kTooWide = 2;   ///< a narrow pack met a value beyond int16
-
 /// Byte offsets of one output block: the flags (first word: kOverflow, kTooWide; the second is
 /// the largest count of a region that did not fit, 0 when every region fit), the per-frame counts
 /// of `batch` frames, with `gains` (JUNGFRAU) their gain counts (3 per frame), then x, y and the
