@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What a GPU finder run's batches wait on: reads the CSV that GLINT_FIND_TIMELINE=FILE writes
-(docs/tuning.md) and prints each step's time per batch (upload, find, pack, result copy), the
-period from one find to the next, how long the compute stream sat idle between a pack and the
-next find and whether that find had waited for its upload, and a batch's latency from the start
+(docs/tuning.md) and prints each step's time per batch (upload, find, result copy), the
+period from one find to the next, how long the compute stream sat idle between a find and the
+next and whether that find had waited for its upload, and a batch's latency from the start
 of its upload to the end of its result copy, in periods: with S slots a batch's latency must fit
 into S + 1 periods (docs/journal.md, 2026-12-07).
 
@@ -18,8 +18,8 @@ import csv
 import statistics
 import sys
 
-FIELDS = ["seq", "slot", "fb", "frames", "clusters", "up0", "up1", "find0", "find1", "pack0",
-          "pack1", "d2h0", "d2h1", "host_submit", "host_wait0", "host_wait1"]
+FIELDS = ["seq", "slot", "fb", "frames", "clusters", "up0", "up1", "find0", "find1", "d2h0",
+          "d2h1", "host_submit", "host_wait0", "host_wait1"]
 
 
 def load(path):
@@ -59,11 +59,10 @@ def summarize(rows, skip=None):
         "slots": len({int(r["slot"]) for r in rows}),
         "upload": spread([r["up1"] - r["up0"] for r in kept]),
         "find": spread([r["find1"] - r["find0"] for r in kept]),
-        "pack": spread([r["pack1"] - r["pack0"] for r in kept]),
         "copy": spread([r["d2h1"] - r["d2h0"] for r in kept]),
         "period": period,
-        # The compute stream between a batch's pack and the next batch's find.
-        "idle": spread([b["find0"] - a["pack1"] for a, b in pairs]),
+        # The compute stream between a batch's find and the next batch's.
+        "idle": spread([b["find0"] - a["find1"] for a, b in pairs]),
         # How long after its upload ended each find started (about 0: it waited for the upload).
         "after_upload": spread([r["find0"] - r["up1"] for r in kept]),
         "latency": spread([r["d2h1"] - r["up0"] for r in kept]),
@@ -78,7 +77,7 @@ def report(s):
     lines = [f"{s['batches']} full batches of {n:.0f} frames, {s['clusters_per_frame']:.1f} "
              f"clusters per frame, {s['slots']} slot(s)",
              f"{'':24s}{'median us':>12s}{'p10':>10s}{'p90':>10s}{'us/frame':>10s}"]
-    for key, name in [("upload", "upload"), ("find", "find"), ("pack", "pack"),
+    for key, name in [("upload", "upload"), ("find", "find"),
                       ("copy", "result copy"), ("period", "period (find to find)"),
                       ("idle", "compute idle before find"),
                       ("after_upload", "find start - upload end"),

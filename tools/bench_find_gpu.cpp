@@ -133,7 +133,7 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       "GB/s (frame data)    {:.2f}\n"
       "kernel us/frame      {:.3f}  (device events around the find work, per GPU)\n"
       "graph launches/batch {:.2f}  ({} GPU(s))\n"
-      "other launches/batch {:.2f}  (pack kernels, partial batches)\n"
+      "other launches/batch {:.2f}  (partial batches, re-runs)\n"
       "host syncs/batch     {:.2f}  (completion-event waits; none per frame)\n"
       "clusters/frame       {:.1f}\n"
       "overflow re-runs     {}\n"

@@ -12,7 +12,7 @@ gpu::FindTuning find_tuning_from_environment() {
   gpu::FindTuning t;
   const long long threads = env_int("GLINT_FIND_THREADS", t.find_threads, 128, 1024);
   if (threads % 32 == 0) t.find_threads = static_cast<int>(threads);
-  t.pack_regions = static_cast<int>(env_int("GLINT_PACK_REGIONS", t.pack_regions, 1, 1024));
+  t.out_chunk = static_cast<int>(env_int("GLINT_FIND_CHUNK", t.out_chunk, 1, 65536));
   t.resident = !env_is("GLINT_FIND_RESIDENT", "0");
   t.narrow = !env_is("GLINT_FIND_NARROW", "0");
   t.max_segments = env_int("GLINT_FIND_SEGMENTS", t.max_segments, 1, 1LL << 40);

@@ -126,15 +126,14 @@ void FindDiagnostics::report_profile(const LanePlan& lane, uint64_t frames) cons
 void FindDiagnostics::report_timeline() const {
   if (timeline_path_.empty() || rows_.empty()) return;
   const CsvFile file = open_csv(timeline_path_, "timeline",
-                                "seq,slot,fb,frames,clusters,up0,up1,find0,find1,pack0,pack1,"
+                                "seq,slot,fb,frames,clusters,up0,up1,find0,find1,"
                                 "d2h0,d2h1,host_submit,host_wait0,host_wait1\n");
   if (!file) return;
   FILE* f = file.get();
   for (const TimelineRow& r : rows_)
-    std::fprintf(f, "%llu,%d,%d,%d,%llu,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n",
+    std::fprintf(f, "%llu,%d,%d,%d,%llu,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n",
                  static_cast<unsigned long long>(r.seq), r.slot, r.fb, r.n,
-                 static_cast<unsigned long long>(r.clusters), r.up0, r.up1, r.f0, r.f1, r.pk0,
-                 r.pk1, r.d0, r.d1, r.h_submit, r.h_wait0, r.h_wait1);
+                 static_cast<unsigned long long>(r.clusters), r.up0, r.up1, r.f0, r.f1, r.d0, r.d1, r.h_submit, r.h_wait0, r.h_wait1);
 }
 
 void FindDiagnostics::report_trace(const LanePlan& lane) const {

@@ -20,7 +20,7 @@ struct TimelineRow {
   uint64_t seq = 0;
   int slot = 0, fb = 0, n = 0;
   uint64_t clusters = 0;
-  float up0 = 0, up1 = 0, f0 = 0, f1 = 0, pk0 = 0, pk1 = 0, d0 = 0, d1 = 0;
+  float up0 = 0, up1 = 0, f0 = 0, f1 = 0, d0 = 0, d1 = 0;
   double h_submit = 0, h_wait0 = 0, h_wait1 = 0;
 };
 

@@ -10,9 +10,6 @@
 // same at both ends is final. The rest (a few per frame) are re-decided exactly, each once its
 // undecided predecessors are final, with their final means: the raster-order result. Frames stay
 // sequential; the segments of a frame hand frames on to each other as a wavefront.
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
-
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -194,6 +191,38 @@ __device__ __forceinline__ void named_sync(int id, int n) {
 __device__ __forceinline__ void named_arrive(int id, int n) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
+/// A find block's output cursor (shared memory, used by its releasing thread only): the run of
+/// clusters [pos, end) it is filling, and the next run [next, next + next_size), asked for ahead
+/// (after a release, off the frame's path), while next_size > 0.
+struct OutCursor {
+  uint32_t pos, end, next, next_size;
+};
+
+/// The first of n clusters in the block's output (kNoPiece where they would pass the capacity;
+/// the count of clusters handed out keeps growing, so that the host learns what the batch needs).
+__device__ __forceinline__ uint32_t take_piece(OutCursor& c, uint32_t n, const FindLaunch& p) {
+  uint32_t pos = c.pos, end = c.end;
+  if (end - pos < n) {
+    if (c.next_size > 0) {
+      pos = c.next;
+      end = c.next + c.next_size;
+      c.next_size = 0;
+    }
+    if (end - pos < n) {
+      const uint32_t size = max(n, p.out_chunk);
+      pos = atomicAdd(p.out_alloc, size);
+      end = pos + size;
+    }
+  }
+  c.pos = pos + n;
+  c.end = end;
+  if (n > 0 && (pos + n > p.out_capacity || pos + n < pos)) {
+    atomicOr(p.out_flags, kOverflow);
+    return kNoPiece;
+  }
+  return pos;
+}
+
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
@@ -331,6 +360,18 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   uint8_t* sh_full = shared_or_scratch(lay.full, InScratchF{});
   uint8_t* sh_status = shared_or_scratch(lay.status, InScratchF{});
   __shared__ int sh_nu, sh_ns, sh_left, sh_waits;
+  // The output (OutCursor, kept by the releasing thread), and each work item's first cluster
+  // there by the parity of the item.
+  __shared__ OutCursor sh_out;
+  __shared__ uint32_t sh_first[2];
+  const auto put_value = [&](std::size_t i, int32_t value) {
+    if (p.narrow) {
+      if (value != static_cast<int32_t>(static_cast<int16_t>(value))) atomicOr(p.out_flags, kTooWide);
+      static_cast<int16_t*>(p.out_data)[i] = static_cast<int16_t>(value);
+    } else {
+      static_cast<int32_t*>(p.out_data)[i] = value;
+    }
+  };
 
   // Progress counters of the segment and its neighbours. System scope only where a flag crosses
   // to another GPU: the band's first segment reads the GPU above and is read by it, the last
@@ -499,10 +540,10 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
   // The entries before a cluster's centre in raster order (dy < 0, or dy == 0 and dx < 0) are
   // its first PA window entries: only those can lie in the segment above.
   constexpr int PA = h * S + h;
-  // Writes window entry w < PA of frame kp's cluster c (centre center(c)) if it lies in the
-  // segment above (left out when the frame was emitted), with final_d(jj) = f - that segment's
-  // final mean of frame kp.
-  const auto patch_one = [&](uint32_t kp, int c, int w, auto&& center, auto&& final_d) {
+  // Writes window entry w < PA of cluster c (centre center(c)) of a piece of an earlier frame
+  // placed at `first` if it lies in the segment above (left out when the frame was emitted), with
+  // final_d(jj) = f - that segment's final mean of that frame.
+  const auto patch_one = [&](uint32_t first, int c, int w, auto&& center, auto&& final_d) {
     const int dy = w / S - h;
     const int dx = w - (w / S) * S - h;
     const int j = p0 + center(c);
@@ -511,17 +552,15 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     const int y = row_of(j, cols, inv_cols);
     const int x = j - y * cols;
     if (y + dy < 0 || x + dx < 0 || x + dx >= cols) return;
-    const std::size_t slot = (static_cast<std::size_t>(kp) * segs + v) * p.region_capacity + c;
-    p.region_data[slot * S2 + w] = Px::entry(final_d(jj));
+    put_value((static_cast<std::size_t>(first) + c) * S2 + w, Px::entry(final_d(jj)));
   };
-  // The same for every cluster of frame kp (nsp of them), threads first, first + stride, ...
-  const auto patch_above = [&](uint32_t kp, int nsp, auto&& center, int first, int stride,
+  // The same for every cluster of that piece (nsp of them), threads t0, t0 + stride, ...
+  const auto patch_above = [&](uint32_t first, int nsp, auto&& center, int t0, int stride,
                                auto&& final_d) {
-    const int n_write = min(nsp, static_cast<int>(p.region_capacity));
-    for (int e = first; e < n_write * S2; e += stride) {
+    for (int e = t0; e < nsp * S2; e += stride) {
       const int c = e / S2;
       const int w = e - c * S2;
-      if (w < PA) patch_one(kp, c, w, center, final_d);
+      if (w < PA) patch_one(first, c, w, center, final_d);
     }
   };
 
@@ -690,6 +729,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         sh_s2n[o] = div_known(sh_sum2[o], window_d, inv_window);
       }
     }
+    if (tid == 0) sh_out = OutCursor{0, 0, 0, 0};
     cp_async_wait_all();
     __syncthreads();
   }
@@ -933,8 +973,15 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     // here on.
     const int ns = sh_ns;
     const int workers = nt - 32;
+    const std::size_t region = static_cast<std::size_t>(k) * segs + v;
     if (tid >= workers) {
-      if constexpr (!kChunked) named_arrive(1, nt);
+      // The releasing thread places the piece first (shared memory only, unless its run is used
+      // up and the run asked for ahead does not hold it either), before the workers' barrier.
+      if (tid == workers) {
+        sh_first[w & 1u] = take_piece(sh_out, static_cast<uint32_t>(ns), p);
+        __threadfence_block();  // the place before the arrival that the workers wait for
+      }
+      named_arrive(1, nt);
       if (tid == workers) {
         const long long t0 = clock64();
         if (p.profile != nullptr) __stcg(p.release_ns + (g & 1ull) * segs + v, global_ns());
@@ -942,22 +989,44 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         store_release(&p.progress[v], g + 1, sys_above() || sys_below());
         if (tr != nullptr) tr[kTraceRelease1] = global_ns();
         if (p.profile != nullptr) sh_prof[kRelease] += static_cast<unsigned long long>(clock64() - t0);
+        p.piece_counts[region] = static_cast<uint32_t>(ns);
+        p.piece_first[region] = sh_first[w & 1u];
+        if (ns > 0) atomicAdd(&p.frame_totals[k], static_cast<uint32_t>(ns));
+        // The next run, asked for while this one still holds about half of what the items to
+        // come need (up to 16 frames at this item's rate, at least out_chunk), while the
+        // workers write this frame's entries.
+        const uint32_t left = (p.n_frames - 1 - k) * static_cast<uint32_t>(chunks) +
+                              static_cast<uint32_t>(chunks - 1 - ci);
+        if (sh_out.next_size == 0 && left > 0) {
+          const uint32_t want =
+              max(p.out_chunk, min(16u * static_cast<uint32_t>(chunks), left) *
+                                   static_cast<uint32_t>(ns + 1));
+          if (sh_out.end - sh_out.pos < want / 2) {
+            sh_out.next = atomicAdd(p.out_alloc, want);
+            sh_out.next_size = want;
+          }
+        }
       }
     } else {
-      // The previous frame's entries in the segment above (its clusters, in raster order: kept
-      // here with one segment per block, else read back from the region).
+      uint32_t first = kNoPiece;  // this piece's place, read after the releasing warp's arrival
+      // The previous frame's piece of this segment (its clusters, in raster order: kept here
+      // with one segment per block, else read back from the output), and where it was placed.
       const std::size_t prev_region = static_cast<std::size_t>(k - 1) * segs + v;
+      const uint32_t prev_first =
+          k == 0 ? kNoPiece
+                 : (chunks == 1 ? sh_first[(w & 1u) ^ 1u] : __ldcg(p.piece_first + prev_region));
       const int pns =
-          chunks == 1 ? prev_ns : (k > 0 ? static_cast<int>(__ldcg(p.region_counts + prev_region))
-                                         : 0);
+          prev_first == kNoPiece
+              ? 0
+              : (chunks == 1 ? prev_ns : static_cast<int>(__ldcg(p.piece_counts + prev_region)));
       const auto prev_center = [&](int c) -> int {
         if (chunks == 1) return static_cast<int>(sorted_prev[c]);
-        const uint32_t xy = __ldcg(p.region_xy + prev_region * p.region_capacity + c);
-        return static_cast<int>((xy >> 16) * static_cast<uint32_t>(cols) + (xy & 0xffffu)) - p0;
+        const uint32_t i = prev_first + static_cast<uint32_t>(c);
+        return static_cast<int>(static_cast<uint32_t>(__ldcg(p.out_y + i)) * static_cast<uint32_t>(cols) +
+                                __ldcg(p.out_x + i)) - p0;
       };
       // Window entry w of this frame's cluster at own pixel o, rank c in raster order, into
-      // this (frame, segment) region.
-      const std::size_t region = static_cast<std::size_t>(k) * segs + v;
+      // this (frame, segment) piece.
       const auto emit = [&](int c, uint32_t o, int w) {
         const int j = p0 + static_cast<int>(o);
         const int y = row_of(j, cols, inv_cols);
@@ -965,8 +1034,11 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
         const int dy = w / S - h;
         const int dx = w - (w / S) * S - h;
         const int yy = y + dy, xx = x + dx;
-        const std::size_t slot = region * p.region_capacity + c;
-        if (w == 0) p.region_xy[slot] = static_cast<uint32_t>(x) | (static_cast<uint32_t>(y) << 16);
+        const std::size_t slot = static_cast<std::size_t>(first) + c;
+        if (w == 0) {
+          p.out_x[slot] = static_cast<uint16_t>(x);
+          p.out_y[slot] = static_cast<uint16_t>(y);
+        }
         int32_t value = 0;
         if (yy >= 0 && yy < rows && xx >= 0 && xx < cols) {
           const int jj = j + dy * cols + dx;
@@ -978,15 +1050,16 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
             return;  // in the segment above: written with the next frame (patch_one)
           }
         }
-        p.region_data[slot * S2 + w] = value;
+        put_value(slot * S2 + w, value);
       };
       if constexpr (!kChunked) {
         // Written by the workers after the warps that rank this frame's clusters (a lane per
         // cluster; at least one warp is left for these writes), while those rank: no rank
-        // waits behind these writes. Then (a barrier) every worker writes this frame's entries.
+        // waits behind these writes. Then (a barrier, which also brings the piece's place)
+        // every worker writes this frame's entries.
         const int pfirst = min((ns + 31) & ~31, workers - 32);
-        if (k > 0 && pns > 0 && tid >= pfirst && prev_center(0) < halo)
-          patch_above(k - 1, pns, prev_center, tid - pfirst, workers - pfirst,
+        if (pns > 0 && tid >= pfirst && prev_center(0) < halo)
+          patch_above(prev_first, pns, prev_center, tid - pfirst, workers - pfirst,
                       [&](int jj) { return sh_dprev[jj - base]; });
         for (int t = tid; t < ns; t += workers) {
           const uint32_t o = sh_slist[t];
@@ -995,42 +1068,39 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
           sorted_cur[rank] = o;
         }
         named_sync(1, nt);
-        const int n_write = min(ns, static_cast<int>(p.region_capacity));
-        for (int e = tid; e < n_write * S2; e += workers) {
-          const int c = e / S2;
-          emit(c, sorted_cur[c], e - c * S2);
+        first = sh_first[w & 1u];
+        if (first != kNoPiece) {
+          for (int e = tid; e < ns * S2; e += workers) {
+            const int c = e / S2;
+            emit(c, sorted_cur[c], e - c * S2);
+          }
         }
       } else {
         // Several segments per block (measured: 2048x2048 1.1 % faster; at 400x400, one
-        // segment per block, 1.4-3 % slower): one pass with no barrier between ranks and
-        // entries, each entry's thread ranking its own cluster, beside the previous frame's
-        // entries in the segment above (read back from the region: the entries before the
-        // centre of every cluster, if the first one's centre is in the segment's first halo
-        // pixels). The next frame reads its centres from the region, not from sorted_cur. No
-        // named barrier here: the entries need nothing from the publishing warp (with one, on an
-        // H200: the same time).
-        const int n_prev = k > 0 && pns > 0 && prev_center(0) < halo
-                               ? min(pns, static_cast<int>(p.region_capacity))
-                               : 0;
+        // segment per block, 1.4-3 % slower): one pass, each entry's thread ranking its own
+        // cluster, beside the previous frame's entries in the segment above (read back from the
+        // output: the entries before the centre of every cluster, if the first one's centre is
+        // in the segment's first halo pixels). The next frame reads its centres from the output,
+        // not from sorted_cur. The piece's place comes with the releasing warp's arrival.
+        const int n_prev = pns > 0 && prev_center(0) < halo ? pns : 0;
         const int n_patch = n_prev * PA;
-        for (int e = tid; e < n_patch + ns * S2; e += workers) {
+        named_sync(1, nt);
+        first = sh_first[w & 1u];
+        const int n_own = first != kNoPiece ? ns * S2 : 0;
+        for (int e = tid; e < n_patch + n_own; e += workers) {
           if (e < n_patch) {
             const int c = e / PA;
-            patch_one(k - 1, c, e - c * PA, prev_center,
+            patch_one(prev_first, c, e - c * PA, prev_center,
                       [&](int jj) { return sh_dprev[jj - base]; });
             continue;
           }
           const int t = (e - n_patch) / S2;
-          const int w = (e - n_patch) - t * S2;
+          const int wi = (e - n_patch) - t * S2;
           const uint32_t o = sh_slist[t];
           int c = 0;
           for (int u = 0; u < ns; ++u) c += sh_slist[u] < o;
-          if (c < static_cast<int>(p.region_capacity)) emit(c, o, w);
+          emit(c, o, wi);
         }
-      }
-      if (tid == 0) {
-        p.region_counts[region] = static_cast<uint32_t>(ns);
-        if (ns > 0) atomicAdd(&p.frame_totals[k], static_cast<uint32_t>(ns));
       }
     }
     prev_ns = ns;
@@ -1055,16 +1125,18 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     for (int ci = 0; ci < chunks; ++ci) {
       if (chunks > 1) set_segment(b + ci * static_cast<int>(p.blocks));
       const std::size_t region = static_cast<std::size_t>(kl) * segs + v;
-      const int nsl = static_cast<int>(__ldcg(p.region_counts + region));
+      const uint32_t fl_first = __ldcg(p.piece_first + region);
+      const int nsl = fl_first == kNoPiece ? 0 : static_cast<int>(__ldcg(p.piece_counts + region));
       const auto center = [&](int c) -> int {
-        const uint32_t xy = __ldcg(p.region_xy + region * p.region_capacity + c);
-        return static_cast<int>((xy >> 16) * static_cast<uint32_t>(cols) + (xy & 0xffffu)) - p0;
+        const uint32_t i = fl_first + static_cast<uint32_t>(c);
+        return static_cast<int>(static_cast<uint32_t>(__ldcg(p.out_y + i)) * static_cast<uint32_t>(cols) +
+                                __ldcg(p.out_x + i)) - p0;
       };
       if (nsl == 0 || center(0) >= halo) continue;
       if (tid == 0 && prog_above())
         while (load_acquire(prog_above(), sys_above()) < g0 + p.n_frames) __nanosleep(20);
       __syncthreads();
-      patch_above(kl, nsl, center, tid, nt, [&](int jj) {
+      patch_above(fl_first, nsl, center, tid, nt, [&](int jj) {
         return Px::dev(fl[jj], jj, __ldcg(arrays_for(jj).mean[fin] + jj), p);
       });
     }
@@ -1179,111 +1251,6 @@ int max_resident_s(uint32_t cols, uint32_t segment, bool resident, int spill, bo
   return per_sm;
 }
 
-/// Packs the regions [r0, r1) of frame blockIdx.x, chunk blockIdx.y of p.chunks: the regions'
-/// clusters are one contiguous run of the frame's output, copied 32 clusters per warp at a time
-/// (each lane finds its cluster's region in the chunk's prefix sums, then the warp moves the 32
-/// clusters' values as consecutive words, all loads before the stores). kNarrow: the values go
-/// out as int16 (p.out_data16), and one beyond int16 raises kTooWide in the flags.
-template <int kPackThreads, bool kNarrow>
-__global__ void __launch_bounds__(kPackThreads) pack_kernel(const PackLaunch p) {
-  const uint32_t f = blockIdx.x;
-  const uint32_t per_chunk = (p.blocks + p.chunks - 1) / p.chunks;
-  const uint32_t r0 = min(p.blocks, blockIdx.y * per_chunk);
-  const uint32_t r1 = min(p.blocks, r0 + per_chunk);
-  using Reduce = cub::BlockReduce<unsigned long long, kPackThreads>;
-  using Scan = cub::BlockScan<uint32_t, kPackThreads>;
-  __shared__ typename Reduce::TempStorage reduce_tmp;
-  __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ unsigned long long base;
-  extern __shared__ uint32_t prefix[];  // [blocks + 1]: the frame's counts before each region
-
-  unsigned long long part = 0;
-  for (uint32_t i = threadIdx.x; i < f; i += kPackThreads) part += p.frame_totals[i];
-  const unsigned long long before = Reduce(reduce_tmp).Sum(part);
-  if (threadIdx.x == 0) base = before;
-  uint32_t carry = 0;
-  bool over = false;
-  for (uint32_t c0 = 0; c0 < r1; c0 += kPackThreads) {
-    const uint32_t bb = c0 + threadIdx.x;
-    const uint32_t n = bb < r1 ? p.region_counts[static_cast<std::size_t>(f) * p.blocks + bb]
-                               : 0u;
-    if (bb >= r0 && n > p.region_capacity) {
-      over = true;
-      if (p.out_max_region != nullptr) atomicMax(p.out_max_region, n);
-    }
-    uint32_t excl = 0, agg = 0;
-    Scan(scan_tmp).ExclusiveSum(n, excl, agg);
-    if (bb < r1) prefix[bb] = carry + excl;
-    carry += agg;
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) prefix[r1] = carry;
-  if (over) atomicOr(p.out_overflow, kOverflow);
-  __syncthreads();
-  const unsigned long long frame_base = base;
-  const uint32_t total = p.frame_totals[f];
-  if (threadIdx.x == 0 && blockIdx.y == 0) {
-    p.out_counts[f] = total;
-    if (p.gain_counts != nullptr)
-      for (int c = 0; c < 3; ++c) p.out_gains[f * 3 + c] = p.gain_counts[f * 3 + c];
-    if (frame_base + total > p.out_capacity) atomicOr(p.out_overflow, kOverflow);
-  }
-  if (r0 >= r1) return;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int S2 = p.values;
-  const uint32_t lo = prefix[r0], hi = prefix[r1];
-  constexpr int kBurst = 9;  // values in flight per lane
-  bool wide = false;         // kNarrow: a value beyond int16 was met
-  for (uint32_t c0 = lo + 32u * warp; c0 < hi; c0 += kPackThreads) {
-    // This lane's cluster c: its region (the last in [r0, r1) that starts at or before c; empty
-    // regions start where the next one does) and its slot there.
-    const uint32_t c = c0 + lane;
-    uint32_t a = r0, b = r1;
-    while (b - a > 1) {
-      const uint32_t mid = (a + b) / 2;
-      if (prefix[mid] <= c) a = mid; else b = mid;
-    }
-    const uint32_t r = c - prefix[a];
-    const unsigned long long o = frame_base + c;
-    const bool valid = c < hi && r < p.region_capacity && o < p.out_capacity;
-    const std::size_t slot =
-        (static_cast<std::size_t>(f) * p.blocks + a) * p.region_capacity + r;
-    if (valid) {
-      const uint32_t xy = p.region_xy[slot];
-      p.out_x[o] = static_cast<uint16_t>(xy & 0xffffu);
-      p.out_y[o] = static_cast<uint16_t>(xy >> 16);
-    }
-    // The 32 clusters' values are the words [c0 * S2, (c0 + 32) * S2) of the output: word i*32 +
-    // lane of them belongs to the warp's cluster k = (i*32 + lane) / S2.
-    const unsigned long long out0 = (frame_base + c0) * static_cast<unsigned long long>(S2);
-    for (int i0 = 0; i0 < S2; i0 += kBurst) {
-      int32_t v[kBurst];
-      bool ok[kBurst];
-#pragma unroll
-      for (int u = 0; u < kBurst; ++u) {
-        const int ww = (i0 + u) * 32 + lane;
-        const int k = ww / S2;
-        const int w = ww - k * S2;
-        const std::size_t ks = __shfl_sync(0xffffffffu, slot, k & 31);
-        const int kv = __shfl_sync(0xffffffffu, static_cast<int>(valid), k & 31);
-        ok[u] = i0 + u < S2 && kv != 0;
-        v[u] = ok[u] ? __ldg(p.region_data + ks * S2 + w) : 0;
-      }
-#pragma unroll
-      for (int u = 0; u < kBurst; ++u) {
-        if (!ok[u]) continue;
-        if constexpr (kNarrow) {
-          wide = wide || v[u] < INT16_MIN || v[u] > INT16_MAX;
-          p.out_data16[out0 + (i0 + u) * 32 + lane] = static_cast<int16_t>(v[u]);
-        } else {
-          p.out_data[out0 + (i0 + u) * 32 + lane] = v[u];
-        }
-      }
-    }
-  }
-  if (kNarrow && wide) atomicOr(p.out_overflow, kTooWide);
-}
-
 __global__ void snapshot_kernel(const PedestalArrays live, const unsigned long long* frames_done,
                                 const PedestalArrays snap, std::size_t begin, std::size_t end) {
   const int par = static_cast<int>(*frames_done & 1ull);
@@ -1365,24 +1332,6 @@ void launch_find(const FindLaunch& p, StreamView stream) {
     case 7: launch_find_s<7>(p, stream); break;
     default: launch_find_s<9>(p, stream); break;
   }
-}
-
-void launch_pack(const PackLaunch& p, int threads, StreamView stream) {
-  if (p.n_frames == 0) return;
-  const std::size_t smem = (p.blocks + 1) * sizeof(uint32_t);
-  PackLaunch q = p;
-  q.chunks = std::max<uint32_t>(p.chunks, 1);
-  const dim3 grid(q.n_frames, q.chunks);
-  const bool narrow = q.out_data16 != nullptr;
-  if (threads == 256 && narrow)
-    pack_kernel<256, true><<<grid, 256, smem, stream.get()>>>(q);
-  else if (threads == 256)
-    pack_kernel<256, false><<<grid, 256, smem, stream.get()>>>(q);
-  else if (narrow)
-    pack_kernel<64, true><<<grid, 64, smem, stream.get()>>>(q);
-  else
-    pack_kernel<64, false><<<grid, 64, smem, stream.get()>>>(q);
-  GLINT_CUDA_CHECK_LAUNCH();
 }
 
 void launch_snapshot(const PedestalArrays& live, const unsigned long long* frames_done,

@@ -53,11 +53,25 @@ struct FindLaunch {
   unsigned int* blocks_done = nullptr;
   const uint16_t* frames = nullptr;
   uint32_t n_frames = 0;
-  uint32_t* region_counts = nullptr;     ///< [n_frames * segments], true counts (may exceed
-                                         ///< capacity)
-  uint32_t* region_xy = nullptr;         ///< [n_frames * segments * capacity]
-  int32_t* region_data = nullptr;        ///< [n_frames * segments * capacity * S*S]
-  uint32_t region_capacity = 0;
+  /// The batch's output, written in place (no pack): each block takes runs of clusters from
+  /// `out_alloc` (a batch-wide count of clusters handed out, zeroed before the launch) at least
+  /// `out_chunk` at a time, and puts each (frame k, segment v) piece of clusters, in raster
+  /// order, at piece_first[k * segments + v] of out_x, out_y and the values, its true count at
+  /// piece_counts[...] (kNoPiece and kOverflow in out_flags where the piece would pass
+  /// out_capacity). A block's sizes depend only on its own counts, so a batch's final out_alloc
+  /// is the same however the blocks interleave: a re-run of that capacity holds every piece.
+  uint32_t* piece_counts = nullptr;      ///< [n_frames * segments]
+  uint32_t* piece_first = nullptr;       ///< [n_frames * segments]
+  uint16_t* out_x = nullptr;
+  uint16_t* out_y = nullptr;
+  /// S*S values per cluster: int32 (a float's bits when calibrated), or int16 with `narrow`
+  /// (a value beyond int16 raises kTooWide in out_flags).
+  void* out_data = nullptr;
+  bool narrow = false;
+  uint32_t out_capacity = 0;             ///< clusters
+  uint32_t out_chunk = 64;
+  uint32_t* out_alloc = nullptr;
+  uint32_t* out_flags = nullptr;
   uint32_t* frame_totals = nullptr;      ///< [n_frames], zeroed before the launch
   /// Optional [blocks * kFindProfileSlots]: cycles per phase, then the nanoseconds from the
   /// previous segment's release of a frame to this segment seeing it, summed over the frames
@@ -71,7 +85,7 @@ struct FindLaunch {
   /// What the pixels are (the kernel instantiation that runs). JUNGFRAU: gain_counts, [n_frames]
   /// x (G1, G2, invalid), zeroed before the launch, gets each frame's pixels out of G0 in the
   /// band (null: not counted); calibrated: cal_pedestal and cal_gain are the stage-major tables
-  /// of the whole frame (jungfrau::calibrate), and region_data holds the float entries' bits.
+  /// of the whole frame (jungfrau::calibrate), and out_data holds the float entries' bits.
   PixelMode pixels = PixelMode::raw;
   uint32_t* gain_counts = nullptr;
   const double* cal_pedestal = nullptr;
@@ -117,35 +131,11 @@ int find_blocks_per_sm(uint32_t cols, uint32_t segment, int cluster_size, bool r
                        int spill, bool chunked, int threads, PixelMode pixels);
 void launch_find(const FindLaunch& p, StreamView stream);
 
-/// The flags word of a pack's output (PackLaunch::out_overflow).
-inline constexpr uint32_t kOverflow = 1;  ///< a region or the output did not hold its clusters
-inline constexpr uint32_t kTooWide = 2;   ///< a narrow pack met a value beyond int16
-
-struct PackLaunch {
-  uint32_t n_frames = 0, blocks = 0, region_capacity = 0;
-  uint32_t chunks = 1;                   ///< pack blocks per frame (each packs a run of regions)
-  int values = 9;                        ///< S*S
-  const uint32_t* region_counts = nullptr;
-  const uint32_t* region_xy = nullptr;
-  const int32_t* region_data = nullptr;
-  const uint32_t* frame_totals = nullptr;
-  const uint32_t* gain_counts = nullptr; ///< [n_frames][3] (JUNGFRAU) or null
-  // Output (device memory, or mapped host memory for an overflow re-run).
-  uint32_t* out_counts = nullptr;        ///< [n_frames]
-  uint32_t* out_gains = nullptr;         ///< [n_frames][3], with gain_counts
-  uint16_t* out_x = nullptr;
-  uint16_t* out_y = nullptr;
-  int32_t* out_data = nullptr;
-  /// Instead of out_data: the values as int16; one that does not fit raises kTooWide.
-  int16_t* out_data16 = nullptr;
-  uint64_t out_capacity = 0;             ///< clusters
-  uint32_t* out_overflow = nullptr;      ///< the flags: kOverflow when anything did not fit
-  /// Raised to the largest count of a region that did not fit (0 when every region fit); zeroed
-  /// with the flag. May be null.
-  uint32_t* out_max_region = nullptr;
-};
-/// One block of `threads` (64 or 256) per frame and chunk of regions.
-void launch_pack(const PackLaunch& p, int threads, StreamView stream);
+/// The flags word of a find launch's output (FindLaunch::out_flags).
+inline constexpr uint32_t kOverflow = 1;  ///< a piece of clusters did not fit the output
+inline constexpr uint32_t kTooWide = 2;   ///< a narrow launch met a value beyond int16
+/// piece_first of a piece that did not fit.
+inline constexpr uint32_t kNoPiece = 0xffffffffu;
 
 /// Copies the current-parity state (sum, sum2, mean, noise) of rows [row0, row1) into `snap`
 /// buffer 0 (and noise).

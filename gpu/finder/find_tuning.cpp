@@ -12,9 +12,9 @@ void validate(const FindTuning& t) {
                                 std::to_string(t.find_threads) +
                                 " (allowed: 0 for the defaults, or a multiple of 32 from 128 to "
                                 "1024)");
-  if (t.pack_regions < 1 || t.pack_regions > 1024)
-    throw std::invalid_argument("GPU finder tuning: pack_regions " +
-                                std::to_string(t.pack_regions) + " (allowed: 1 to 1024)");
+  if (t.out_chunk < 1 || t.out_chunk > 65536)
+    throw std::invalid_argument("GPU finder tuning: out_chunk " + std::to_string(t.out_chunk) +
+                                " (allowed: 1 to 65536)");
   if (t.max_segments < 0)
     throw std::invalid_argument("GPU finder tuning: max_segments " +
                                 std::to_string(t.max_segments) +

@@ -1,18 +1,18 @@
 // The GPU cluster-finding engine: pinned staging slots, one H2D copy per batch and GPU into a
 // ring of device frame buffers (one more than the slots, so that the next batch's copy may start
 // before the batch that last used its slot has been delivered), one captured graph (snapshot +
-// persistent find kernel) replayed per batch on the GPU's compute stream, one pack kernel per
-// batch after it into device memory, and a device-to-host copy of what was found on the copy
-// engine, one completion event per batch. A batch's find is enqueued before the host waits for
-// the batch that last used its slot, so the compute stream never waits for the host: what a
-// batch needs until it is delivered (its frames, its start-of-batch snapshot, its timing events)
-// belongs to its frame buffer, and only its pack waits, on the GPU, for that older batch's result
-// copy out of the slot's device output. Several GPUs share one pedestal chain: each owns a
+// persistent find kernel, which writes the clusters in place into the slot's output block in
+// device memory: no pack) replayed per batch on the GPU's compute stream, and a device-to-host
+// copy of what was found on the copy engine, one completion event per batch. A batch's find is
+// enqueued before the host waits for the batch that last used its slot, so the compute stream
+// never waits for the host: what a batch needs until it is delivered (its frames, its
+// start-of-batch snapshot, its timing events) belongs to its frame buffer, and the find waits,
+// on the GPU, only for that older batch's result copy out of the slot's output block. Several GPUs share one pedestal chain: each owns a
 // band of rows and the bands at a GPU boundary wait for each other's progress counters through
 // peer memory, exactly as neighbouring bands on one GPU do.
 //
 // The pieces: lane_plan (bands and segments), slot_ring (staging slots, frame buffers),
-// result_buffers (regions, packed output, its copy), overflow_rerun, find_diagnostics; this file
+// result_buffers (the output block and its copy), overflow_rerun, find_diagnostics; this file
 // orders their work on the streams.
 #include <algorithm>
 #include <chrono>
@@ -163,7 +163,7 @@ class GpuEngine final : public GpuClusterFinder {
     if (s.in_flight && !slot_buffers_fit(si)) collect(si);
     // This batch's find goes ahead of the wait for the slot's last batch.
     for (std::size_t li = 0; li < lanes_.size(); ++li)
-      enqueue_find_and_pack(li, si, n, fb, narrow);
+      enqueue_find_work(li, si, n, fb, narrow);
     if (s.in_flight) collect(si);
     s.numbers.assign(frame_numbers.begin(), frame_numbers.end());
     s.n_frames = n;
@@ -405,33 +405,22 @@ class GpuEngine final : public GpuClusterFinder {
     enable_peer_access(plans);
   }
 
-  uint32_t region_capacity_for(const LanePlan& lane) const {
-    const uint64_t seg = lane.segment_max;
-    const uint64_t cap = (2 * capacity_per_frame_ * seg + np_ - 1) / np_;
-    return static_cast<uint32_t>(std::clamp<uint64_t>(cap, 1, seg));
+  /// The clusters a slot's output holds now, per batch.
+  uint64_t wanted_capacity() const {
+    return capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames);
   }
 
-  /// The result capacities a slot needs now: clusters per region, and per batch.
-  std::pair<uint32_t, uint64_t> wanted_capacity(const Lane& lane) const {
-    return {std::max(region_capacity_for(lane.plan), min_region_capacity_),
-            capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames)};
-  }
-
-  /// Whether slot si's result buffers hold the current capacities on every GPU.
+  /// Whether slot si's output blocks hold the current capacity on every GPU.
   bool slot_buffers_fit(int si) const {
-    for (const Lane& lane : lanes_) {
-      const auto [region, out] = wanted_capacity(lane);
-      if (!lane.slots[si].results.fits(region, out)) return false;
-    }
+    for (const Lane& lane : lanes_)
+      if (lane.slots[si].results.capacity() < wanted_capacity()) return false;
     return true;
   }
 
-  /// Result buffers of the current capacities (the captured find work is dropped when they
-  /// grow).
+  /// Output blocks of the current capacity (the captured find work is dropped when they grow).
   void ensure_slot_buffers(const Lane& lane, LaneSlot& ls) {
-    const auto [region, out] = wanted_capacity(lane);
     if (ls.results.reserve(options_.batch_frames, lane.plan.segments(), values_,
-                           setup_.params.pixels != PixelMode::raw, region, out))
+                           setup_.params.pixels != PixelMode::raw, wanted_capacity()))
       for (auto& g : ls.graphs) g = GraphExec();
   }
 
@@ -449,7 +438,7 @@ class GpuEngine final : public GpuClusterFinder {
         ensure_slot_buffers(lane, ls);
         for (int fb = 0; fb <= options_.streams; ++fb) {
           ls.fb = fb;
-          (void)graph_for(li, ls);
+          (void)graph_for(li, ls, narrow_);
         }
         ls.fb = 0;
       }
@@ -484,31 +473,38 @@ class GpuEngine final : public GpuClusterFinder {
     ls.in_done.record(copy);
   }
 
-  /// The find work of one batch on one GPU: snapshot of the batch-start state, then the find
-  /// kernel. Captured once per slot and frame buffer for full batches.
-  void enqueue_find(std::size_t li, LaneSlot& ls, int n, StreamView s) {
+  /// The find work of one batch on one GPU: the output block's header and counts cleared, the
+  /// snapshot of the batch-start state, then the find kernel (values as int16 when `narrow`).
+  /// Captured once per slot and frame buffer for full batches.
+  void enqueue_find(std::size_t li, LaneSlot& ls, int n, bool narrow, StreamView s) {
     Lane& lane = lanes_[li];
-    const RegionBuffers& regions = ls.results.regions();
-    regions.zero(n, s);
+    ls.results.zero(n, s);
     const FrameBufferBatch& b = lane.fbs[ls.fb];
     launch_snapshot(lane.live.arrays(), lane.live.frames_done.get(),
                     b.snapshot.arrays(lane.live.count.get()), setup_.params.shape.cols,
                     lane.plan.fr0, lane.plan.fr1, s);
-    FindLaunch p = make_find_launch(setup_, lanes_, li, live_states_, b.frames.get(), n, regions);
+    FindLaunch p = make_find_launch(setup_, lanes_, li, live_states_, b.frames.get(), n);
+    ls.results.bind(p, narrow, out_chunk());
     if (li == 0) diagnostics_.bind(p);
     launch_find(p, s);
   }
 
+  uint32_t out_chunk() const { return static_cast<uint32_t>(options_.tuning.out_chunk); }
+
   /// The captured find work of a full batch in slot `ls` on frame buffer ls.fb (captured on
-  /// first use, and again after an overflow grew the slot's buffers).
-  GraphExec& graph_for(std::size_t li, LaneSlot& ls) {
+  /// first use, and again after an overflow grew the slot's buffers or the values widened).
+  GraphExec& graph_for(std::size_t li, LaneSlot& ls, bool narrow) {
+    if (ls.graphs_narrow != narrow) {
+      for (auto& g : ls.graphs) g = GraphExec();
+      ls.graphs_narrow = narrow;
+    }
     GraphExec& graph = ls.graphs[ls.fb];
     if (graph) return graph;
     const cudaStream_t cs = lanes_[li].compute.get();
     cudaGraph_t captured = nullptr;
     GLINT_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue_find(li, ls, options_.batch_frames, cs);
+      enqueue_find(li, ls, options_.batch_frames, narrow, cs);
     } catch (...) {
       (void)cudaStreamEndCapture(cs, &captured);
       if (captured) (void)cudaGraphDestroy(captured);
@@ -519,39 +515,33 @@ class GpuEngine final : public GpuClusterFinder {
     return graph;
   }
 
-  /// The find and pack of slot si's batch on frame buffer fb (its frames already being copied).
-  /// The pack waits for the result copy of the batch that last used the slot, which is still to
-  /// be collected.
-  void enqueue_find_and_pack(std::size_t li, int si, int n, int fb, bool narrow) {
+  /// The find work of slot si's batch on frame buffer fb (its frames already being copied). It
+  /// waits, on the GPU, for the result copy of the batch that last used the slot (still to be
+  /// collected), as it writes into the same output block.
+  void enqueue_find_work(std::size_t li, int si, int n, int fb, bool narrow) {
     Lane& lane = lanes_[li];
     LaneSlot& ls = lane.slots[si];
     DeviceGuard g(lane.plan.device);
     ensure_slot_buffers(lane, ls);
     ls.fb = fb;
     FrameBufferBatch& b = lane.fbs[fb];
-    const bool tl = diagnostics_.timeline();
     StreamView cs = lane.compute;
     GLINT_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), ls.in_done.get(), 0));
+    GLINT_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), ls.done.get(), 0));
     b.t0.record(cs);
     if (n == options_.batch_frames) {
-      graph_for(li, ls).launch(cs);
+      graph_for(li, ls, narrow).launch(cs);
       ++stats_.graph_launches;
     } else {
-      enqueue_find(li, ls, n, cs);
+      enqueue_find(li, ls, n, narrow, cs);
       stats_.direct_launches += 2;
     }
     b.t1.record(cs);
     b.free.record(cs);
-    GLINT_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), ls.done.get(), 0));
-    if (tl) b.pk0.record(cs);
-    ls.results.enqueue_pack(n, lane.plan.segments(),
-                            static_cast<uint32_t>(options_.tuning.pack_regions), narrow, cs);
-    ++stats_.direct_launches;
-    if (tl) b.pk1.record(cs);
     ls.found.record(cs);
   }
 
-  /// The copy of slot si's packed results to the host, once the slot's last batch is collected.
+  /// The copy of slot si's results to the host, once the slot's last batch is collected.
   void enqueue_result_copy(std::size_t li, int si) {
     Lane& lane = lanes_[li];
     LaneSlot& ls = lane.slots[si];
@@ -561,7 +551,7 @@ class GpuEngine final : public GpuClusterFinder {
     StreamView os = ls.out_stream;
     GLINT_CUDA_CHECK(cudaStreamWaitEvent(os.get(), ls.found.get(), 0));
     if (tl) ls.d0.record(os);
-    const uint64_t cap = ls.results.out_capacity();
+    const uint64_t cap = ls.results.capacity();
     ls.results.enqueue_copy(
         std::min<uint64_t>(lane.copy_clusters == 0 ? cap : lane.copy_clusters, cap),
         ring_[si].narrow, os);
@@ -593,13 +583,14 @@ class GpuEngine final : public GpuClusterFinder {
       uint64_t total = 0;
       if (!lane_overflow) {
         total = ls.results.total(n);
-        // More than the copy brought back (the load rose): the next batch's pack may already
-        // be writing the slot's device output, so the batch is found again from its snapshot.
-        if (total > ls.results.copied) outgrown = true;
+        const uint64_t took = ls.results.handed_out();
+        // More than the copy brought back (the load rose): the next batch's find may already
+        // be writing the slot's output block, so the batch is found again from its snapshot.
+        if (took > ls.results.copied) outgrown = true;
         // Sized from this batch, falling slowly, so that a load that comes and goes batch by
         // batch does not outgrow the copy every time it comes.
         lane.copy_clusters =
-            std::max(total + total / 4 + 16 * static_cast<uint64_t>(options_.batch_frames),
+            std::max(took + took / 4 + 16 * static_cast<uint64_t>(options_.batch_frames),
                      lane.copy_clusters - lane.copy_clusters / 8);
       }
       if (li == 0 && diagnostics_.timeline()) add_timeline_row(lane, si, s, total, w0, w1);
@@ -619,16 +610,16 @@ class GpuEngine final : public GpuClusterFinder {
       if (too_wide && narrow_) {
         log::write(log::Level::info, "GPU finder: a cluster value beyond 16 bits; its batch is "
                                      "found again with 32-bit values, and every later batch is "
-                                     "packed with them");
+                                     "found with them");
         narrow_ = false;
       }
-      rerun_.run(setup_, lanes_, si, s.fb, n, options_.batch_frames, bands_);
-      stats_.direct_launches += 2 * lanes_.size();
+      rerun_.run(setup_, lanes_, si, s.fb, n, options_.batch_frames, out_chunk(), bands_);
+      stats_.direct_launches += lanes_.size();
       // Grow for the batches to come (slots reallocate when next used).
       if (overflow) {
-        min_region_capacity_ = std::max(min_region_capacity_, rerun_.max_region());
-        capacity_per_frame_ =
-            std::max<uint64_t>(capacity_per_frame_ * 2, rerun_.max_frame_total());
+        const uint64_t batch = static_cast<uint64_t>(options_.batch_frames);
+        capacity_per_frame_ = std::max<uint64_t>(
+            capacity_per_frame_ * 2, (rerun_.max_handed_out() + batch - 1) / batch);
       }
     } else {
       for (std::size_t li = 0; li < lanes_.size(); ++li)
@@ -656,8 +647,6 @@ class GpuEngine final : public GpuClusterFinder {
     r.up1 = at(b.up1);
     r.f0 = at(b.t0);
     r.f1 = at(b.t1);
-    r.pk0 = at(b.pk0);
-    r.pk1 = at(b.pk1);
     r.d0 = at(ls.d0);
     r.d1 = at(ls.d1);
     r.h_submit = s.host_submit;
@@ -669,9 +658,8 @@ class GpuEngine final : public GpuClusterFinder {
   void deliver(const HostSlot& s, int n) {
     GpuBatchView v;
     v.frame_numbers = std::span<const uint64_t>(s.numbers.data(), n);
-    uint64_t total = 0;
-    for (const GpuBandView& b : bands_) total += b.x.size();
     v.bands = bands_;
+    const uint64_t total = v.n_clusters();
     ++stats_.batches;
     stats_.frames += static_cast<uint64_t>(n);
     stats_.clusters += total;
@@ -684,11 +672,10 @@ class GpuEngine final : public GpuClusterFinder {
   std::chrono::steady_clock::time_point host_origin_;
   std::size_t np_ = 0;
   int values_ = 9;
-  /// Batches are packed with int16 values (FindTuning::narrow, never for calibrated values),
+  /// Batches are found with int16 values (FindTuning::narrow, never for calibrated values),
   /// until one does not fit.
   bool narrow_ = false;
   uint64_t capacity_per_frame_ = 0;
-  uint32_t min_region_capacity_ = 0;
   std::vector<Lane> lanes_;
   std::vector<const PedestalBuffers*> live_states_;  // each lane's live state, for the launches
   SlotRing ring_;

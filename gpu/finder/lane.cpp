@@ -4,7 +4,7 @@ namespace glint::gpu::detail {
 
 FindLaunch make_find_launch(const FindSetup& setup, std::span<const Lane> lanes, std::size_t li,
                             std::span<const PedestalBuffers* const> states,
-                            const uint16_t* frames, int n, const RegionBuffers& regions) {
+                            const uint16_t* frames, int n) {
   const LanePlan& lane = lanes[li].plan;
   FindLaunch p;
   p.rows = setup.params.shape.rows;
@@ -46,7 +46,6 @@ FindLaunch make_find_launch(const FindSetup& setup, std::span<const Lane> lanes,
   p.pixels = setup.params.pixels;
   p.cal_pedestal = lanes[li].cal_pedestal.get();
   p.cal_gain = lanes[li].cal_gain.get();
-  regions.bind(p);
   return p;
 }
 

@@ -23,6 +23,7 @@ struct LaneSlot {
   int fb = 0;                // frame buffer of the batch whose find was enqueued last
   ResultBuffers results;
   std::vector<GraphExec> graphs;  // the find work of a full batch, per frame buffer
+  bool graphs_narrow = false;     // whether the graphs write int16 values
 };
 
 /// What belongs to the batch on one frame buffer until it is delivered (a batch's find is
@@ -31,7 +32,7 @@ struct FrameBufferBatch {
   DeviceBuffer<uint16_t> frames;
   PedestalSnapshot snapshot;  // the state at the start of the batch (an overflow re-runs from it)
   Event t0{true}, t1{true};   // around the find work
-  Event up0{true}, up1{true}, pk0{true}, pk1{true};  // timeline: frame copy, pack
+  Event up0{true}, up1{true};  // timeline: frame copy
   Event free;                 // the find that last read the frames has run
 };
 
@@ -54,10 +55,11 @@ struct FindSetup {
 };
 
 /// The find launch of lane `li` over n frames in `frames`, on the state `states[l]` of each lane l
-/// (the live state, or a re-run's; the count arrays are always the live ones), into `regions`.
+/// (the live state, or a re-run's; the count arrays are always the live ones); its output is
+/// bound separately (ResultBuffers::bind, bind_output).
 FindLaunch make_find_launch(const FindSetup& setup, std::span<const Lane> lanes, std::size_t li,
                             std::span<const PedestalBuffers* const> states,
-                            const uint16_t* frames, int n, const RegionBuffers& regions);
+                            const uint16_t* frames, int n);
 
 /// Copies rows [fr0, fr1) of n whole frames from pinned `staging` into `dst` on `s`.
 void upload_rows(const FinderParams& params, const LanePlan& lane, uint16_t* dst,

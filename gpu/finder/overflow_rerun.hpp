@@ -16,25 +16,24 @@ namespace glint::gpu::detail {
 class OverflowRerun {
  public:
   /// Re-runs slot si's batch of n frames on frame buffer fb (already found once: the slot's
-  /// results on the host hold each frame's true count, and the largest region count that did not
-  /// fit) and waits for it. `bands` receives each lane's results, valid until the next run.
+  /// results on the host hold the clusters its find blocks took, which the re-run's take again
+  /// whatever the order) and waits for it. `bands` receives each lane's results, valid until the
+  /// next run.
   void run(const FindSetup& setup, std::span<Lane> lanes, int si, int fb, int n, int batch,
-           std::vector<GpuBandView>& bands);
+           uint32_t chunk, std::vector<GpuBandView>& bands);
 
   /// Frees each lane's buffers with its device current.
   void release(std::span<const Lane> lanes);
 
-  /// From the last run: the most clusters in a region, and in a frame.
-  uint32_t max_region() const { return max_region_; }
-  uint64_t max_frame_total() const { return max_frame_total_; }
+  /// From the last run: the most clusters its find blocks took on one GPU.
+  uint64_t max_handed_out() const { return max_handed_out_; }
 
  private:
   std::vector<PedestalBuffers> state_;  // per lane, allocated on first need
-  std::vector<RegionBuffers> regions_;
-  std::vector<PinnedBuffer<unsigned char>> out_;  // mapped host memory, packed into directly
-  std::vector<uint64_t> capacity_;
-  uint32_t max_region_ = 0;
-  uint64_t max_frame_total_ = 0;
+  std::vector<DeviceBuffer<unsigned char>> dout_;  // the find's output
+  std::vector<PinnedBuffer<unsigned char>> out_;   // its copy on the host
+  std::vector<OutLayout> layout_;
+  uint64_t max_handed_out_ = 0;
 };
 
 }  // namespace glint::gpu::detail

@@ -13,7 +13,7 @@ namespace {
 using glint::gpu::FindTuning;
 using glint::daemon::find_tuning_from_environment;
 
-constexpr const char* kNames[] = {"GLINT_FIND_THREADS",  "GLINT_PACK_REGIONS",
+constexpr const char* kNames[] = {"GLINT_FIND_THREADS",  "GLINT_FIND_CHUNK",
                                   "GLINT_FIND_RESIDENT", "GLINT_FIND_NARROW",
                                   "GLINT_FIND_SEGMENTS",
                                   "GLINT_FIND_PROFILE",  "GLINT_FIND_TIMELINE",
@@ -31,7 +31,7 @@ TEST(FindTuningFromEnvironment, NothingSetGivesTheEngineDefaults) {
   const FindTuning d;
   EXPECT_EQ(t.find_threads, 0);  // the engine's measured sizes
   EXPECT_EQ(t.find_threads, d.find_threads);
-  EXPECT_EQ(t.pack_regions, 8);
+  EXPECT_EQ(t.out_chunk, 32);
   EXPECT_TRUE(t.resident);
   EXPECT_TRUE(t.narrow);
   EXPECT_EQ(t.max_segments, 0);
@@ -43,7 +43,7 @@ TEST(FindTuningFromEnvironment, NothingSetGivesTheEngineDefaults) {
 
 TEST(FindTuningFromEnvironment, EveryVariableReachesItsField) {
   Environment env({{"GLINT_FIND_THREADS", "256"},
-                   {"GLINT_PACK_REGIONS", "1"},
+                   {"GLINT_FIND_CHUNK", "1"},
                    {"GLINT_FIND_RESIDENT", "0"},
                    {"GLINT_FIND_NARROW", "0"},
                    {"GLINT_FIND_SEGMENTS", "7"},
@@ -52,7 +52,7 @@ TEST(FindTuningFromEnvironment, EveryVariableReachesItsField) {
                    {"GLINT_FIND_TRACE", "/tmp/trace.csv"}});
   const FindTuning t = find_tuning_from_environment();
   EXPECT_EQ(t.find_threads, 256);
-  EXPECT_EQ(t.pack_regions, 1);
+  EXPECT_EQ(t.out_chunk, 1);
   EXPECT_FALSE(t.resident);
   EXPECT_FALSE(t.narrow);
   EXPECT_EQ(t.max_segments, 7);
@@ -66,8 +66,9 @@ TEST(FindTuningFromEnvironment, UnusableValuesLeaveTheDefaults) {
   constexpr std::pair<const char*, const char*> kUnusable[] = {
       {"GLINT_FIND_THREADS", "500"},  // not a multiple of 32
       {"GLINT_FIND_THREADS", "96"},   // below 128
-      {"GLINT_PACK_REGIONS", "1025"},
-      {"GLINT_PACK_REGIONS", "x"},
+      {"GLINT_FIND_CHUNK", "65537"},
+      {"GLINT_FIND_CHUNK", "0"},
+      {"GLINT_FIND_CHUNK", "x"},
       {"GLINT_FIND_RESIDENT", "off"},  // only 0 turns it off
       {"GLINT_FIND_NARROW", "no"},     // likewise
       {"GLINT_FIND_SEGMENTS", "0"}};
@@ -77,7 +78,7 @@ TEST(FindTuningFromEnvironment, UnusableValuesLeaveTheDefaults) {
     Environment env({{name, value}});
     const FindTuning t = find_tuning_from_environment();
     EXPECT_EQ(t.find_threads, d.find_threads);
-    EXPECT_EQ(t.pack_regions, d.pack_regions);
+    EXPECT_EQ(t.out_chunk, d.out_chunk);
     EXPECT_EQ(t.resident, d.resident);
     EXPECT_EQ(t.narrow, d.narrow);
     EXPECT_EQ(t.max_segments, d.max_segments);
@@ -104,7 +105,7 @@ TEST(FindTuning, ValidateNamesTheFieldAndTheAllowedValues) {
     EXPECT_NE(std::string(e.what()).find("multiple of 32"), std::string::npos) << e.what();
   }
   t = FindTuning{};
-  t.pack_regions = 0;
+  t.out_chunk = 0;
   EXPECT_THROW(glint::gpu::validate(t), std::invalid_argument);
   t = FindTuning{};
   t.max_segments = -1;

@@ -232,6 +232,51 @@ TEST(GpuBatchView, SixteenBitValuesAreWidenedAndBandsMayDiffer) {
   EXPECT_EQ(u.n_clusters(), 0u);
 }
 
+TEST(GpuBatchView, PiecesWrittenInPlaceAreReadInFrameAndRasterOrder) {
+  // As the GPU finder writes them: 2 frames of 3 segments (pieces), 1x1 clusters, each piece
+  // where its block had room, with unused room between (the 99s). Frame 0: pieces of 2, 0 and 1
+  // clusters; frame 1: 1, 2, 0. Pieces 1 and 2 of frame 1 lie one after the other.
+  const std::vector<uint32_t> counts{3, 3};
+  const std::vector<uint32_t> piece_counts{2, 0, 1, 1, 2, 0};
+  const std::vector<uint32_t> piece_first{6, 99, 0, 3, 4, 11};
+  const std::vector<uint16_t> x{20, 99, 99, 30, 31, 32, 10, 11, 99};
+  const std::vector<uint16_t> y{2, 99, 99, 3, 3, 4, 1, 1, 99};
+  const std::vector<int16_t> d{-2, 99, 99, 5, 6, 7, 1, -1, 99};
+  glint::gpu::GpuBandView b{counts, x, y, {}, {}, d};
+  b.piece_counts = piece_counts;
+  b.piece_first = piece_first;
+  b.pieces_per_frame = 3;
+  EXPECT_EQ(b.n_clusters(), 6u);  // not the 9 clusters' room
+  const std::vector<uint64_t> numbers{40, 41};
+  const std::vector<glint::gpu::GpuBandView> bands{b};
+  const glint::gpu::GpuBatchView v{numbers, bands};
+  EXPECT_EQ(v.n_clusters(), 6u);
+  ClusterTable t(1);
+  glint::gpu::append_clusters(t, v);
+  ASSERT_EQ(t.n_frames(), 2u);
+  EXPECT_EQ(t.frames()[0], (glint::FrameRecord{40, 0, 3}));
+  EXPECT_EQ(t.frames()[1], (glint::FrameRecord{41, 3, 3}));
+  EXPECT_EQ(std::vector<uint16_t>(t.x().begin(), t.x().end()),
+            (std::vector<uint16_t>{10, 11, 20, 30, 31, 32}));
+  EXPECT_EQ(std::vector<uint16_t>(t.y().begin(), t.y().end()),
+            (std::vector<uint16_t>{1, 1, 2, 3, 3, 4}));
+  EXPECT_EQ(std::vector<int32_t>(t.data().begin(), t.data().end()),
+            (std::vector<int32_t>{1, -1, -2, 5, 6, 7}));
+  // A directory that does not add up to the counts, or points beyond the clusters, is refused.
+  ClusterTable u(1);
+  const std::vector<uint32_t> short_counts{2, 0, 1, 1, 1, 0};
+  glint::gpu::GpuBandView off = b;
+  off.piece_counts = short_counts;
+  EXPECT_THROW(glint::gpu::append_clusters(u, glint::gpu::GpuBatchView{numbers, {&off, 1}}),
+               std::invalid_argument);
+  const std::vector<uint32_t> far_first{6, 99, 0, 3, 8, 11};
+  off = b;
+  off.piece_first = far_first;
+  EXPECT_THROW(glint::gpu::append_clusters(u, glint::gpu::GpuBatchView{numbers, {&off, 1}}),
+               std::invalid_argument);
+  EXPECT_EQ(u.n_clusters(), 0u);
+}
+
 TEST(GpuFinder, WithoutGpuSaysWhy) {
   if (glint::gpu::device_count() > 0) GTEST_SKIP() << "a GPU is present";
   FinderParams p;
@@ -423,7 +468,7 @@ TEST(GpuFinder, ResultsOutgrowingTheCopyAreCompleted) {
 TEST(GpuFinder, ValuesBeyondSixteenBitsComeBackWideAndExact) {
   // Values come back as int16 while they fit. A pixel of 65,000 ADU in frame 20 (batch 2 of
   // 8-frame batches) is a value far beyond int16: that batch is found again with int32 values,
-  // and the batches submitted after its delivery are packed wide from the start, so the second
+  // and the batches submitted after its delivery are found wide from the start, so the second
   // such pixel, in frame 44 (batch 5), costs no re-run. The same frames without them stay narrow.
   GLINT_REQUIRE_GPU();
   FinderParams p;
@@ -473,7 +518,7 @@ TEST(GpuFinder, ValuesBeyondSixteenBitsComeBackWideAndExact) {
     if (with_bright) {
       EXPECT_GT(most, 32767);
       EXPECT_EQ(st.wide_reruns, 1u);
-      // Batches 0 and 1 narrow; 2 re-run wide; 3 and 4 were packed before 2 was delivered and
+      // Batches 0 and 1 narrow; 2 re-run wide; 3 and 4 were found before 2 was delivered and
       // fit; 5 on are wide.
       EXPECT_EQ(narrow, (std::vector<bool>{true, true, false, true, true, false}));
     } else {
@@ -501,16 +546,16 @@ struct TuningCase {
   const char* name;
   glint::gpu::FindTuning tuning;
   friend void PrintTo(const TuningCase& c, std::ostream* os) {
-    *os << c.name << " (threads " << c.tuning.find_threads << ", pack regions "
-        << c.tuning.pack_regions << ", resident " << c.tuning.resident << ", segments "
+    *os << c.name << " (threads " << c.tuning.find_threads << ", output runs of "
+        << c.tuning.out_chunk << ", resident " << c.tuning.resident << ", segments "
         << c.tuning.max_segments << ")";
   }
 };
 
-glint::gpu::FindTuning tuned(int threads, int pack_regions, bool resident, long long segments) {
+glint::gpu::FindTuning tuned(int threads, int out_chunk, bool resident, long long segments) {
   glint::gpu::FindTuning t;
   t.find_threads = threads;
-  t.pack_regions = pack_regions;
+  t.out_chunk = out_chunk;
   t.resident = resident;
   t.max_segments = segments;
   return t;
@@ -531,14 +576,14 @@ TEST_P(Tunings, IdenticalToReference) {
 INSTANTIATE_TEST_SUITE_P(
     GpuFinder, Tunings,
     ::testing::Combine(
-        ::testing::Values(TuningCase{"state_in_global_memory", tuned(512, 8, false, 0)},
-                          TuningCase{"few_long_segments", tuned(512, 8, true, 3)},
-                          TuningCase{"one_segment_global", tuned(512, 8, false, 1)},
-                          TuningCase{"threads_128", tuned(128, 8, true, 0)},
-                          TuningCase{"threads_512", tuned(512, 8, true, 0)},
-                          TuningCase{"threads_1024", tuned(1024, 8, true, 0)},
-                          TuningCase{"pack_one_region_per_block", tuned(256, 1, true, 0)},
-                          TuningCase{"pack_all_regions_in_one_block", tuned(512, 1024, true, 0)}),
+        ::testing::Values(TuningCase{"state_in_global_memory", tuned(512, 32, false, 0)},
+                          TuningCase{"few_long_segments", tuned(512, 32, true, 3)},
+                          TuningCase{"one_segment_global", tuned(512, 32, false, 1)},
+                          TuningCase{"threads_128", tuned(128, 32, true, 0)},
+                          TuningCase{"threads_512", tuned(512, 32, true, 0)},
+                          TuningCase{"threads_1024", tuned(1024, 32, true, 0)},
+                          TuningCase{"output_runs_of_one_cluster", tuned(256, 1, true, 0)},
+                          TuningCase{"output_runs_of_4096", tuned(512, 4096, true, 0)}),
         ::testing::Values(kSmall, Scenario{64, 400, 5, 4.0, 120, 30, 17})),
     [](const auto& info) {
       const Scenario& s = std::get<1>(info.param);
@@ -612,7 +657,7 @@ TEST(GpuFinder, UnusableTuningIsRefused) {
   o.tuning.find_threads = 100;
   EXPECT_THROW(glint::gpu::make_gpu_finder(p, o), std::invalid_argument);
   o.tuning = {};
-  o.tuning.pack_regions = 0;
+  o.tuning.out_chunk = 0;
   EXPECT_THROW(glint::gpu::make_gpu_finder(p, o), std::invalid_argument);
 }
 

@@ -339,7 +339,7 @@ TEST(RunChain, TheFinderTakesTheRunsTuningNotTheEnvironment) {
   glint::testing::ScopedEnvironment env(kThreads, {{"GLINT_FIND_THREADS", "128"}});
   RunTuning tuning;
   tuning.find.find_threads = 256;
-  tuning.find.pack_regions = 3;
+  tuning.find.out_chunk = 3;
   std::optional<gpu::FindTuning> seen;
   auto factory = [&seen](const FinderParams&, const FinderOptions& o)
       -> std::unique_ptr<ClusterFinder> {
@@ -351,7 +351,7 @@ TEST(RunChain, TheFinderTakesTheRunsTuningNotTheEnvironment) {
   EXPECT_EQ(run.state(), RunState::error);
   ASSERT_TRUE(seen.has_value());
   EXPECT_EQ(seen->find_threads, 256);
-  EXPECT_EQ(seen->pack_regions, 3);
+  EXPECT_EQ(seen->out_chunk, 3);
 }
 
 // A JUNGFRAU run through the whole chain: gain switching in dark and data frames, no cluster

@@ -25,10 +25,13 @@ struct FindTuning {
   /// multiprocessor (kFindThreadsResident, kFindThreadsShared) and for a block alone
   /// (kFindThreadsAlone; docs/performance.md).
   int find_threads = 0;
-  /// Segments' regions packed by one 256-thread pack block (1 to 1024; 8: one per warp).
-  int pack_regions = 8;
+  /// Clusters a find block takes at least at a time for its part of a batch's output (1 to
+  /// 65536): the find writes each (frame, segment) piece of clusters in place into runs of the
+  /// output it takes with one atomic, asked for a frame ahead; larger runs mean fewer atomics and
+  /// more room left unused at the end of a batch (copied back with the rest).
+  int out_chunk = 32;
   /// Cluster values come back from the GPU as int16 while they fit (a 3x3 cluster in 22 bytes
-  /// instead of 40: a smaller pack and result copy); a batch with a value beyond int16 is found
+  /// instead of 40: a smaller output and result copy); a batch with a value beyond int16 is found
   /// again with int32 values, as are all batches after it. Calibrated values are always int32.
   /// false: int32 throughout.
   bool narrow = true;

@@ -25,8 +25,12 @@ struct GpuFinderOptions {
   FindTuning tuning;          ///< kernel shapes and diagnosis aids (tuned defaults)
 };
 
-/// One GPU's band of a batch's results: counts[i] clusters of frame i lie in this band, packed
-/// in frame order, raster order within a frame.
+/// One GPU's band of a batch's results: counts[i] clusters of frame i lie in this band. With
+/// pieces_per_frame == 0 they follow each other in frame order, raster order within a frame. As
+/// the GPU finder writes them (in place, each segment of the band where its block had room), frame
+/// i's clusters are its pieces_per_frame pieces in raster order, piece q holding
+/// piece_counts[i * pieces_per_frame + q] clusters from cluster piece_first[...] of x, y and the
+/// values; x, y and the values then span every cluster handed out, some of them unused.
 struct GpuBandView {
   std::span<const uint32_t> counts;
   std::span<const uint16_t> x;
@@ -39,6 +43,12 @@ struct GpuBandView {
   /// S*S values per cluster as int16 (FindTuning::narrow, while every value fits); empty
   /// otherwise. Exactly one of data and data16 holds the values of a band with clusters.
   std::span<const int16_t> data16 = {};
+  std::span<const uint32_t> piece_counts = {};
+  std::span<const uint32_t> piece_first = {};
+  uint32_t pieces_per_frame = 0;
+
+  /// The clusters of the band (the sum of counts).
+  uint64_t n_clusters() const;
 };
 
 /// One batch's results, valid during the sink call, straight from the engine's result buffers
@@ -69,10 +79,10 @@ struct GpuFinderStats {
   uint64_t overflow_reruns = 0;  ///< batches re-run because their clusters did not fit
   /// Batches whose results outgrew the device-to-host copy sized from the batches before (the load
   /// rose): found again exactly from their start-of-batch snapshot once they had finished (the
-  /// next batch's pack may already be using the device output), as an overflow is.
+  /// next batch's find may already be writing the device output), as an overflow is.
   uint64_t outgrown_reruns = 0;
-  /// Batches packed with int16 values (FindTuning::narrow) that held a value beyond them: found
-  /// again exactly with int32 values, as every batch after them is packed.
+  /// Batches found with int16 values (FindTuning::narrow) that held a value beyond them: found
+  /// again exactly with int32 values, as every batch after them is.
   uint64_t wide_reruns = 0;
   double kernel_ms = 0.0;        ///< device time of the find work (events), summed over batches
 };
