@@ -405,22 +405,25 @@ class GpuEngine final : public GpuClusterFinder {
     enable_peer_access(plans);
   }
 
-  /// The clusters a slot's output holds now, per batch.
-  uint64_t wanted_capacity() const {
-    return capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames);
+  /// The clusters a slot's output holds now on a lane, per batch: the clusters, and the room
+  /// its find blocks' runs may leave unused (each block's last run and the one it asked for
+  /// ahead, at least out_chunk each; an eighth for the ends of runs too short for a piece).
+  uint64_t wanted_capacity(const Lane& lane) const {
+    const uint64_t clusters = capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames);
+    return clusters + clusters / 8 + 2 * static_cast<uint64_t>(lane.plan.blocks) * out_chunk();
   }
 
   /// Whether slot si's output blocks hold the current capacity on every GPU.
   bool slot_buffers_fit(int si) const {
     for (const Lane& lane : lanes_)
-      if (lane.slots[si].results.capacity() < wanted_capacity()) return false;
+      if (lane.slots[si].results.capacity() < wanted_capacity(lane)) return false;
     return true;
   }
 
   /// Output blocks of the current capacity (the captured find work is dropped when they grow).
   void ensure_slot_buffers(const Lane& lane, LaneSlot& ls) {
     if (ls.results.reserve(options_.batch_frames, lane.plan.segments(), values_,
-                           setup_.params.pixels != PixelMode::raw, wanted_capacity()))
+                           setup_.params.pixels != PixelMode::raw, wanted_capacity(lane)))
       for (auto& g : ls.graphs) g = GraphExec();
   }
 
