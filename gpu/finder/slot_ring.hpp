@@ -16,7 +16,7 @@ struct HostSlot {
   std::vector<uint64_t> numbers;  // frame numbers of the batch in flight
   int n_frames = 0;
   int fb = 0;                // the frame buffer its frames went to
-  bool narrow = false;       // its values are packed as int16
+  bool narrow = false;       // its values come back as int16
   bool in_flight = false;
   bool dark_upload = false;  // submit_dark's copy of the staging may still be running
   uint64_t sequence = 0;     // batches submitted before this one
