@@ -90,9 +90,10 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
   // The warm-up batches also time the host's reading of a batch into a table (append_clusters,
   // what the ClusterFinder sink and so glintd's run do with every batch), off the timed run.
   bool warm_up = true;
-  ClusterTable table = make_result_table(params);
-  double append_ms = 0.0;
+  ClusterTable table = make_result_table(params), again = make_result_table(params);
+  double append_ms = 0.0, contiguous_ms = 0.0;
   uint64_t appended = 0;
+  std::vector<int16_t> values16;
   finder->set_view_sink([&](const gpu::GpuBatchView& v) {
     clusters += v.n_clusters();
     for (const gpu::GpuBandView& b : v.bands) narrow = narrow && b.data.empty();
@@ -103,6 +104,25 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       append_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a0).count();
       ++appended;
+      // For comparison, the same clusters laid out one frame after the other (as a pack
+      // kernel wrote them), values as they came back.
+      std::vector<uint32_t> counts;
+      for (const FrameRecord& f : table.frames()) counts.push_back(f.n_clusters);
+      gpu::GpuBandView contiguous;
+      contiguous.counts = counts;
+      contiguous.x = table.x();
+      contiguous.y = table.y();
+      if (narrow) {
+        values16.assign(table.data().begin(), table.data().end());
+        contiguous.data16 = values16;
+      } else {
+        contiguous.data = table.data();
+      }
+      again.clear();
+      const auto c0 = std::chrono::steady_clock::now();
+      gpu::append_clusters(again, gpu::GpuBatchView{v.frame_numbers, {&contiguous, 1}});
+      contiguous_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
     }
   });
 
@@ -181,10 +201,11 @@ int run_bench_find_gpu(const BenchFindOptions& o) {
       "once, this run)\n"
       "duplex/us per frame  {:.1f} %\n"
       "host append          {:.3f} ms/batch = {:.3f} us/frame (append_clusters into a table, "
-      "{} warm-up batch(es))\n",
+      "{} warm-up batch(es); the same clusters one frame after the other: {:.3f} ms/batch)\n",
       duplex_us, result_bytes * 1e-6, 100.0 * duplex_us / us_frame,
       appended > 0 ? append_ms / appended : 0.0,
-      appended > 0 ? append_ms * 1e3 / appended / o.batch : 0.0, appended);
+      appended > 0 ? append_ms * 1e3 / appended / o.batch : 0.0, appended,
+      appended > 0 ? contiguous_ms / appended : 0.0);
   if (o.products.empty()) return 0;
 
   // With the products: the batches as the run gets them (ClusterTables through set_sink), timed

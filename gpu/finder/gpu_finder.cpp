@@ -405,11 +405,13 @@ class GpuEngine final : public GpuClusterFinder {
     enable_peer_access(plans);
   }
 
-  /// The clusters a slot's output holds now on a lane, per batch: the clusters, and the room
-  /// its find blocks' runs may leave unused (each block's last run and the one it asked for
-  /// ahead, at least out_chunk each; an eighth for the ends of runs too short for a piece).
+  /// The clusters a slot's output holds now on a lane, per batch: the clusters and, unless the
+  /// capacity was given (GpuFinderOptions::cluster_capacity, held to as given), the room the
+  /// find blocks' runs may leave unused (each block's last run and the one it asked for ahead,
+  /// at least out_chunk each; an eighth for the ends of runs too short for a piece).
   uint64_t wanted_capacity(const Lane& lane) const {
     const uint64_t clusters = capacity_per_frame_ * static_cast<uint64_t>(options_.batch_frames);
+    if (options_.cluster_capacity > 0) return clusters;
     return clusters + clusters / 8 + 2 * static_cast<uint64_t>(lane.plan.blocks) * out_chunk();
   }
 
