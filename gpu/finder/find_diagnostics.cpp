@@ -133,7 +133,8 @@ void FindDiagnostics::report_timeline() const {
   for (const TimelineRow& r : rows_)
     std::fprintf(f, "%llu,%d,%d,%d,%llu,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n",
                  static_cast<unsigned long long>(r.seq), r.slot, r.fb, r.n,
-                 static_cast<unsigned long long>(r.clusters), r.up0, r.up1, r.f0, r.f1, r.d0, r.d1, r.h_submit, r.h_wait0, r.h_wait1);
+                 static_cast<unsigned long long>(r.clusters), r.up0, r.up1, r.f0, r.f1, r.d0,
+                 r.d1, r.h_submit, r.h_wait0, r.h_wait1);
 }
 
 void FindDiagnostics::report_trace(const LanePlan& lane) const {

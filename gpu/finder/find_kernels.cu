@@ -537,6 +537,11 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
     }
   };
 
+  // The centre of the output's cluster i, as an own-pixel index of the segment worked on.
+  const auto center_at = [&](uint32_t i) -> int {
+    const uint32_t y = __ldcg(p.out_y + i), x = __ldcg(p.out_x + i);
+    return static_cast<int>(y * static_cast<uint32_t>(cols) + x) - p0;
+  };
   // The entries before a cluster's centre in raster order (dy < 0, or dy == 0 and dx < 0) are
   // its first PA window entries: only those can lie in the segment above.
   constexpr int PA = h * S + h;
@@ -1021,9 +1026,7 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
               : (chunks == 1 ? prev_ns : static_cast<int>(__ldcg(p.piece_counts + prev_region)));
       const auto prev_center = [&](int c) -> int {
         if (chunks == 1) return static_cast<int>(sorted_prev[c]);
-        const uint32_t i = prev_first + static_cast<uint32_t>(c);
-        return static_cast<int>(static_cast<uint32_t>(__ldcg(p.out_y + i)) * static_cast<uint32_t>(cols) +
-                                __ldcg(p.out_x + i)) - p0;
+        return center_at(prev_first + static_cast<uint32_t>(c));
       };
       // Window entry w of this frame's cluster at own pixel o, rank c in raster order, into
       // this (frame, segment) piece.
@@ -1126,12 +1129,9 @@ __global__ void __launch_bounds__(kFindThreadsMax) find_kernel(const __grid_cons
       if (chunks > 1) set_segment(b + ci * static_cast<int>(p.blocks));
       const std::size_t region = static_cast<std::size_t>(kl) * segs + v;
       const uint32_t fl_first = __ldcg(p.piece_first + region);
-      const int nsl = fl_first == kNoPiece ? 0 : static_cast<int>(__ldcg(p.piece_counts + region));
-      const auto center = [&](int c) -> int {
-        const uint32_t i = fl_first + static_cast<uint32_t>(c);
-        return static_cast<int>(static_cast<uint32_t>(__ldcg(p.out_y + i)) * static_cast<uint32_t>(cols) +
-                                __ldcg(p.out_x + i)) - p0;
-      };
+      const int nsl =
+          fl_first == kNoPiece ? 0 : static_cast<int>(__ldcg(p.piece_counts + region));
+      const auto center = [&](int c) { return center_at(fl_first + static_cast<uint32_t>(c)); };
       if (nsl == 0 || center(0) >= halo) continue;
       if (tid == 0 && prog_above())
         while (load_acquire(prog_above(), sys_above()) < g0 + p.n_frames) __nanosleep(20);

@@ -81,7 +81,6 @@ struct FindLaunch {
   /// With profile: [kLaunchRecords][blocks][4]: each block's globaltimer and clock64 at entry and
   /// at exit, for launch (frames_done at launch / n_frames) % kLaunchRecords.
   unsigned long long* launch_ts = nullptr;
-  // (Last, so that the raw kernel's parameter offsets stay as they were.)
   /// What the pixels are (the kernel instantiation that runs). JUNGFRAU: gain_counts, [n_frames]
   /// x (G1, G2, invalid), zeroed before the launch, gets each frame's pixels out of G0 in the
   /// band (null: not counted); calibrated: cal_pedestal and cal_gain are the stage-major tables

@@ -7,9 +7,10 @@
 // enqueued before the host waits for the batch that last used its slot, so the compute stream
 // never waits for the host: what a batch needs until it is delivered (its frames, its
 // start-of-batch snapshot, its timing events) belongs to its frame buffer, and the find waits,
-// on the GPU, only for that older batch's result copy out of the slot's output block. Several GPUs share one pedestal chain: each owns a
-// band of rows and the bands at a GPU boundary wait for each other's progress counters through
-// peer memory, exactly as neighbouring bands on one GPU do.
+// on the GPU, only for that older batch's result copy out of the slot's output block. Several
+// GPUs share one pedestal chain: each owns a band of rows and the bands at a GPU boundary wait
+// for each other's progress counters through peer memory, exactly as neighbouring bands on one
+// GPU do.
 //
 // The pieces: lane_plan (bands and segments), slot_ring (staging slots, frame buffers),
 // result_buffers (the output block and its copy), overflow_rerun, find_diagnostics; this file
@@ -483,7 +484,7 @@ class GpuEngine final : public GpuClusterFinder {
   /// Captured once per slot and frame buffer for full batches.
   void enqueue_find(std::size_t li, LaneSlot& ls, int n, bool narrow, StreamView s) {
     Lane& lane = lanes_[li];
-    ls.results.zero(n, s);
+    ls.results.zero(s);
     const FrameBufferBatch& b = lane.fbs[ls.fb];
     launch_snapshot(lane.live.arrays(), lane.live.frames_done.get(),
                     b.snapshot.arrays(lane.live.count.get()), setup_.params.shape.cols,

@@ -28,8 +28,7 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
     out_[li] = PinnedBuffer<unsigned char>(layout_[li].bytes);
     dout_[li] = DeviceBuffer<unsigned char>(layout_[li].bytes);
     StreamView s = lane.compute;
-    // Header, counts, gain counts zero (the find's atomics stay in device memory).
-    GLINT_CUDA_CHECK(cudaMemsetAsync(dout_[li].get(), 0, layout_[li].piece_counts, s.get()));
+    zero_output(dout_[li].get(), layout_[li], s);
     if (!state_[li])
       state_[li] = PedestalBuffers(np, lane.plan.segments(), lane.plan.scratch_bytes(), s);
     // Start state: the snapshot, as parity 0, frame counter 0.
@@ -67,9 +66,8 @@ void OverflowRerun::run(const FindSetup& setup, std::span<Lane> lanes, int si, i
   for (std::size_t li = 0; li < n_lanes; ++li) {
     DeviceGuard g(lanes[li].plan.device);
     lanes[li].compute.synchronize();
-    const uint64_t took =
-        reinterpret_cast<const uint32_t*>(out_[li].get())[kAllocWord];
-    bands[li] = band_view(out_[li].get(), layout_[li], n, took, values, /*narrow=*/false);
+    bands[li] = band_view(out_[li].get(), layout_[li], n, handed_out(out_[li].get()), values,
+                          /*narrow=*/false);
   }
 }
 

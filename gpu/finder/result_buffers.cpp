@@ -40,6 +40,10 @@ void bind_output(FindLaunch& p, unsigned char* out, const OutLayout& l, bool nar
   p.out_chunk = std::max<uint32_t>(chunk, 1);
 }
 
+void zero_output(unsigned char* out, const OutLayout& l, StreamView s) {
+  GLINT_CUDA_CHECK(cudaMemsetAsync(out, 0, l.piece_counts, s.get()));
+}
+
 GpuBandView band_view(const unsigned char* out, const OutLayout& l, int n, uint64_t clusters,
                       int values, bool narrow) {
   const auto words = [&](std::size_t off, std::size_t count) {
@@ -78,16 +82,6 @@ bool ResultBuffers::reserve(int batch, uint32_t segments, int values, bool gains
   out_ = PinnedBuffer<unsigned char>(bytes);
   dout_ = DeviceBuffer<unsigned char>(bytes);
   return true;
-}
-
-void ResultBuffers::zero(int n, StreamView s) const {
-  const OutLayout l = layout();
-  // The header (flags, clusters handed out) and the counts; gain counts follow the counts.
-  GLINT_CUDA_CHECK(cudaMemsetAsync(dout_.get(), 0, 2 * sizeof(uint32_t), s.get()));
-  GLINT_CUDA_CHECK(cudaMemsetAsync(dout_.get() + l.counts, 0, sizeof(uint32_t) * n, s.get()));
-  if (l.has_gains)
-    GLINT_CUDA_CHECK(
-        cudaMemsetAsync(dout_.get() + l.gains, 0, 3 * sizeof(uint32_t) * n, s.get()));
 }
 
 void ResultBuffers::bind(FindLaunch& p, bool narrow, uint32_t chunk) const {

@@ -29,6 +29,16 @@ OutLayout out_layout(int batch, uint32_t segments, uint64_t capacity, int values
 /// The words of an output block's header.
 inline constexpr std::size_t kFlagsWord = 0, kAllocWord = 1;
 
+/// On `s`: zeroes what a find launch into the block at `out` (device memory) adds to: the
+/// header, the counts and the gain counts ([0, l.piece_counts)).
+void zero_output(unsigned char* out, const OutLayout& l, StreamView s);
+
+/// The clusters the find blocks took in the block at `out` (host memory, once copied): what the
+/// batch needs.
+inline uint64_t handed_out(const unsigned char* out) {
+  return reinterpret_cast<const uint32_t*>(out)[kAllocWord];
+}
+
 /// The fields of a find launch that write its output into the block at `out` (device-addressable:
 /// device memory, or mapped host memory for a re-run), values as int16 when `narrow`, runs taken
 /// at least `chunk` clusters at a time. The header, counts and gain counts must be zero when it
@@ -49,8 +59,8 @@ class ResultBuffers {
   /// was reallocated: work captured with the old buffers is stale.
   bool reserve(int batch, uint32_t segments, int values, bool gains, uint64_t capacity);
   uint64_t capacity() const { return capacity_; }
-  /// On `s`: zeroes the header, counts and gain counts of n frames (before the find).
-  void zero(int n, StreamView s) const;
+  /// On `s`: zeroes the device block's header, counts and gain counts (before the find).
+  void zero(StreamView s) const { zero_output(dout_.get(), layout(), s); }
   /// The output fields of a find launch into the device block.
   void bind(FindLaunch& p, bool narrow, uint32_t chunk) const;
   /// On `s`: copies the header, counts and directory, and the first `clusters` clusters handed
@@ -60,7 +70,7 @@ class ResultBuffers {
   /// beyond int16, the clusters handed out (what the batch needs), the clusters of n frames.
   bool overflowed() const { return (header()[kFlagsWord] & kOverflow) != 0; }
   bool too_wide() const { return (header()[kFlagsWord] & kTooWide) != 0; }
-  uint64_t handed_out() const { return header()[kAllocWord]; }
+  uint64_t handed_out() const { return detail::handed_out(out_.get()); }
   uint64_t total(int n) const;
   /// Once the copy is done: the clusters of each of n frames, found in full even when they did
   /// not fit.
