@@ -186,14 +186,18 @@ TEST(WireFormat, StrayEndsOnAPortWithoutDataCountOnceAnotherPortHasEnded) {
   Ingest ingest(cfg, assembler);
   sim.send_end = false;
   run_stream_simulator(sim);
-  ASSERT_TRUE(eventually([&] { return ingest.counters().messages == 7; }))
-      << ingest.counters().messages << " messages, " << ingest.counters().stray_ends << " strays";
-  // Both dummies arrived before any data on their endpoint: no end yet.
-  EXPECT_EQ(ingest.counters().stray_ends, 2u);
-  EXPECT_EQ(ingest.counters().end_messages, 2u);
+  // A message is counted as it arrives, its effects (a stray end, a frame) once its thread has
+  // handled it: wait for all of them. Both dummies arrived before any data on their endpoint.
+  ASSERT_TRUE(eventually([&] {
+    const auto c = ingest.counters();
+    return c.messages == 7 && c.stray_ends == 2 && c.end_messages == 2 &&
+           assembler.counters().frames_complete == 5;
+  })) << ingest.counters().messages << " messages, " << ingest.counters().stray_ends
+      << " strays, " << ingest.counters().end_messages << " ends, "
+      << assembler.counters().frames_complete << " frames";
+  // No end yet: neither dummy ended the run.
   EXPECT_FALSE(ingest.any_ended());
   EXPECT_FALSE(ingest.all_ended());
-  EXPECT_EQ(assembler.counters().frames_complete, 5u);
   // The first endpoint ends; the second, which never had data, counts as ended with it.
   zmq::context_t ctx(1);
   zmq::socket_t pub(ctx, zmq::socket_type::pub);
