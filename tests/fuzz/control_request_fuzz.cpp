@@ -47,6 +47,8 @@ config::Config base_config() {
   c.output.directory = dir / "runs";
   c.output.run_name = "fuzz";
   c.control.endpoint = "ipc://" + (dir / "control.ipc").string();
+  // Not the default tcp port 5556: the README's examples and the demo bind it, maybe meanwhile.
+  c.preview.endpoint = "ipc://" + (dir / "preview.ipc").string();
   c.logging.level = "off";
   return c;
 }
