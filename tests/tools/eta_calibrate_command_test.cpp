@@ -143,7 +143,8 @@ TEST_F(GlintEtaCalibrate, BadInputIsNamed) {
   expect_failure("eta-calibrate " + run3 + " " + run5 + " -o " + path("eta.h5"), 2,
                  run5 + ": clusters of 5 x 5, the first run file has 3 x 3");
   expect_failure("eta-calibrate " + path("raw.h5") + " -o " + path("eta.h5"), 2,
-                 "glint eta-calibrate: " + path("raw.h5") + ": group /entry");
+                 "glint eta-calibrate: " + path("raw.h5") +
+                     ": not a glint run or pedestal file (no group /entry)");
   expect_failure("eta-calibrate " + run3 + " -o " + path("eta.h5") + " --method spline", 2,
                  "eta calibration method 'spline': allowed are cdf, rosenblatt");
   expect_failure("eta-calibrate " + run3 + " -o " + path("eta.h5") + " --emin 5 --emax 5", 2,

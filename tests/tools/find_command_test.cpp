@@ -138,7 +138,14 @@ TEST_F(GlintFind, PedestalSourceFileStartsFromAPedestalFile) {
                  "--pedestal-source previous: allowed are dark (the first --dark frames) and "
                  "file:PATH");
   expect_failure("find -i " + in + " --pedestal-source file:" + path("missing.h5"), 2,
-                 "--pedestal-source file:" + path("missing.h5") + ": ");
+                 "--pedestal-source file:" + path("missing.h5") + ": " + path("missing.h5") +
+                     ": cannot open: ");
+  // Files that are not glint's are named as such (not by the HDF5 call that failed first).
+  { std::ofstream(path("notes.txt")) << "pedestal taken on Monday\n"; }
+  expect_failure("find -i " + in + " --pedestal-source file:" + path("notes.txt"), 2,
+                 path("notes.txt") + ": not an HDF5 file (not a glint run or pedestal file)");
+  expect_failure("find -i " + in + " --pedestal-source file:" + in, 2,
+                 in + ": not a glint run or pedestal file (no group /entry)");
   const auto small = path("small.h5"), small_ped = path("small_ped.h5");
   ASSERT_EQ(run_glint("synth -q -o " + small + " --rows 8 --cols 9 --dark 20 --frames 1").status,
             0);
