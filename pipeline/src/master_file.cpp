@@ -116,14 +116,7 @@ Input inspect(const fs::path& path, const MasterOptions& options) {
     H5Eclear2(H5E_DEFAULT);
     throw bad("not an HDF5 file (not a glint run file)");
   }
-  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-  in.file = Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()),
-                H5Fclose);
-  if (!in.file.valid()) {
-    H5Eclear2(H5E_DEFAULT);
-    in.file = Hid(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  }
+  in.file = hdf5::open_read_only(path.c_str());
   if (!in.file.valid()) throw bad("cannot be opened: " + hdf5_message());
   const hid_t f = in.file.get();
   const char* det_path = "entry/instrument/detector";

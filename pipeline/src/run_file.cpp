@@ -1740,7 +1740,7 @@ ClusterTable shifted_clusters(const RunFileContents& run, bool detector) {
   return t;
 }
 
-/// Opens a run file for reading, in SWMR mode (also while glintd writes it). A file that is not
+/// Opens a run file for reading (also while glintd writes it). A file that is not
 /// HDF5, or not laid out as glint's run and pedestal files, is named as such, not by the HDF5
 /// call that first failed on it.
 Hid open_for_reading(const Context& c) {
@@ -1749,13 +1749,8 @@ Hid open_for_reading(const Context& c) {
   if (H5Fis_hdf5(c.path->c_str()) == 0)
     throw OutputError(c.path->string() + ": not an HDF5 file (not a glint run or pedestal file)");
   H5Eclear2(H5E_DEFAULT);
-  Hid fapl = make_fapl();
-  hid_t id = H5Fopen(c.path->c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get());
-  if (id < 0) {  // open in this process already, without SWMR (as an input file): share that
-    H5Eclear2(H5E_DEFAULT);
-    id = H5Fopen(c.path->c_str(), H5F_ACC_RDONLY, fapl.get());
-  }
-  Hid file(c.id(id, "cannot open"), H5Fclose);
+  Hid file = hdf5::open_read_only(c.path->c_str());
+  if (!file.valid()) c.fail("cannot open");
   for (const char* group : {"entry", "entry/instrument", "entry/instrument/detector"})
     if (H5Lexists(file.get(), group, H5P_DEFAULT) <= 0) {
       H5Eclear2(H5E_DEFAULT);

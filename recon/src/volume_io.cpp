@@ -32,21 +32,11 @@ std::pair<std::string, std::optional<unsigned long long>> split_index(const std:
   return {dataset.substr(0, open), std::stoull(digits)};
 }
 
-/// Opens read-only; a file still being written (or left by a crash) in SWMR mode needs the
-/// SWMR-read flag.
-Hid open_file(const std::string& file) {
-  Hid f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (f.valid()) return f;
-  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-  return Hid(H5Fopen(file.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()), H5Fclose);
-}
-
 Volume read3(const std::string& file, const std::string& spec, bool floats_only) {
   hdf5::silence_errors();
   if (!std::filesystem::exists(file))
     throw std::runtime_error(fmt::format("{}: no such file", file));
-  Hid f = open_file(file);
+  Hid f = hdf5::open_read_only(file.c_str());
   if (!f.valid()) throw std::runtime_error(fmt::format("{}: not an HDF5 file", file));
   // A literal name wins over the NAME[I] reading.
   auto [dataset, index] = split_index(spec);

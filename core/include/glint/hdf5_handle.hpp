@@ -47,6 +47,20 @@ class Handle {
 /// Switches off HDF5's automatic printing of error stacks: glint reports errors itself.
 inline void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
+/// Opens `path` read-only, also a file a writer still appends to in SWMR mode (or one a crash
+/// left so): for SWMR reading where the file allows it, else plainly (a file in an older format,
+/// or one this process already holds open without SWMR). Invalid when neither opens; HDF5's
+/// error stack then says why.
+inline Handle open_read_only(const char* path) {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+  Handle f(H5Fopen(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()), H5Fclose);
+  if (f.valid()) return f;
+  fapl.reset();  // now: a call after the last open would clear the error stack it leaves
+  H5Eclear2(H5E_DEFAULT);
+  return Handle(H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+}
+
 /// HDF5's in-memory type for T (the numbers glint writes as attributes and datasets).
 template <class T>
 hid_t native_type();
