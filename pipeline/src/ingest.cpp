@@ -372,9 +372,9 @@ void Ingest::handle(std::size_t index, std::vector<zmq::message_t>& parts) {
   }
   SlsHeader h = *ph.header;
   if (h.is_end()) {
-    end_messages_.fetch_add(1);
     std::lock_guard lock(route_mu_);
     end_locked(index);
+    end_messages_.fetch_add(1);  // once handled: who sees the count sees what the end did
     return;
   }
   if (!is_valid_bitmode(h.bitmode)) {

@@ -489,9 +489,11 @@ TEST(Ingest, HoldsWhatArrivesBetweenRunsUpToItsBoundAndHandsItToTheNextRunInOrde
   for (const auto until = std::chrono::steady_clock::now() + 5s;
        std::chrono::steady_clock::now() < until;) {
     ic = ingest.counters();
-    if (ic.held_parts + ic.frames_outside_run == 50) break;
+    // The parts, and the end message after them (an end is counted once handled).
+    if (ic.held_parts + ic.frames_outside_run == 50 && ic.end_messages == 1) break;
     std::this_thread::sleep_for(10ms);
   }
+  EXPECT_EQ(ic.end_messages, 1u);
   EXPECT_EQ(ic.held_parts, 30u);
   EXPECT_EQ(ic.frames_outside_run, 20u);
   FrameAssembler a(c.cfg.detector, c.cfg.ingest);

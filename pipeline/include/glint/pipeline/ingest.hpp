@@ -36,7 +36,7 @@ namespace glint::pipeline {
 struct IngestCounters {
   uint64_t messages = 0;
   uint64_t bytes = 0;
-  uint64_t end_messages = 0;
+  uint64_t end_messages = 0;  ///< counted once handled: what each end did is visible with it
   /// End headers from an endpoint that had sent no data to the run yet while no other had ended:
   /// the receiver's dummy header before an acquisition (a stop while idle, a restream), not an end.
   uint64_t stray_ends = 0;
